@@ -1,0 +1,1 @@
+"""The praxis_lite layers: each module holds one family of layers."""

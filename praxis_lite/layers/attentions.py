@@ -1,0 +1,189 @@
+"""Multi-head dot-product self-attention with grouped-query / multi-query heads.
+
+Shapes: ``B`` batch, ``T`` query time, ``S`` key time, ``D`` input dims,
+``N`` query heads, ``K`` key/value heads (``N % K == 0``), ``G = N // K``,
+``H`` dims per head.
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from praxis_lite.base_layer import BaseLayer
+from praxis_lite.config import template_field
+from praxis_lite.layers.embedding_softmax import RotaryPositionalEmbedding
+from praxis_lite.sharding import BATCH, EMBED, HEAD_DIM, HEADS, KV_HEADS, LENGTH
+
+_MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+
+
+def attention_mask(
+    query_len: int,
+    key_len: int,
+    *,
+    causal: bool,
+    key_paddings: jax.Array | None = None,
+    query_segment_ids: jax.Array | None = None,
+    key_segment_ids: jax.Array | None = None,
+) -> jax.Array:
+    """Boolean ``[B or 1, 1, 1, T, S]`` mask, True where a query may attend a key.
+
+    Args:
+      query_len: ``T``.
+      key_len: ``S``.
+      causal: query ``t`` may only see keys ``s <= t``.
+      key_paddings: ``[B, S]``, 1.0 at padded keys (never attended).
+      query_segment_ids / key_segment_ids: ``[B, T]`` / ``[B, S]`` ids of packed
+        sequences; attention stays within a segment.
+    """
+    mask = jnp.ones((1, 1, 1, query_len, key_len), dtype=bool)
+    if causal:
+        mask = mask & (jnp.arange(query_len)[:, None] >= jnp.arange(key_len)[None, :])
+    if key_paddings is not None:
+        mask = mask & (key_paddings < 0.5)[:, None, None, None, :]
+    if query_segment_ids is not None and key_segment_ids is not None:
+        same = query_segment_ids[:, :, None] == key_segment_ids[:, None, :]
+        mask = mask & same[:, None, None, :, :]
+    return mask
+
+
+class DotProductAttention(BaseLayer):
+    """Self-attention ``[B, T, D] -> [B, T, D]``.
+
+    Attributes:
+      input_dim: ``D``.
+      num_heads: ``N``, query heads.
+      num_kv_heads: ``K``, key/value heads; ``None`` means ``N`` (multi-head),
+        1 is multi-query, anything dividing ``N`` is grouped-query.
+      dim_per_head: ``H``; ``None`` means ``D // N``.
+      is_causal: mask future keys.
+      combine_qkv: one ``[3, D, N, H]`` weight for q, k and v (needs ``K == N``).
+      use_bias: add biases to the q/k/v and output projections.
+      atten_dropout_prob: dropout on the attention probabilities (when training).
+      atten_logit_cap: if > 0, logits become ``cap * tanh(logits / cap)``.
+      rotary_tpl: template of a RoPE layer applied to q and k; ``None`` for none.
+    """
+
+    input_dim: int
+    num_heads: int
+    num_kv_heads: int | None = None
+    dim_per_head: int | None = None
+    is_causal: bool = True
+    combine_qkv: bool = False
+    use_bias: bool = True
+    atten_dropout_prob: float = 0.0
+    atten_logit_cap: float = 0.0
+    rotary_tpl: object = template_field(None)
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_heads if self.num_kv_heads is None else self.num_kv_heads
+
+    @property
+    def head_dim(self) -> int:
+        return self.dim_per_head or self.input_dim // self.num_heads
+
+    def setup(self) -> None:
+        n, k, h, d = self.num_heads, self.kv_heads, self.head_dim, self.input_dim
+        if n % k:
+            raise ValueError(f"num_heads={n} must be a multiple of num_kv_heads={k}.")
+        if self.combine_qkv and k != n:
+            raise ValueError("combine_qkv needs num_kv_heads == num_heads (or None).")
+        init = nn.initializers.lecun_normal(in_axis=0, out_axis=(1, 2))
+        if self.combine_qkv:
+            self.w_qkv = self.create_variable(
+                "w_qkv", (3, d, n, h), (None, EMBED, HEADS, HEAD_DIM),
+                nn.initializers.lecun_normal(in_axis=1, out_axis=(2, 3), batch_axis=(0,)),
+            )
+        else:
+            self.w_q = self.create_variable("w_q", (d, n, h), (EMBED, HEADS, HEAD_DIM), init)
+            self.w_k = self.create_variable("w_k", (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), init)
+            self.w_v = self.create_variable("w_v", (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), init)
+        self.w_post = self.create_variable(
+            "w_post", (n, h, d), (HEADS, HEAD_DIM, EMBED),
+            nn.initializers.lecun_normal(in_axis=(0, 1), out_axis=2),
+        )
+        if self.use_bias:
+            zeros = nn.initializers.zeros
+            self.b_q = self.create_variable("b_q", (n, h), (HEADS, HEAD_DIM), zeros)
+            self.b_k = self.create_variable("b_k", (k, h), (KV_HEADS, HEAD_DIM), zeros)
+            self.b_v = self.create_variable("b_v", (k, h), (KV_HEADS, HEAD_DIM), zeros)
+            self.b_post = self.create_variable("b_post", (d,), (EMBED,), zeros)
+        self.rotary = self.create_child(self.rotary_tpl, embedding_dims=h) if self.rotary_tpl else None
+        self.dropout = nn.Dropout(self.atten_dropout_prob)
+
+    def project_qkv(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """``x [B, T, D]`` -> q ``[B, T, N, H]``, k and v ``[B, T, K, H]``."""
+        if self.combine_qkv:
+            q, k, v = jnp.einsum("btd,cdnh->cbtnh", x, self.w_qkv)
+        else:
+            q = jnp.einsum("btd,dnh->btnh", x, self.w_q)
+            k = jnp.einsum("btd,dkh->btkh", x, self.w_k)
+            v = jnp.einsum("btd,dkh->btkh", x, self.w_v)
+        if self.use_bias:
+            q, k, v = q + self.b_q, k + self.b_k, v + self.b_v
+        return q, k, v
+
+    def attend(
+        self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, train: bool
+    ) -> jax.Array:
+        """Scaled dot-product attention: q ``[B,T,N,H]``, k/v ``[B,S,K,H]`` -> ``[B,T,N,H]``."""
+        b, t, n, h = q.shape
+        kv_heads = k.shape[2]
+        q = q * jnp.asarray(1.0 / math.sqrt(h), q.dtype)
+        q = q.reshape(b, t, kv_heads, n // kv_heads, h)
+        logits = jnp.einsum("btkgh,bskh->bkgts", q, k).astype(jnp.float32)
+        if self.atten_logit_cap > 0:
+            cap = self.atten_logit_cap
+            logits = cap * jnp.tanh(logits / cap)
+        logits = jnp.where(mask, logits, _MASK_VALUE)
+        probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
+        probs = self.dropout(probs, deterministic=not train)
+        encoded = jnp.einsum("bkgts,bskh->btkgh", probs, v)
+        return encoded.reshape(b, t, n, h)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        paddings: jax.Array | None = None,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+        train: bool = False,
+    ) -> jax.Array:
+        """Self-attention over ``x [B, T, D]``.
+
+        Args:
+          x: inputs ``[B, T, D]``.
+          paddings: ``[B, T]``, 1.0 at padded positions (not attended to).
+          segment_ids: ``[B, T]`` packed-sequence ids; attention stays within one.
+          positions: ``[B, T]`` positions for RoPE (default ``0..T-1``).
+          train: enables attention dropout (needs the 'dropout' RNG).
+
+        Returns:
+          ``[B, T, D]`` in ``fprop_dtype``.
+        """
+        x = self.to_fprop(self.constrain(x, (BATCH, LENGTH, EMBED)))
+        q, k, v = self.project_qkv(x)
+        q = self.constrain(q, (BATCH, LENGTH, HEADS, HEAD_DIM))
+        k = self.constrain(k, (BATCH, LENGTH, KV_HEADS, HEAD_DIM))
+        v = self.constrain(v, (BATCH, LENGTH, KV_HEADS, HEAD_DIM))
+        if self.rotary is not None:
+            q, k = self.rotary(q, positions), self.rotary(k, positions)
+        t = x.shape[1]
+        mask = attention_mask(
+            t, t, causal=self.is_causal, key_paddings=paddings,
+            query_segment_ids=segment_ids, key_segment_ids=segment_ids,
+        )
+        encoded = self.attend(q, k, v, mask, train)
+        out = jnp.einsum("btnh,nhd->btd", encoded, self.w_post)
+        if self.use_bias:
+            out = out + self.b_post
+        return self.constrain(out, (BATCH, LENGTH, EMBED))
+
+
+__all__ = ["DotProductAttention", "RotaryPositionalEmbedding", "attention_mask"]

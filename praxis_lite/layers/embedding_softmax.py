@@ -1,0 +1,273 @@
+"""Token embeddings, softmax output layers with cross-entropy, position embeddings.
+
+Shapes: ``B`` batch, ``T`` time, ``D`` model dims, ``V`` vocabulary size,
+``N`` heads, ``H`` dims per head.
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from praxis_lite.base_layer import BaseLayer
+from praxis_lite.py_utils import NestedMap
+from praxis_lite.sharding import EMBED, VOCAB
+
+
+class Embedding(BaseLayer):
+    """Token lookup: ids ``[...]`` -> ``[..., input_dims]``.
+
+    Attributes:
+      num_classes: vocabulary size ``V``.
+      input_dims: embedding size ``D``.
+      scale_sqrt_depth: multiply looked-up vectors by ``sqrt(D)``.
+    """
+
+    num_classes: int
+    input_dims: int
+    scale_sqrt_depth: bool = False
+
+    @nn.compact
+    def __call__(self, ids: jax.Array) -> jax.Array:
+        emb = self.create_variable(
+            "emb_var", (self.num_classes, self.input_dims), (VOCAB, EMBED),
+            nn.initializers.normal(stddev=1.0 / math.sqrt(self.input_dims)),
+        )
+        out = jnp.take(emb, ids, axis=0)
+        if self.scale_sqrt_depth:
+            out = out * jnp.asarray(math.sqrt(self.input_dims), self.fprop_dtype)
+        return out
+
+
+def softmax_cross_entropy(
+    logits: jax.Array,
+    labels: jax.Array,
+    weights: jax.Array,
+    *,
+    label_smoothing: float = 0.0,
+    z_loss_weight: float = 0.0,
+) -> NestedMap:
+    """Weighted softmax cross-entropy over the last axis, computed in float32.
+
+    Args:
+      logits: ``[..., V]``.
+      labels: integer class ids ``[...]``.
+      weights: per-example weights ``[...]`` (0 for padding).
+      label_smoothing: mass spread uniformly over all ``V`` classes.
+      z_loss_weight: weight of ``log(Z)^2`` added per example (PaLM's z-loss).
+
+    Returns:
+      NestedMap with ``per_example_xent [...]``, ``total_xent``, ``total_weight``,
+      ``avg_xent`` (weighted mean xent), ``z_loss`` (weighted mean of
+      ``log(Z)^2``), ``avg_loss`` (``avg_xent + z_loss_weight * z_loss``, the
+      objective), ``log_probs [..., V]``.
+    """
+    logits = logits.astype(jnp.float32)
+    num_classes = logits.shape[-1]
+    targets = jax.nn.one_hot(labels, num_classes, dtype=jnp.float32)
+    if label_smoothing:
+        targets = optax.smooth_labels(targets, label_smoothing)
+    xent = optax.softmax_cross_entropy(logits, targets)
+    log_z = jax.nn.logsumexp(logits, axis=-1)
+    z_sq = jnp.square(log_z)
+    weights = weights.astype(jnp.float32)
+    total_weight = jnp.sum(weights)
+    safe_total = jnp.maximum(total_weight, 1e-8)
+    total_xent = jnp.sum(xent * weights)
+    z_loss = jnp.sum(z_sq * weights) / safe_total
+    return NestedMap(
+        log_probs=logits - log_z[..., None],
+        per_example_xent=xent,
+        total_xent=total_xent,
+        total_weight=total_weight,
+        avg_xent=total_xent / safe_total,
+        z_loss=z_loss,
+        avg_loss=total_xent / safe_total + z_loss_weight * z_loss,
+    )
+
+
+class _SoftmaxBase(BaseLayer):
+    """Shared fields and the loss of the softmax layers.
+
+    Attributes:
+      input_dims: ``D``.
+      num_classes: ``V``.
+      soft_cap_logits: if > 0, logits become ``cap * tanh(logits / cap)``.
+      label_smoothing: see :func:`softmax_cross_entropy`.
+      z_loss_weight: see :func:`softmax_cross_entropy`.
+    """
+
+    input_dims: int
+    num_classes: int
+    soft_cap_logits: float = 0.0
+    label_smoothing: float = 0.0
+    z_loss_weight: float = 0.0
+
+    def _cap(self, logits: jax.Array) -> jax.Array:
+        if self.soft_cap_logits > 0:
+            cap = self.soft_cap_logits
+            logits = cap * jnp.tanh(logits / cap)
+        return logits
+
+    def get_logits(self, x: jax.Array) -> jax.Array:
+        raise NotImplementedError
+
+    def __call__(
+        self, x: jax.Array, class_ids: jax.Array, class_weights: jax.Array | None = None
+    ) -> NestedMap:
+        """``x [..., D]`` and ids ``[...]`` -> NestedMap(logits ``[..., V]``, loss terms)."""
+        logits = self.get_logits(x)
+        if class_weights is None:
+            class_weights = jnp.ones(class_ids.shape, jnp.float32)
+        out = softmax_cross_entropy(
+            logits, class_ids, class_weights,
+            label_smoothing=self.label_smoothing, z_loss_weight=self.z_loss_weight,
+        )
+        out.logits = logits
+        return out
+
+
+class FullSoftmax(_SoftmaxBase):
+    """A separate ``[D, V]`` projection plus bias: ``[..., D] -> logits [..., V]``."""
+
+    @nn.compact
+    def get_logits(self, x: jax.Array) -> jax.Array:
+        w = self.create_variable(
+            "w", (self.input_dims, self.num_classes), (EMBED, VOCAB),
+            nn.initializers.lecun_normal(),
+        )
+        b = self.create_variable("b", (self.num_classes,), (VOCAB,), nn.initializers.zeros)
+        return self._cap(jnp.einsum("...d,dv->...v", self.to_fprop(x), w) + b)
+
+
+class SharedEmbeddingSoftmax(_SoftmaxBase):
+    """One ``[V, D]`` table for the input lookup and the output logits.
+
+    ``emb_lookup(ids [...]) -> [..., D]`` (times ``sqrt(D)`` if ``scale_sqrt_depth``);
+    ``get_logits(x [..., D]) -> [..., V]`` is ``x @ table^T``.
+
+    Attributes:
+      scale_sqrt_depth: scale looked-up vectors by ``sqrt(D)``.
+    """
+
+    scale_sqrt_depth: bool = True
+
+    def setup(self) -> None:
+        self.emb_var = self.create_variable(
+            "emb_var", (self.num_classes, self.input_dims), (VOCAB, EMBED),
+            nn.initializers.normal(stddev=1.0 / math.sqrt(self.input_dims)),
+        )
+
+    def emb_lookup(self, ids: jax.Array) -> jax.Array:
+        out = jnp.take(self.emb_var, ids, axis=0)
+        if self.scale_sqrt_depth:
+            out = out * jnp.asarray(math.sqrt(self.input_dims), self.fprop_dtype)
+        return out
+
+    def get_logits(self, x: jax.Array) -> jax.Array:
+        return self._cap(jnp.einsum("...d,vd->...v", self.to_fprop(x), self.emb_var))
+
+
+def _timing_signal(
+    positions: jax.Array, dims: int, min_timescale: float, max_timescale: float
+) -> jax.Array:
+    """Sinusoids ``[..., dims]`` (sin half then cos half) of float positions ``[...]``."""
+    num_timescales = dims // 2
+    log_increment = math.log(max_timescale / min_timescale) / max(num_timescales - 1, 1)
+    inv_timescales = min_timescale * jnp.exp(
+        jnp.arange(num_timescales, dtype=jnp.float32) * -log_increment
+    )
+    scaled = positions[..., None].astype(jnp.float32) * inv_timescales
+    signal = jnp.concatenate([jnp.sin(scaled), jnp.cos(scaled)], axis=-1)
+    if dims % 2:
+        signal = jnp.pad(signal, [(0, 0)] * (signal.ndim - 1) + [(0, 1)])
+    return signal
+
+
+def _default_positions(seq_length: int) -> jax.Array:
+    return jnp.arange(seq_length)[None, :]
+
+
+class PositionalEmbedding(BaseLayer):
+    """Fixed sinusoidal position embedding: positions ``[B, T]`` -> ``[B, T, D]``.
+
+    Attributes:
+      embedding_dims: ``D``.
+      min_timescale: shortest wavelength.
+      max_timescale: longest wavelength.
+    """
+
+    embedding_dims: int
+    min_timescale: float = 1.0
+    max_timescale: float = 10_000.0
+
+    def __call__(self, seq_length: int, positions: jax.Array | None = None) -> jax.Array:
+        if positions is None:
+            positions = _default_positions(seq_length)
+        signal = _timing_signal(positions, self.embedding_dims, self.min_timescale, self.max_timescale)
+        return signal.astype(self.fprop_dtype)
+
+
+class TrainablePositionalEmbedding(BaseLayer):
+    """Learned position table ``[max_seq_length, D]``: positions ``[B, T]`` -> ``[B, T, D]``.
+
+    Attributes:
+      max_seq_length: number of positions in the table.
+      embedding_dims: ``D``.
+    """
+
+    max_seq_length: int
+    embedding_dims: int
+
+    @nn.compact
+    def __call__(self, seq_length: int, positions: jax.Array | None = None) -> jax.Array:
+        if seq_length > self.max_seq_length:
+            raise ValueError(
+                f"Sequence length {seq_length} exceeds max_seq_length={self.max_seq_length}; "
+                "raise TrainablePositionalEmbedding.max_seq_length."
+            )
+        table = self.create_variable(
+            "emb_var", (self.max_seq_length, self.embedding_dims), (None, EMBED),
+            nn.initializers.normal(stddev=0.02),
+        )
+        if positions is None:
+            positions = _default_positions(seq_length)
+        return jnp.take(table, positions, axis=0)
+
+
+class RotaryPositionalEmbedding(BaseLayer):
+    """RoPE: rotates feature pairs ``(i, i + H/2)`` of ``[B, T, N, H]`` by position.
+
+    Feature ``i < H/2`` pairs with ``i + H/2`` and is rotated by angle
+    ``position * min_timescale * (max_timescale/min_timescale)^(-2i/H)``.
+
+    Attributes:
+      embedding_dims: ``H`` (must be even).
+      min_timescale: see above.
+      max_timescale: the RoPE "base" (10000 in most models).
+    """
+
+    embedding_dims: int
+    min_timescale: float = 1.0
+    max_timescale: float = 10_000.0
+
+    def __call__(self, x: jax.Array, positions: jax.Array | None = None) -> jax.Array:
+        if self.embedding_dims % 2 or x.shape[-1] != self.embedding_dims:
+            raise ValueError(
+                f"RoPE needs an even last dim equal to embedding_dims={self.embedding_dims}, "
+                f"got input shape {x.shape}."
+            )
+        if positions is None:
+            positions = _default_positions(x.shape[1])
+        half = self.embedding_dims // 2
+        fraction = 2 * jnp.arange(half, dtype=jnp.float32) / self.embedding_dims
+        timescale = self.min_timescale * (self.max_timescale / self.min_timescale) ** fraction
+        angles = positions[..., None, None].astype(jnp.float32) / timescale  # [B, T, 1, H/2]
+        sin, cos = jnp.sin(angles), jnp.cos(angles)
+        x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
+        out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)
+        return out.astype(x.dtype)

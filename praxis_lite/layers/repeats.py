@@ -1,0 +1,106 @@
+"""A stack of identical blocks run with ``nn.scan``, weights stacked on a 'layers' axis.
+
+Compile time and program size do not grow with depth, and the remat policy
+decides which activations the backward pass recomputes.
+"""
+
+from __future__ import annotations
+
+import enum
+
+import flax.linen as nn
+import jax
+
+from praxis_lite.base_layer import AUX_LOSS, PARAMS, SUMMARIES, BaseLayer
+from praxis_lite.config import template_field
+from praxis_lite.layers.transformers import Transformer
+from praxis_lite.sharding import LAYERS
+
+
+class RematPolicy(enum.Enum):
+    """What the backward pass keeps from the forward pass of each block.
+
+    NONE: no rematerialization (keep everything, plain autodiff).
+    SAVE_NOTHING: recompute the whole block (least memory).
+    SAVE_DOT_PRODUCTS: keep matmul outputs without batch dims, recompute the rest.
+    SAVE_DOT_PRODUCTS_WITH_BATCH: keep every matmul output (incl. attention einsums).
+    SAVE_EVERYTHING: remat wrapper that saves every value (same memory as NONE).
+    """
+
+    NONE = "none"
+    SAVE_NOTHING = "save_nothing"
+    SAVE_DOT_PRODUCTS = "save_dot_products"
+    SAVE_DOT_PRODUCTS_WITH_BATCH = "save_dot_products_with_batch"
+    SAVE_EVERYTHING = "save_everything"
+
+    def checkpoint_policy(self):
+        """The ``jax.checkpoint_policies`` function for this policy (None for NONE)."""
+        policies = jax.checkpoint_policies
+        return {
+            RematPolicy.NONE: None,
+            RematPolicy.SAVE_NOTHING: policies.nothing_saveable,
+            RematPolicy.SAVE_DOT_PRODUCTS: policies.dots_with_no_batch_dims_saveable,
+            RematPolicy.SAVE_DOT_PRODUCTS_WITH_BATCH: policies.dots_saveable,
+            RematPolicy.SAVE_EVERYTHING: policies.everything_saveable,
+        }[self]
+
+
+class _ScanBody(BaseLayer):
+    """One scan step: ``(x, broadcast inputs) -> (block(x), None)``."""
+
+    block_tpl: object = template_field(Transformer)
+    train: bool = False
+
+    def setup(self) -> None:
+        self.block = self.create_child(self.block_tpl)
+
+    def __call__(self, x, paddings, segment_ids, positions):
+        y = self.block(x, paddings=paddings, segment_ids=segment_ids, positions=positions,
+                       train=self.train)
+        return y, None
+
+
+class StackedTransformerRepeated(BaseLayer):
+    """``num_layers`` copies of ``block_tpl`` scanned; ``[B, T, D] -> [B, T, D]``.
+
+    Weights of the block get a leading ``num_layers`` axis named 'layers'
+    (``params['repeat']['block'][...]``), and are numerically the same model as
+    :class:`~praxis_lite.layers.transformers.StackedTransformer` with the
+    per-layer weights stacked.
+
+    Attributes:
+      num_layers: number of blocks.
+      block_tpl: the block template.
+      remat_policy: see :class:`RematPolicy`.
+    """
+
+    num_layers: int
+    block_tpl: object = template_field(Transformer)
+    remat_policy: RematPolicy = RematPolicy.SAVE_NOTHING
+
+    @nn.compact
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        paddings: jax.Array | None = None,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+        train: bool = False,
+    ) -> jax.Array:
+        """``[B, T, D] -> [B, T, D]`` (arguments as in StackedTransformer)."""
+        body = _ScanBody
+        policy = self.remat_policy.checkpoint_policy()
+        if self.remat_policy is not RematPolicy.NONE:
+            body = nn.remat(body, policy=policy, prevent_cse=False)
+        scanned = nn.scan(
+            body,
+            variable_axes={PARAMS: 0, SUMMARIES: 0, AUX_LOSS: 0},
+            split_rngs={PARAMS: True, "dropout": True},
+            in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
+            length=self.num_layers,
+            metadata_params={nn.PARTITION_NAME: LAYERS},
+        )
+        repeat = scanned(block_tpl=self.block_tpl, train=train, name="repeat")
+        x, _ = repeat(self.to_fprop(x), paddings, segment_ids, positions)
+        return x

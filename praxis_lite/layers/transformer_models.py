@@ -1,0 +1,123 @@
+"""TransformerLm: a decoder-only language model.
+
+Shapes: ``B`` batch, ``T`` time, ``D`` model dims, ``V`` vocabulary size.
+"""
+
+from __future__ import annotations
+
+import jax
+import jax.numpy as jnp
+
+from praxis_lite.base_layer import BaseLayer
+from praxis_lite.config import template_field
+from praxis_lite.layers.embedding_softmax import SharedEmbeddingSoftmax
+from praxis_lite.layers.normalizations import LayerNorm
+from praxis_lite.layers.transformers import StackedTransformer
+from praxis_lite.py_utils import NestedMap
+from praxis_lite.sharding import BATCH, EMBED, LENGTH, VOCAB
+
+
+class TransformerLm(BaseLayer):
+    """Token ids ``[B, T]`` -> logits ``[B, T, V]`` and the next-token loss.
+
+    Attributes:
+      model_dims: ``D``.
+      vocab_size: ``V``.
+      softmax_tpl: output layer (given ``input_dims``/``num_classes``). If it is a
+        ``SharedEmbeddingSoftmax`` and ``embedding_tpl`` is None, its table is
+        also the input embedding.
+      embedding_tpl: a separate input embedding (given ``num_classes``/``input_dims``);
+        ``None`` to share the softmax's table.
+      position_emb_tpl: absolute position embedding (given ``embedding_dims``);
+        ``None`` for none (e.g. with RoPE in attention).
+      stacked_transformer_tpl: the stack (plain or repeated), dims set by the user.
+      final_ln_tpl: norm after the stack (given ``dim``).
+    """
+
+    model_dims: int
+    vocab_size: int
+    softmax_tpl: object = template_field(SharedEmbeddingSoftmax)
+    embedding_tpl: object = template_field(None)
+    position_emb_tpl: object = template_field(None)
+    stacked_transformer_tpl: object = template_field(StackedTransformer)
+    final_ln_tpl: object = template_field(LayerNorm)
+
+    def setup(self) -> None:
+        d, v = self.model_dims, self.vocab_size
+        self.softmax = self.create_child(self.softmax_tpl, input_dims=d, num_classes=v)
+        if self.embedding_tpl is not None:
+            self.embedding = self.create_child(self.embedding_tpl, num_classes=v, input_dims=d)
+        elif not hasattr(self.softmax, "emb_lookup"):
+            raise ValueError(
+                f"{type(self.softmax).__name__} has no embedding table to share; set "
+                "TransformerLm.embedding_tpl (e.g. Embedding.HParams.config()) or use "
+                "SharedEmbeddingSoftmax."
+            )
+        if self.position_emb_tpl is not None:
+            self.position_emb = self.create_child(self.position_emb_tpl, embedding_dims=d)
+        self.transformer = self.create_child(self.stacked_transformer_tpl)
+        self.final_ln = self.create_child(self.final_ln_tpl, dim=d)
+
+    def embed(self, ids: jax.Array, positions: jax.Array | None) -> jax.Array:
+        """Token (and position) embeddings ``[B, T, D]``."""
+        if self.embedding_tpl is not None:
+            x = self.embedding(ids)
+        else:
+            x = self.softmax.emb_lookup(ids)
+        if self.position_emb_tpl is not None:
+            x = x + self.position_emb(ids.shape[1], positions)
+        return self.constrain(self.to_fprop(x), (BATCH, LENGTH, EMBED))
+
+    def __call__(
+        self,
+        inputs: jax.Array,
+        *,
+        labels: jax.Array | None = None,
+        paddings: jax.Array | None = None,
+        label_weights: jax.Array | None = None,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+        train: bool = False,
+    ) -> NestedMap:
+        """Runs the model; with ``labels``, also the loss.
+
+        Args:
+          inputs: token ids ``[B, T]``.
+          labels: next-token ids ``[B, T]``; ``None`` for logits only.
+          paddings: ``[B, T]``, 1.0 at padding (not attended, no loss).
+          label_weights: ``[B, T]`` loss weights; default ``1 - paddings``.
+          segment_ids: ``[B, T]`` ids of packed sequences (attention stays within one).
+          positions: ``[B, T]`` positions within each sequence (default ``0..T-1``).
+          train: enables dropout (needs the 'dropout' RNG).
+
+        Returns:
+          NestedMap(logits ``[B, T, V]`` float32) and, with labels:
+          ``per_token_xent [B, T]``, ``total_loss`` (weighted mean xent plus the
+          softmax's z-loss term: the training objective), ``avg_xent``, ``accuracy`` (weighted, scalar),
+          ``total_weight`` (number of counted tokens), ``log_pplx``.
+        """
+        x = self.embed(inputs, positions)
+        x = self.transformer(x, paddings=paddings, segment_ids=segment_ids,
+                             positions=positions, train=train)
+        x = self.final_ln(x)
+        if labels is None:
+            logits = self.softmax.get_logits(x)
+            return NestedMap(logits=self.constrain(logits, (BATCH, LENGTH, VOCAB)))
+        if label_weights is None:
+            label_weights = (
+                jnp.ones(labels.shape, jnp.float32) if paddings is None
+                else 1.0 - paddings.astype(jnp.float32)
+            )
+        out = self.softmax(x, labels, label_weights)
+        correct = (jnp.argmax(out.logits, axis=-1) == labels).astype(jnp.float32)
+        safe_weight = jnp.maximum(out.total_weight, 1e-8)
+        return NestedMap(
+            logits=out.logits,
+            per_token_xent=out.per_example_xent,
+            total_loss=out.avg_loss,
+            avg_xent=out.avg_xent,
+            log_pplx=out.avg_xent,
+            z_loss=out.z_loss,
+            accuracy=jnp.sum(correct * label_weights) / safe_weight,
+            total_weight=out.total_weight,
+        )

@@ -1,0 +1,170 @@
+"""Transformer feed-forward, the Transformer block, and a plain stack of blocks.
+
+Shapes: ``B`` batch, ``T`` time, ``D`` model dims, ``F`` hidden (feed-forward) dims.
+All blocks are pre-norm: ``x + dropout(sublayer(norm(x)))``.
+"""
+
+from __future__ import annotations
+
+import flax.linen as nn
+import jax
+
+from praxis_lite.base_layer import BaseLayer
+from praxis_lite.config import template_field
+from praxis_lite.layers.activations import ReLU
+from praxis_lite.layers.attentions import DotProductAttention
+from praxis_lite.layers.linears import Bias, Linear
+from praxis_lite.layers.normalizations import LayerNorm
+from praxis_lite.sharding import BATCH, EMBED, LENGTH, MLP
+
+
+class TransformerFeedForward(BaseLayer):
+    """Pre-norm feed-forward with a residual: ``[B, T, D] -> [B, T, D]``.
+
+    ``y = x + dropout(W2 · dropout(act(W1 · norm(x)) [* (Wg · norm(x))]))``;
+    with ``use_gated_activation`` the activation output is multiplied by a
+    linear gate (e.g. SiLU + gate = SwiGLU).
+
+    Attributes:
+      input_dims: ``D``.
+      hidden_dims: ``F``.
+      has_bias: biases on the projections.
+      use_gated_activation: add the gate projection (GLU variants).
+      activation_tpl: the activation template.
+      ln_tpl: the pre-norm template (given ``dim``).
+      relu_dropout_prob: dropout after the activation.
+      residual_dropout_prob: dropout on the branch before the residual add.
+    """
+
+    input_dims: int
+    hidden_dims: int
+    has_bias: bool = True
+    use_gated_activation: bool = False
+    activation_tpl: object = template_field(ReLU)
+    ln_tpl: object = template_field(LayerNorm)
+    relu_dropout_prob: float = 0.0
+    residual_dropout_prob: float = 0.0
+
+    def setup(self) -> None:
+        d, f = self.input_dims, self.hidden_dims
+        self.layer_norm = self.create_child(self.ln_tpl, dim=d)
+        self.ffn_layer1 = Linear(input_dims=d, output_dims=f, weight_axes=(EMBED, MLP),
+                                 dtype=self.dtype, fprop_dtype=self.fprop_dtype)
+        if self.use_gated_activation:
+            self.ffn_layer1_gate = Linear(input_dims=d, output_dims=f, weight_axes=(EMBED, MLP),
+                                          dtype=self.dtype, fprop_dtype=self.fprop_dtype)
+        self.ffn_layer2 = Linear(input_dims=f, output_dims=d, weight_axes=(MLP, EMBED),
+                                 dtype=self.dtype, fprop_dtype=self.fprop_dtype)
+        if self.has_bias:
+            self.bias1 = Bias(dims=f, bias_axes=(MLP,), dtype=self.dtype, fprop_dtype=self.fprop_dtype)
+            self.bias2 = Bias(dims=d, bias_axes=(EMBED,), dtype=self.dtype,
+                              fprop_dtype=self.fprop_dtype)
+        self.activation = self.create_child(self.activation_tpl)
+        self.relu_dropout = nn.Dropout(self.relu_dropout_prob)
+        self.residual_dropout = nn.Dropout(self.residual_dropout_prob)
+
+    def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        x = self.to_fprop(x)
+        h_in = self.layer_norm(x)
+        h = self.ffn_layer1(h_in)
+        if self.has_bias:
+            h = self.bias1(h)
+        h = self.activation(h)
+        if self.use_gated_activation:
+            h = h * self.ffn_layer1_gate(h_in)
+        h = self.constrain(h, (BATCH, LENGTH, MLP))
+        h = self.relu_dropout(h, deterministic=not train)
+        out = self.ffn_layer2(h)
+        if self.has_bias:
+            out = self.bias2(out)
+        out = self.residual_dropout(out, deterministic=not train)
+        return self.constrain(x + out, (BATCH, LENGTH, EMBED))
+
+
+class Transformer(BaseLayer):
+    """One pre-norm block: attention then feed-forward, ``[B, T, D] -> [B, T, D]``.
+
+    Attributes:
+      input_dims: ``D``.
+      hidden_dims: ``F`` of the feed-forward.
+      num_heads: attention heads.
+      num_kv_heads: key/value heads (``None`` = ``num_heads``; see DotProductAttention).
+      dim_per_head: ``None`` = ``D // num_heads``.
+      residual_dropout_prob: dropout on each branch before the residual add.
+      ln_tpl: the pre-attention norm (given ``dim``).
+      tr_atten_tpl: attention template (given dims, heads).
+      tr_fflayer_tpl: feed-forward template (given dims; it holds its own norm).
+    """
+
+    input_dims: int
+    hidden_dims: int
+    num_heads: int
+    num_kv_heads: int | None = None
+    dim_per_head: int | None = None
+    residual_dropout_prob: float = 0.0
+    ln_tpl: object = template_field(LayerNorm)
+    tr_atten_tpl: object = template_field(DotProductAttention)
+    tr_fflayer_tpl: object = template_field(TransformerFeedForward)
+
+    def setup(self) -> None:
+        self.layer_norm = self.create_child(self.ln_tpl, dim=self.input_dims)
+        self.self_attention = self.create_child(
+            self.tr_atten_tpl, input_dim=self.input_dims, num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads, dim_per_head=self.dim_per_head,
+        )
+        self.ff_layer = self.create_child(
+            self.tr_fflayer_tpl, input_dims=self.input_dims, hidden_dims=self.hidden_dims,
+            residual_dropout_prob=self.residual_dropout_prob,
+        )
+        self.residual_dropout = nn.Dropout(self.residual_dropout_prob)
+
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        paddings: jax.Array | None = None,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+        train: bool = False,
+    ) -> jax.Array:
+        """``x [B, T, D]`` (see DotProductAttention for the other arguments)."""
+        x = self.to_fprop(x)
+        atten = self.self_attention(
+            self.layer_norm(x), paddings=paddings, segment_ids=segment_ids,
+            positions=positions, train=train,
+        )
+        x = x + self.residual_dropout(atten, deterministic=not train)
+        return self.ff_layer(x, train=train)
+
+
+class StackedTransformer(BaseLayer):
+    """``num_layers`` blocks stamped from ``block_tpl``, applied in a Python loop.
+
+    Parameters live under ``x_layers_{i}``. See ``repeats.StackedTransformerRepeated``
+    for the scanned form with stacked weights.
+
+    Attributes:
+      num_layers: number of blocks.
+      block_tpl: the block template (its dims are the blocks' dims).
+    """
+
+    num_layers: int
+    block_tpl: object = template_field(Transformer)
+
+    def setup(self) -> None:
+        self.x_layers = [self.stamp_child(self.block_tpl) for _ in range(self.num_layers)]
+
+    def __call__(
+        self,
+        x: jax.Array,
+        *,
+        paddings: jax.Array | None = None,
+        segment_ids: jax.Array | None = None,
+        positions: jax.Array | None = None,
+        train: bool = False,
+    ) -> jax.Array:
+        """``[B, T, D] -> [B, T, D]``."""
+        for layer in self.x_layers:
+            x = layer(x, paddings=paddings, segment_ids=segment_ids, positions=positions,
+                      train=train)
+        return x

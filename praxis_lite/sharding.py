@@ -1,0 +1,103 @@
+"""Logical axis names and the rules that map them onto mesh axes.
+
+Layers name the axes of their weights and activations (``('embed', 'mlp')``);
+they never see a mesh. The experiment owns a rule list that maps each logical
+name to a mesh axis (or ``None`` for replicated), e.g.::
+
+    RULES = (('batch', 'data'), ('embed', 'data'), ('mlp', 'mdl'), ('heads', 'mdl'))
+
+With no mesh set, activation constraints are no-ops, so the same layer runs on
+one CPU device and sharded over a pod.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable, Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+from jax.sharding import Mesh, NamedSharding
+
+LogicalAxes = tuple[str | None, ...]
+LogicalAxisRules = Sequence[tuple[str, str | tuple[str, ...] | None]]
+
+# Logical axis names used by the layers library. Experiments map these.
+BATCH = "batch"
+LENGTH = "length"
+EMBED = "embed"
+MLP = "mlp"
+HEADS = "heads"
+KV_HEADS = "kv_heads"
+HEAD_DIM = "head_dim"
+VOCAB = "vocab"
+LAYERS = "layers"
+STAGES = "stages"
+
+# A sensible default for 'data' x 'mdl' meshes (Pax's DP + tensor parallelism).
+DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
+    (BATCH, ("replica", "data")),
+    (LENGTH, None),
+    (EMBED, None),
+    (MLP, "mdl"),
+    (HEADS, "mdl"),
+    (KV_HEADS, "mdl"),
+    (HEAD_DIM, None),
+    (VOCAB, "mdl"),
+    (LAYERS, None),
+    (STAGES, "stage"),
+)
+
+
+def filter_rules_for_mesh(rules: LogicalAxisRules, mesh: Mesh) -> list[tuple[str, Any]]:
+    """Drops mesh axes that ``mesh`` does not have (e.g. 'replica' on a 2-D mesh)."""
+    kept = []
+    for logical, mesh_axes in rules:
+        if mesh_axes is None:
+            kept.append((logical, None))
+            continue
+        names = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes)
+        names = tuple(n for n in names if n in mesh.axis_names)
+        kept.append((logical, names if len(names) > 1 else (names[0] if names else None)))
+    return kept
+
+
+def logical_shardings(abstract_tree: Any, mesh: Mesh, rules: LogicalAxisRules) -> Any:
+    """NamedShardings for a tree of (boxed) abstract variables from ``jax.eval_shape``.
+
+    Leaves without logical-axis metadata are replicated.
+    """
+    specs = nn.get_partition_spec(abstract_tree)
+    return nn.logical_to_mesh_sharding(specs, mesh, filter_rules_for_mesh(rules, mesh))
+
+
+def sharded_init(
+    init_fn: Callable[..., Any], mesh: Mesh, rules: LogicalAxisRules, *args: Any
+) -> tuple[Any, Any]:
+    """Runs ``init_fn(*args)`` so each variable is created directly on its sharding.
+
+    ``init_fn`` returns a tree of variables boxed with logical axis names (flax's
+    ``nn.Partitioned``). Nothing is materialized on one device first: the
+    shardings come from ``jax.eval_shape`` and go into ``jit(out_shardings=...)``.
+
+    Returns:
+      (variables, shardings): unboxed arrays and their NamedShardings.
+    """
+    filtered = filter_rules_for_mesh(rules, mesh)
+    with nn.logical_axis_rules(filtered):
+        abstract = jax.eval_shape(init_fn, *args)
+        shardings = logical_shardings(abstract, mesh, rules)
+        unboxed_shardings = nn.unbox(shardings)
+
+        def init_unboxed(*a):
+            return nn.unbox(init_fn(*a))
+
+        with jax.set_mesh(mesh):
+            variables = jax.jit(init_unboxed, out_shardings=unboxed_shardings)(*args)
+    return variables, unboxed_shardings
+
+
+def named_sharding(mesh: Mesh, rules: LogicalAxisRules, axes: LogicalAxes) -> NamedSharding:
+    """The NamedSharding of an array whose axes have logical names ``axes``."""
+    spec = nn.logical_to_mesh_axes(axes, filter_rules_for_mesh(rules, mesh))
+    return NamedSharding(mesh, spec)

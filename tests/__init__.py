@@ -1,0 +1,1 @@
+"""Tests for the paxlite packages; mirrors the source tree."""

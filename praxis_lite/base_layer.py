@@ -81,7 +81,9 @@ class BaseLayer(nn.Module):
 
     def __post_init__(self) -> None:
         for field in config_lib.template_fields(type(self)):
-            object.__setattr__(self, field.name, config_lib.wrap_template(getattr(self, field.name)))
+            object.__setattr__(
+                self, field.name, config_lib.wrap_template(getattr(self, field.name))
+            )
         super().__post_init__()
 
     # --- weights ---------------------------------------------------------
@@ -158,12 +160,15 @@ class BaseLayer(nn.Module):
             child = self._build_child(holder, overrides)
             registry[id(holder.value)] = child
             return child
-        clashes = {k: (getattr(child, k), v) for k, v in overrides.items() if getattr(child, k) != v}
+        clashes = {
+            k: (getattr(child, k), v) for k, v in overrides.items() if getattr(child, k) != v
+        }
         if clashes:
             raise ValueError(
                 f"{type(self).__name__} '{self.name}' shares the {type(child).__name__} template "
                 f"with another layer but needs different fields (field: (shared, wanted)) "
-                f"{clashes}; use separate template configs if these layers should not share weights."
+                f"{clashes}; use separate template configs if these layers should not "
+                "share weights."
             )
         return child
 
@@ -189,8 +194,11 @@ class BaseLayer(nn.Module):
             if "missing" not in str(e) or not missing:
                 raise
             field = next(
-                (f.name for f in config_lib.template_fields(type(self))
-                 if getattr(self, f.name) is holder or getattr(self, f.name) == holder),
+                (
+                    f.name
+                    for f in config_lib.template_fields(type(self))
+                    if getattr(self, f.name) is holder or getattr(self, f.name) == holder
+                ),
                 "<template>",
             )
             child_cls = value.__fn_or_cls__.__qualname__

@@ -77,7 +77,7 @@ def _flatten_with_keys(m: NestedMap):
 
 
 def _unflatten(keys: tuple[str, ...], values: Any) -> NestedMap:
-    return NestedMap(zip(keys, values))
+    return NestedMap(zip(keys, values, strict=True))
 
 
 jax.tree_util.register_pytree_with_keys(

@@ -96,7 +96,9 @@ class DotProductAttention(BaseLayer):
         init = nn.initializers.lecun_normal(in_axis=0, out_axis=(1, 2))
         if self.combine_qkv:
             self.w_qkv = self.create_variable(
-                "w_qkv", (3, d, n, h), (None, EMBED, HEADS, HEAD_DIM),
+                "w_qkv",
+                (3, d, n, h),
+                (None, EMBED, HEADS, HEAD_DIM),
                 nn.initializers.lecun_normal(in_axis=1, out_axis=(2, 3), batch_axis=(0,)),
             )
         else:
@@ -104,7 +106,9 @@ class DotProductAttention(BaseLayer):
             self.w_k = self.create_variable("w_k", (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), init)
             self.w_v = self.create_variable("w_v", (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), init)
         self.w_post = self.create_variable(
-            "w_post", (n, h, d), (HEADS, HEAD_DIM, EMBED),
+            "w_post",
+            (n, h, d),
+            (HEADS, HEAD_DIM, EMBED),
             nn.initializers.lecun_normal(in_axis=(0, 1), out_axis=2),
         )
         if self.use_bias:
@@ -113,7 +117,9 @@ class DotProductAttention(BaseLayer):
             self.b_k = self.create_variable("b_k", (k, h), (KV_HEADS, HEAD_DIM), zeros)
             self.b_v = self.create_variable("b_v", (k, h), (KV_HEADS, HEAD_DIM), zeros)
             self.b_post = self.create_variable("b_post", (d,), (EMBED,), zeros)
-        self.rotary = self.create_child(self.rotary_tpl, embedding_dims=h) if self.rotary_tpl else None
+        self.rotary = (
+            self.create_child(self.rotary_tpl, embedding_dims=h) if self.rotary_tpl else None
+        )
         self.dropout = nn.Dropout(self.atten_dropout_prob)
 
     def project_qkv(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -176,8 +182,12 @@ class DotProductAttention(BaseLayer):
             q, k = self.rotary(q, positions), self.rotary(k, positions)
         t = x.shape[1]
         mask = attention_mask(
-            t, t, causal=self.is_causal, key_paddings=paddings,
-            query_segment_ids=segment_ids, key_segment_ids=segment_ids,
+            t,
+            t,
+            causal=self.is_causal,
+            key_paddings=paddings,
+            query_segment_ids=segment_ids,
+            key_segment_ids=segment_ids,
         )
         encoded = self.attend(q, k, v, mask, train)
         out = jnp.einsum("btnh,nhd->btd", encoded, self.w_post)

@@ -34,7 +34,9 @@ class Embedding(BaseLayer):
     @nn.compact
     def __call__(self, ids: jax.Array) -> jax.Array:
         emb = self.create_variable(
-            "emb_var", (self.num_classes, self.input_dims), (VOCAB, EMBED),
+            "emb_var",
+            (self.num_classes, self.input_dims),
+            (VOCAB, EMBED),
             nn.initializers.normal(stddev=1.0 / math.sqrt(self.input_dims)),
         )
         out = jnp.take(emb, ids, axis=0)
@@ -124,8 +126,11 @@ class _SoftmaxBase(BaseLayer):
         if class_weights is None:
             class_weights = jnp.ones(class_ids.shape, jnp.float32)
         out = softmax_cross_entropy(
-            logits, class_ids, class_weights,
-            label_smoothing=self.label_smoothing, z_loss_weight=self.z_loss_weight,
+            logits,
+            class_ids,
+            class_weights,
+            label_smoothing=self.label_smoothing,
+            z_loss_weight=self.z_loss_weight,
         )
         out.logits = logits
         return out
@@ -137,7 +142,9 @@ class FullSoftmax(_SoftmaxBase):
     @nn.compact
     def get_logits(self, x: jax.Array) -> jax.Array:
         w = self.create_variable(
-            "w", (self.input_dims, self.num_classes), (EMBED, VOCAB),
+            "w",
+            (self.input_dims, self.num_classes),
+            (EMBED, VOCAB),
             nn.initializers.lecun_normal(),
         )
         b = self.create_variable("b", (self.num_classes,), (VOCAB,), nn.initializers.zeros)
@@ -158,7 +165,9 @@ class SharedEmbeddingSoftmax(_SoftmaxBase):
 
     def setup(self) -> None:
         self.emb_var = self.create_variable(
-            "emb_var", (self.num_classes, self.input_dims), (VOCAB, EMBED),
+            "emb_var",
+            (self.num_classes, self.input_dims),
+            (VOCAB, EMBED),
             nn.initializers.normal(stddev=1.0 / math.sqrt(self.input_dims)),
         )
 
@@ -208,7 +217,9 @@ class PositionalEmbedding(BaseLayer):
     def __call__(self, seq_length: int, positions: jax.Array | None = None) -> jax.Array:
         if positions is None:
             positions = _default_positions(seq_length)
-        signal = _timing_signal(positions, self.embedding_dims, self.min_timescale, self.max_timescale)
+        signal = _timing_signal(
+            positions, self.embedding_dims, self.min_timescale, self.max_timescale
+        )
         return signal.astype(self.fprop_dtype)
 
 
@@ -231,7 +242,9 @@ class TrainablePositionalEmbedding(BaseLayer):
                 "raise TrainablePositionalEmbedding.max_seq_length."
             )
         table = self.create_variable(
-            "emb_var", (self.max_seq_length, self.embedding_dims), (None, EMBED),
+            "emb_var",
+            (self.max_seq_length, self.embedding_dims),
+            (None, EMBED),
             nn.initializers.normal(stddev=0.02),
         )
         if positions is None:

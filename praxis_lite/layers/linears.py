@@ -77,7 +77,9 @@ class FeedForward(BaseLayer):
         self.linear = self.create_child(
             self.linear_tpl, input_dims=self.input_dims, output_dims=self.output_dims
         )
-        self.bias = self.create_child(self.bias_tpl, dims=self.output_dims) if self.has_bias else None
+        self.bias = (
+            self.create_child(self.bias_tpl, dims=self.output_dims) if self.has_bias else None
+        )
         self.activation = self.create_child(self.activation_tpl)
 
     def __call__(self, x: jax.Array) -> jax.Array:

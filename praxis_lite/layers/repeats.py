@@ -55,8 +55,9 @@ class _ScanBody(BaseLayer):
         self.block = self.create_child(self.block_tpl)
 
     def __call__(self, x, paddings, segment_ids, positions):
-        y = self.block(x, paddings=paddings, segment_ids=segment_ids, positions=positions,
-                       train=self.train)
+        y = self.block(
+            x, paddings=paddings, segment_ids=segment_ids, positions=positions, train=self.train
+        )
         return y, None
 
 

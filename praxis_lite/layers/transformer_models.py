@@ -93,19 +93,21 @@ class TransformerLm(BaseLayer):
         Returns:
           NestedMap(logits ``[B, T, V]`` float32) and, with labels:
           ``per_token_xent [B, T]``, ``total_loss`` (weighted mean xent plus the
-          softmax's z-loss term: the training objective), ``avg_xent``, ``accuracy`` (weighted, scalar),
-          ``total_weight`` (number of counted tokens), ``log_pplx``.
+          softmax's z-loss term: the training objective), ``avg_xent``,
+          ``accuracy`` (weighted, scalar), ``total_weight`` (counted tokens), ``log_pplx``.
         """
         x = self.embed(inputs, positions)
-        x = self.transformer(x, paddings=paddings, segment_ids=segment_ids,
-                             positions=positions, train=train)
+        x = self.transformer(
+            x, paddings=paddings, segment_ids=segment_ids, positions=positions, train=train
+        )
         x = self.final_ln(x)
         if labels is None:
             logits = self.softmax.get_logits(x)
             return NestedMap(logits=self.constrain(logits, (BATCH, LENGTH, VOCAB)))
         if label_weights is None:
             label_weights = (
-                jnp.ones(labels.shape, jnp.float32) if paddings is None
+                jnp.ones(labels.shape, jnp.float32)
+                if paddings is None
                 else 1.0 - paddings.astype(jnp.float32)
             )
         out = self.softmax(x, labels, label_weights)

@@ -48,17 +48,35 @@ class TransformerFeedForward(BaseLayer):
     def setup(self) -> None:
         d, f = self.input_dims, self.hidden_dims
         self.layer_norm = self.create_child(self.ln_tpl, dim=d)
-        self.ffn_layer1 = Linear(input_dims=d, output_dims=f, weight_axes=(EMBED, MLP),
-                                 dtype=self.dtype, fprop_dtype=self.fprop_dtype)
+        self.ffn_layer1 = Linear(
+            input_dims=d,
+            output_dims=f,
+            weight_axes=(EMBED, MLP),
+            dtype=self.dtype,
+            fprop_dtype=self.fprop_dtype,
+        )
         if self.use_gated_activation:
-            self.ffn_layer1_gate = Linear(input_dims=d, output_dims=f, weight_axes=(EMBED, MLP),
-                                          dtype=self.dtype, fprop_dtype=self.fprop_dtype)
-        self.ffn_layer2 = Linear(input_dims=f, output_dims=d, weight_axes=(MLP, EMBED),
-                                 dtype=self.dtype, fprop_dtype=self.fprop_dtype)
+            self.ffn_layer1_gate = Linear(
+                input_dims=d,
+                output_dims=f,
+                weight_axes=(EMBED, MLP),
+                dtype=self.dtype,
+                fprop_dtype=self.fprop_dtype,
+            )
+        self.ffn_layer2 = Linear(
+            input_dims=f,
+            output_dims=d,
+            weight_axes=(MLP, EMBED),
+            dtype=self.dtype,
+            fprop_dtype=self.fprop_dtype,
+        )
         if self.has_bias:
-            self.bias1 = Bias(dims=f, bias_axes=(MLP,), dtype=self.dtype, fprop_dtype=self.fprop_dtype)
-            self.bias2 = Bias(dims=d, bias_axes=(EMBED,), dtype=self.dtype,
-                              fprop_dtype=self.fprop_dtype)
+            self.bias1 = Bias(
+                dims=f, bias_axes=(MLP,), dtype=self.dtype, fprop_dtype=self.fprop_dtype
+            )
+            self.bias2 = Bias(
+                dims=d, bias_axes=(EMBED,), dtype=self.dtype, fprop_dtype=self.fprop_dtype
+            )
         self.activation = self.create_child(self.activation_tpl)
         self.relu_dropout = nn.Dropout(self.relu_dropout_prob)
         self.residual_dropout = nn.Dropout(self.residual_dropout_prob)
@@ -109,11 +127,16 @@ class Transformer(BaseLayer):
     def setup(self) -> None:
         self.layer_norm = self.create_child(self.ln_tpl, dim=self.input_dims)
         self.self_attention = self.create_child(
-            self.tr_atten_tpl, input_dim=self.input_dims, num_heads=self.num_heads,
-            num_kv_heads=self.num_kv_heads, dim_per_head=self.dim_per_head,
+            self.tr_atten_tpl,
+            input_dim=self.input_dims,
+            num_heads=self.num_heads,
+            num_kv_heads=self.num_kv_heads,
+            dim_per_head=self.dim_per_head,
         )
         self.ff_layer = self.create_child(
-            self.tr_fflayer_tpl, input_dims=self.input_dims, hidden_dims=self.hidden_dims,
+            self.tr_fflayer_tpl,
+            input_dims=self.input_dims,
+            hidden_dims=self.hidden_dims,
             residual_dropout_prob=self.residual_dropout_prob,
         )
         self.residual_dropout = nn.Dropout(self.residual_dropout_prob)
@@ -130,8 +153,11 @@ class Transformer(BaseLayer):
         """``x [B, T, D]`` (see DotProductAttention for the other arguments)."""
         x = self.to_fprop(x)
         atten = self.self_attention(
-            self.layer_norm(x), paddings=paddings, segment_ids=segment_ids,
-            positions=positions, train=train,
+            self.layer_norm(x),
+            paddings=paddings,
+            segment_ids=segment_ids,
+            positions=positions,
+            train=train,
         )
         x = x + self.residual_dropout(atten, deterministic=not train)
         return self.ff_layer(x, train=train)
@@ -165,6 +191,7 @@ class StackedTransformer(BaseLayer):
     ) -> jax.Array:
         """``[B, T, D] -> [B, T, D]``."""
         for layer in self.x_layers:
-            x = layer(x, paddings=paddings, segment_ids=segment_ids, positions=positions,
-                      train=train)
+            x = layer(
+                x, paddings=paddings, segment_ids=segment_ids, positions=positions, train=train
+            )
         return x

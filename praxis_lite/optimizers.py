@@ -1,0 +1,197 @@
+"""Optimizers as frozen, Fiddle-configurable dataclasses over optax.
+
+An optimizer holds its hyperparameters; ``make()`` returns the optax
+``GradientTransformation``. The learning rate at step ``s`` (the optimizer's
+update count, 0 for the first update) is ``learning_rate * lr_schedule(s)``, as in
+Pax; :meth:`BaseOptimizer.learning_rate_at` returns it for logging. When
+``clip_gradient_norm_to_value > 0``, gradients are first rescaled so that their
+global L2 norm (over all parameters) is at most that value::
+
+    cfg = praxis_lite.config.Config(Adam, learning_rate=3e-4, weight_decay=0.1,
+                                    clip_gradient_norm_to_value=1.0)
+    cfg.lr_schedule = praxis_lite.config.Config(
+        schedules.LinearRampupCosineDecay, warmup_steps=1000, decay_start=1000, decay_end=100_000)
+    tx = fdl.build(cfg).make()
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+
+import jax
+import jax.numpy as jnp
+import optax
+
+from praxis_lite import schedules
+
+
+@dataclasses.dataclass(frozen=True)
+class BaseOptimizer(abc.ABC):
+    """Fields and chaining shared by all optimizers; subclasses pick the optax transform.
+
+    Attributes:
+      learning_rate: base learning rate; the rate at step ``s`` is
+        ``learning_rate * lr_schedule(s)``.
+      lr_schedule: unit-free multiplier of ``learning_rate`` as a function of the step
+        (default: ``Constant(1.0)``).
+      clip_gradient_norm_to_value: if > 0, the global L2 norm the gradients are clipped
+        to before the optimizer sees them; 0 turns clipping off.
+      weight_decay: per-step decay rate of the parameters (0: off); how it enters the
+        update is said by each subclass.
+    """
+
+    learning_rate: float
+    lr_schedule: schedules.BaseSchedule = schedules.Constant()
+    clip_gradient_norm_to_value: float = 0.0
+    weight_decay: float = 0.0
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        if self.learning_rate < 0:
+            raise ValueError(f"{name}: learning_rate must be >= 0, got {self.learning_rate}.")
+        if not isinstance(self.lr_schedule, schedules.BaseSchedule):
+            raise TypeError(
+                f"{name}: lr_schedule must be a built schedule, got {self.lr_schedule!r}."
+            )
+        if self.clip_gradient_norm_to_value < 0:
+            raise ValueError(
+                f"{name}: clip_gradient_norm_to_value must be >= 0 (0: off), "
+                f"got {self.clip_gradient_norm_to_value}."
+            )
+        if self.weight_decay < 0:
+            raise ValueError(f"{name}: weight_decay must be >= 0, got {self.weight_decay}.")
+
+    @abc.abstractmethod
+    def _transform(self, learning_rate: optax.Schedule) -> optax.GradientTransformation:
+        """The optax optimizer, with weight decay, driven by ``learning_rate(step)``."""
+
+    def _learning_rate_fn(self) -> optax.Schedule:
+        schedule = self.lr_schedule.make()
+        peak = self.learning_rate
+        return lambda step: jnp.asarray(peak * schedule(step), dtype=jnp.float32)
+
+    def learning_rate_at(self, step: jax.typing.ArrayLike) -> jax.Array:
+        """The learning rate used by the update at ``step`` (float32 scalar)."""
+        return self._learning_rate_fn()(step)
+
+    def make(self) -> optax.GradientTransformation:
+        """The optax transformation: global-norm clipping (if on), then the optimizer."""
+        tx = self._transform(self._learning_rate_fn())
+        if self.clip_gradient_norm_to_value > 0:
+            tx = optax.chain(optax.clip_by_global_norm(self.clip_gradient_norm_to_value), tx)
+        return tx
+
+
+def _check_decay_rate(owner: BaseOptimizer, name: str) -> None:
+    value = getattr(owner, name)
+    if not 0 <= value < 1:
+        raise ValueError(f"{type(owner).__name__}: {name} must be in [0, 1), got {value}.")
+
+
+@dataclasses.dataclass(frozen=True)
+class Sgd(BaseOptimizer):
+    """SGD with optional (Nesterov) momentum (``optax.sgd``).
+
+    ``weight_decay`` is L2 regularization: ``weight_decay * param`` is added to the
+    gradient before momentum (``optax.add_decayed_weights``).
+
+    Attributes:
+      momentum: decay of the momentum accumulator, in [0, 1); 0: plain SGD.
+      nesterov: use Nesterov momentum.
+    """
+
+    momentum: float = 0.0
+    nesterov: bool = False
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_decay_rate(self, "momentum")
+
+    def _transform(self, learning_rate: optax.Schedule) -> optax.GradientTransformation:
+        sgd = optax.sgd(learning_rate, momentum=self.momentum or None, nesterov=self.nesterov)
+        if self.weight_decay > 0:
+            return optax.chain(optax.add_decayed_weights(self.weight_decay), sgd)
+        return sgd
+
+
+@dataclasses.dataclass(frozen=True)
+class Adam(BaseOptimizer):
+    """Adam (``optax.adam``); with ``weight_decay > 0``, AdamW (``optax.adamw``).
+
+    AdamW's decay is decoupled from the moments: each step subtracts
+    ``lr(step) * weight_decay * param``.
+
+    Attributes:
+      beta1: decay of the first-moment estimate, in [0, 1).
+      beta2: decay of the second-moment estimate, in [0, 1).
+      epsilon: added to the root of the second moment (units of the gradient).
+    """
+
+    beta1: float = 0.9
+    beta2: float = 0.999
+    epsilon: float = 1e-8
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        _check_decay_rate(self, "beta1")
+        _check_decay_rate(self, "beta2")
+        if self.epsilon < 0:
+            raise ValueError(f"Adam: epsilon must be >= 0, got {self.epsilon}.")
+
+    def _transform(self, learning_rate: optax.Schedule) -> optax.GradientTransformation:
+        hparams = dict(b1=self.beta1, b2=self.beta2, eps=self.epsilon)
+        if self.weight_decay > 0:
+            return optax.adamw(learning_rate, weight_decay=self.weight_decay, **hparams)
+        return optax.adam(learning_rate, **hparams)
+
+
+@dataclasses.dataclass(frozen=True)
+class Adafactor(BaseOptimizer):
+    """Adafactor (``optax.adafactor``): factored second moments, low memory.
+
+    With ``multiply_by_parameter_scale`` the learning rate is relative to each
+    parameter's RMS. ``weight_decay`` is decoupled and scaled like AdamW's: each step
+    subtracts ``lr(step) * weight_decay * param``.
+
+    Attributes:
+      decay_rate: exponent of the second-moment decay schedule ``1 - step**-decay_rate``.
+      clipping_threshold: clip each update to this RMS (>= 1); None: off.
+      multiply_by_parameter_scale: scale the learning rate by each parameter's RMS.
+      momentum: decay of an (optional) first-moment accumulator; None: no momentum.
+      min_dim_size_to_factor: factor a parameter's second moment only if two of its
+        dimensions are at least this large.
+      epsilon: added to the squared gradient (units of gradient squared).
+    """
+
+    decay_rate: float = 0.8
+    clipping_threshold: float | None = 1.0
+    multiply_by_parameter_scale: bool = True
+    momentum: float | None = None
+    min_dim_size_to_factor: int = 128
+    epsilon: float = 1e-30
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.clipping_threshold is not None and self.clipping_threshold < 1:
+            raise ValueError(
+                "Adafactor: clipping_threshold must be >= 1 or None (off), "
+                f"got {self.clipping_threshold}."
+            )
+        if self.momentum is not None:
+            _check_decay_rate(self, "momentum")
+
+    def _transform(self, learning_rate: optax.Schedule) -> optax.GradientTransformation:
+        decay = None
+        if self.weight_decay > 0:
+            decay = lambda step: self.weight_decay * learning_rate(step)
+        return optax.adafactor(
+            learning_rate,
+            min_dim_size_to_factor=self.min_dim_size_to_factor,
+            decay_rate=self.decay_rate,
+            multiply_by_parameter_scale=self.multiply_by_parameter_scale,
+            clipping_threshold=self.clipping_threshold,
+            momentum=self.momentum,
+            weight_decay_rate=decay,
+            eps=self.epsilon,
+        )

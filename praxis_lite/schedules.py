@@ -1,0 +1,251 @@
+"""Learning-rate schedules: Pax's schedules as frozen, Fiddle-configurable dataclasses.
+
+A schedule maps a training step (the optimizer's update count, starting at 0) to a
+float. As in Pax, an optimizer's learning rate at step ``s`` is
+``optimizer.learning_rate * schedule(s)``, so most schedules here are unit-free
+multipliers that peak at ``max=1.0``.
+
+Each schedule only holds and validates its fields; ``make()`` assembles the
+equivalent ``optax.Schedule`` from optax's schedule functions, and calling the
+schedule evaluates it::
+
+    cfg = praxis_lite.config.Config(LinearRampupCosineDecay,
+                                    warmup_steps=1000, decay_start=1000, decay_end=100_000)
+    fdl.build(cfg)(jnp.asarray(500))  # -> 0.5
+"""
+
+from __future__ import annotations
+
+import abc
+import dataclasses
+import itertools
+from collections.abc import Sequence
+
+import jax
+import jax.numpy as jnp
+import optax
+
+
+class BaseSchedule(abc.ABC):
+    """A function of the step, built from optax schedules by :meth:`make`."""
+
+    @abc.abstractmethod
+    def make(self) -> optax.Schedule:
+        """Returns the optax schedule: step (int scalar, may be traced) -> value."""
+
+    def __call__(self, step: jax.typing.ArrayLike) -> jax.Array:
+        """The schedule's value at ``step``, as a float32 scalar."""
+        return jnp.asarray(self.make()(step), dtype=jnp.float32)
+
+
+def _check_boundaries(boundaries: Sequence[int], owner: str) -> tuple[int, ...]:
+    """Returns ``boundaries`` as a tuple after checking they are increasing steps >= 0."""
+    boundaries = tuple(boundaries)
+    if any(b < 0 for b in boundaries):
+        raise ValueError(f"{owner}: boundaries must be steps >= 0, got {boundaries}.")
+    if any(b1 >= b2 for b1, b2 in itertools.pairwise(boundaries)):
+        raise ValueError(f"{owner}: boundaries must be strictly increasing, got {boundaries}.")
+    return boundaries
+
+
+@dataclasses.dataclass(frozen=True)
+class Constant(BaseSchedule):
+    """The same value at every step.
+
+    Attributes:
+      value: the value (a multiplier of the optimizer's learning rate).
+    """
+
+    value: float = 1.0
+
+    def make(self) -> optax.Schedule:
+        return optax.constant_schedule(self.value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Linear(BaseSchedule):
+    """Linear interpolation from ``start`` to ``limit``, flat outside.
+
+    ``y0`` before step ``x0``, ``y1`` from step ``x1`` on, linear in between.
+
+    Attributes:
+      start: ``(x0, y0)``: step (>= 0) and value where the ramp starts.
+      limit: ``(x1, y1)``: step (> x0) and value where the ramp ends.
+    """
+
+    start: tuple[int, float]
+    limit: tuple[int, float]
+
+    def __post_init__(self) -> None:
+        for name in ("start", "limit"):
+            point = tuple(getattr(self, name))
+            if len(point) != 2:
+                raise ValueError(f"Linear: {name} must be a (step, value) pair, got {point}.")
+            object.__setattr__(self, name, point)
+        (x0, _), (x1, _) = self.start, self.limit
+        if not 0 <= x0 < x1:
+            raise ValueError(f"Linear: need 0 <= start step < limit step, got {x0} and {x1}.")
+
+    def make(self) -> optax.Schedule:
+        (x0, y0), (x1, y1) = self.start, self.limit
+        return optax.linear_schedule(
+            init_value=y0, end_value=y1, transition_steps=x1 - x0, transition_begin=x0
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class _LinearRampupDecay(BaseSchedule):
+    """Ramps linearly 0 -> ``max``, holds ``max``, then decays to ``max * min_ratio``.
+
+    Steps ``[0, warmup_steps)``: linear from 0 (at step 0) to ``max`` (at
+    ``warmup_steps``). Steps ``[warmup_steps, decay_start)``: ``max``. Steps
+    ``[decay_start, decay_end)``: the subclass's decay. From ``decay_end`` on:
+    ``max * min_ratio``.
+
+    Attributes:
+      warmup_steps: length of the linear ramp, in steps (0: no ramp).
+      decay_start: step at which the decay starts (>= warmup_steps).
+      decay_end: step at which the decay ends (> decay_start).
+      min_ratio: final value as a fraction of ``max``.
+      max: peak value (a multiplier of the optimizer's learning rate).
+    """
+
+    warmup_steps: int
+    decay_start: int
+    decay_end: int
+    min_ratio: float = 0.01
+    max: float = 1.0
+
+    def __post_init__(self) -> None:
+        name = type(self).__name__
+        if self.warmup_steps < 0:
+            raise ValueError(f"{name}: warmup_steps must be >= 0, got {self.warmup_steps}.")
+        if self.decay_start < self.warmup_steps:
+            raise ValueError(
+                f"{name}: decay_start ({self.decay_start}) must be >= warmup_steps "
+                f"({self.warmup_steps})."
+            )
+        if self.decay_end <= self.decay_start:
+            raise ValueError(
+                f"{name}: decay_end ({self.decay_end}) must be > decay_start ({self.decay_start})."
+            )
+        if self.max <= 0:
+            raise ValueError(f"{name}: max must be > 0, got {self.max}.")
+        if not 0 <= self.min_ratio <= 1:
+            raise ValueError(f"{name}: min_ratio must be in [0, 1], got {self.min_ratio}.")
+
+    @abc.abstractmethod
+    def _decay(self) -> optax.Schedule:
+        """The decay from ``max`` to ``max * min_ratio``, in steps since decay_start."""
+
+    def make(self) -> optax.Schedule:
+        schedules, boundaries = [], []
+        if self.warmup_steps > 0:
+            schedules.append(optax.linear_schedule(0.0, self.max, self.warmup_steps))
+            boundaries.append(self.warmup_steps)
+        if self.decay_start > self.warmup_steps:
+            schedules.append(optax.constant_schedule(self.max))
+            boundaries.append(self.decay_start)
+        schedules.append(self._decay())
+        return optax.join_schedules(schedules, boundaries)
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearRampupExponentialDecay(_LinearRampupDecay):
+    """Linear rampup, hold, then exponential decay (Pax's schedule of that name).
+
+    In the decay, ``value = max * min_ratio ** ((step - decay_start) / (decay_end -
+    decay_start))``; ``min_ratio`` must be > 0. See :class:`_LinearRampupDecay`
+    for the fields.
+    """
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if self.min_ratio == 0:
+            raise ValueError("LinearRampupExponentialDecay: min_ratio must be > 0, got 0.")
+
+    def _decay(self) -> optax.Schedule:
+        return optax.exponential_decay(
+            init_value=self.max,
+            transition_steps=self.decay_end - self.decay_start,
+            decay_rate=self.min_ratio,
+            end_value=self.max * self.min_ratio,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class LinearRampupCosineDecay(_LinearRampupDecay):
+    """Linear rampup, hold, then cosine decay (Pax's schedule of that name).
+
+    In the decay, ``value = max * (min_ratio + (1 - min_ratio) * (1 + cos(pi * t)) / 2)``
+    with ``t = (step - decay_start) / (decay_end - decay_start)``. See
+    :class:`_LinearRampupDecay` for the fields.
+    """
+
+    def _decay(self) -> optax.Schedule:
+        return optax.cosine_decay_schedule(
+            init_value=self.max,
+            decay_steps=self.decay_end - self.decay_start,
+            alpha=self.min_ratio,
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class PiecewiseConstant(BaseSchedule):
+    """A step function: ``values[i]`` on steps ``[boundaries[i-1], boundaries[i])``.
+
+    ``values[0]`` before ``boundaries[0]``; ``values[-1]`` from ``boundaries[-1]`` on.
+
+    Attributes:
+      boundaries: steps at which the value changes, strictly increasing.
+      values: one more value than boundaries.
+    """
+
+    boundaries: tuple[int, ...]
+    values: tuple[float, ...]
+
+    def __post_init__(self) -> None:
+        boundaries = _check_boundaries(self.boundaries, "PiecewiseConstant")
+        object.__setattr__(self, "boundaries", boundaries)
+        object.__setattr__(self, "values", tuple(self.values))
+        if len(self.values) != len(self.boundaries) + 1:
+            raise ValueError(
+                f"PiecewiseConstant: need len(values) == len(boundaries) + 1, got "
+                f"{len(self.values)} values and {len(self.boundaries)} boundaries."
+            )
+
+    def make(self) -> optax.Schedule:
+        pieces = [optax.constant_schedule(v) for v in self.values]
+        return optax.join_schedules(pieces, self.boundaries)
+
+
+@dataclasses.dataclass(frozen=True)
+class Piecewise(BaseSchedule):
+    """Sub-schedules one after another, each given the steps since its own start.
+
+    ``schedules[i]`` runs on steps ``[boundaries[i-1], boundaries[i])`` and is
+    evaluated at ``step - boundaries[i-1]`` (Pax's ``PiecewiseSchedule``).
+
+    Attributes:
+      boundaries: steps at which the next sub-schedule takes over, strictly increasing.
+      schedules: one more sub-schedule than boundaries.
+    """
+
+    boundaries: tuple[int, ...]
+    schedules: tuple[BaseSchedule, ...]
+
+    def __post_init__(self) -> None:
+        boundaries = _check_boundaries(self.boundaries, "Piecewise")
+        object.__setattr__(self, "boundaries", boundaries)
+        object.__setattr__(self, "schedules", tuple(self.schedules))
+        if len(self.schedules) != len(self.boundaries) + 1:
+            raise ValueError(
+                f"Piecewise: need len(schedules) == len(boundaries) + 1, got "
+                f"{len(self.schedules)} schedules and {len(self.boundaries)} boundaries."
+            )
+        for s in self.schedules:
+            if not isinstance(s, BaseSchedule):
+                raise TypeError(f"Piecewise: schedules must be built schedules, got {s!r}.")
+
+    def make(self) -> optax.Schedule:
+        return optax.join_schedules([s.make() for s in self.schedules], self.boundaries)

@@ -1,0 +1,83 @@
+"""StackedTransformerRepeated (scanned) equals StackedTransformer (loop) with the same weights."""
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from praxis_lite import instantiate
+from praxis_lite.layers.activations import SiLU
+from praxis_lite.layers.embedding_softmax import RotaryPositionalEmbedding
+from praxis_lite.layers.repeats import RematPolicy, StackedTransformerRepeated
+from praxis_lite.layers.transformers import StackedTransformer
+
+NUM_LAYERS = 3
+
+
+def _stack_config(cls, **fields):
+    cfg = cls.HParams.config(num_layers=NUM_LAYERS, **fields)
+    block = cfg.block_tpl
+    block.input_dims, block.hidden_dims, block.num_heads, block.num_kv_heads = 8, 16, 4, 2
+    block.tr_atten_tpl.rotary_tpl = RotaryPositionalEmbedding.HParams.config()
+    block.tr_fflayer_tpl.use_gated_activation = True
+    block.tr_fflayer_tpl.activation_tpl = SiLU.HParams.config()
+    return cfg
+
+
+def _stacked_to_loop_params(repeated_params):
+    """params['repeat']['block'][...] with a leading layer axis -> x_layers_{i}."""
+    block = repeated_params["repeat"]["block"]
+    return {
+        f"x_layers_{i}": jax.tree_util.tree_map(lambda a, i=i: a[i], block)
+        for i in range(NUM_LAYERS)
+    }
+
+
+@pytest.mark.parametrize(
+    "remat",
+    [
+        RematPolicy.NONE,
+        RematPolicy.SAVE_NOTHING,
+        RematPolicy.SAVE_DOT_PRODUCTS,
+        RematPolicy.SAVE_EVERYTHING,
+    ],
+)
+def test_repeated_equals_loop_outputs_and_gradients(remat):
+    repeated = instantiate(_stack_config(StackedTransformerRepeated, remat_policy=remat))
+    loop = instantiate(_stack_config(StackedTransformer))
+    x = jax.random.normal(jax.random.key(1), (2, 5, 8))
+    paddings = jnp.zeros((2, 5)).at[1, 3:].set(1.0)
+    variables = repeated.init(jax.random.key(0), x)
+    boxed = variables["params"]["repeat"]["block"]["self_attention"]["w_q"]
+    assert boxed.names == ("layers", "embed", "heads", "head_dim")
+    r_params = nn.unbox(variables["params"])
+    l_params = _stacked_to_loop_params(r_params)
+    assert jax.tree_util.tree_structure(l_params) == jax.tree_util.tree_structure(
+        nn.unbox(loop.init(jax.random.key(0), x)["params"])
+    )
+
+    def loss(module, p):
+        y = module.apply({"params": p}, x, paddings=paddings)
+        return jnp.sum(jnp.sin(y)), y
+
+    (r_loss, r_out), r_grad = jax.value_and_grad(lambda p: loss(repeated, p), has_aux=True)(
+        r_params
+    )
+    (l_loss, l_out), l_grad = jax.value_and_grad(lambda p: loss(loop, p), has_aux=True)(l_params)
+    np.testing.assert_allclose(r_out, l_out, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(r_loss, l_loss, rtol=1e-5)
+    for a, b in zip(
+        jax.tree_util.tree_leaves(_stacked_to_loop_params(r_grad)),
+        jax.tree_util.tree_leaves(l_grad),
+        strict=True,
+    ):
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
+
+
+def test_layers_differ_after_init():
+    repeated = instantiate(_stack_config(StackedTransformerRepeated))
+    params = repeated.init(jax.random.key(0), jnp.ones((1, 2, 8)))["params"]
+    w = nn.unbox(params)["repeat"]["block"]["ff_layer"]["ffn_layer1"]["w"]
+    assert w.shape == (NUM_LAYERS, 8, 16)
+    assert not np.allclose(w[0], w[1])

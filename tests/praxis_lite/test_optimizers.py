@@ -1,0 +1,212 @@
+"""Optimizers against numpy references of their update rules, on a small quadratic."""
+
+import fiddle as fdl
+import jax
+import jax.numpy as jnp
+import numpy as np
+import optax
+import pytest
+
+from praxis_lite import optimizers, schedules
+from praxis_lite.config import Config
+
+_RNG = np.random.default_rng(0)
+_INIT = {
+    "w": _RNG.normal(size=(3, 4)).astype(np.float32),
+    "b": _RNG.normal(size=(4,)).astype(np.float32),
+}
+_CURV = {k: _RNG.uniform(0.5, 2.0, size=v.shape).astype(np.float32) for k, v in _INIT.items()}
+_TARGET = {k: _RNG.normal(size=v.shape).astype(np.float32) for k, v in _INIT.items()}
+# lr multiplier 0, 0.25, 0.5, 0.75 in warmup, then cosine decay: exercises the schedule plumbing.
+_SCHEDULE = schedules.LinearRampupCosineDecay(4, 4, 10, min_ratio=0.1)
+_NUM_STEPS = 6
+
+
+def _grads(params):
+    """Gradient of the quadratic 0.5 * sum(curv * (p - target)**2); works for numpy and jax."""
+    return {k: _CURV[k] * (params[k] - _TARGET[k]) for k in params}
+
+
+def _loss(params):
+    return sum(0.5 * jnp.sum(_CURV[k] * (params[k] - _TARGET[k]) ** 2) for k in params)
+
+
+def _run(opt, num_steps=_NUM_STEPS, grads_fn=_grads, init=_INIT):
+    tx = opt.make()
+    params = jax.tree.map(jnp.asarray, init)
+    state = tx.init(params)
+
+    @jax.jit
+    def step(params, state):
+        updates, state = tx.update(grads_fn(params), state, params)
+        return optax.apply_updates(params, updates), state
+
+    for _ in range(num_steps):
+        params, state = step(params, state)
+    return jax.tree.map(np.asarray, params), state
+
+
+def _lr(opt, step):
+    return opt.learning_rate * float(opt.lr_schedule(jnp.asarray(step)))
+
+
+def _ref_sgd(opt, num_steps=_NUM_STEPS):
+    params = {k: v.copy() for k, v in _INIT.items()}
+    trace = {k: np.zeros_like(v) for k, v in params.items()}
+    for t in range(num_steps):
+        grads = _grads(params)
+        for k in params:
+            g = grads[k] + opt.weight_decay * params[k]
+            trace[k] = g + opt.momentum * trace[k]
+            direction = g + opt.momentum * trace[k] if opt.nesterov else trace[k]
+            params[k] = params[k] - _lr(opt, t) * direction
+    return params
+
+
+def _ref_adam(opt, num_steps=_NUM_STEPS):
+    params = {k: v.copy() for k, v in _INIT.items()}
+    m = {k: np.zeros_like(v) for k, v in params.items()}
+    v = {k: np.zeros_like(v) for k, v in params.items()}
+    b1, b2 = opt.beta1, opt.beta2
+    for t in range(num_steps):
+        grads = _grads(params)
+        for k in params:
+            m[k] = b1 * m[k] + (1 - b1) * grads[k]
+            v[k] = b2 * v[k] + (1 - b2) * grads[k] ** 2
+            m_hat, v_hat = m[k] / (1 - b1 ** (t + 1)), v[k] / (1 - b2 ** (t + 1))
+            direction = m_hat / (np.sqrt(v_hat) + opt.epsilon) + opt.weight_decay * params[k]
+            params[k] = params[k] - _lr(opt, t) * direction
+    return params
+
+
+def _assert_close(got, want):
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=1e-5, atol=1e-6, err_msg=k)
+
+
+@pytest.mark.parametrize(
+    "momentum, nesterov, weight_decay",
+    [
+        (0.0, False, 0.0),
+        (0.9, False, 0.0),
+        (0.9, True, 0.0),
+        (0.8, False, 0.05),
+    ],
+)
+def test_sgd_matches_reference(momentum, nesterov, weight_decay):
+    opt = optimizers.Sgd(
+        learning_rate=0.3,
+        lr_schedule=_SCHEDULE,
+        momentum=momentum,
+        nesterov=nesterov,
+        weight_decay=weight_decay,
+    )
+    got, _ = _run(opt)
+    _assert_close(got, _ref_sgd(opt))
+
+
+@pytest.mark.parametrize("weight_decay", [0.0, 0.1])  # Adam, AdamW
+def test_adam_matches_reference(weight_decay):
+    opt = optimizers.Adam(
+        learning_rate=0.2,
+        lr_schedule=_SCHEDULE,
+        beta1=0.8,
+        beta2=0.95,
+        epsilon=1e-6,
+        weight_decay=weight_decay,
+    )
+    got, _ = _run(opt)
+    _assert_close(got, _ref_adam(opt))
+
+
+def test_adafactor_decreases_loss_and_factors_state():
+    init = {"w": _INIT["w"], "b": _INIT["b"]}
+    opt = optimizers.Adafactor(learning_rate=0.1, min_dim_size_to_factor=2)
+    params, state = _run(opt, num_steps=20, init=init)
+    assert float(_loss(params)) < 0.5 * float(_loss(init))
+    assert jax.tree.map(np.shape, params) == jax.tree.map(np.shape, init)
+    factored = next(s for s in state if isinstance(s, optax.FactoredState))
+    # A [3, 4] weight keeps a row and a column second-moment vector, not a [3, 4] one.
+    assert factored.v_row["w"].shape == (3,) and factored.v_col["w"].shape == (4,)
+    assert factored.v["b"].shape == (4,)  # 1-D: unfactored
+    assert int(factored.count) == 20
+
+
+def test_global_norm_clipping_rescales_the_gradient():
+    clip = 0.5
+    huge = {k: 1e4 * _RNG.normal(size=v.shape).astype(np.float32) for k, v in _INIT.items()}
+    norm = np.sqrt(sum(np.sum(g.astype(np.float64) ** 2) for g in huge.values()))
+    opt = optimizers.Sgd(learning_rate=0.1, clip_gradient_norm_to_value=clip)
+    got, _ = _run(opt, num_steps=1, grads_fn=lambda p: huge)
+    for k in _INIT:
+        want = _INIT[k] - 0.1 * huge[k] * (clip / norm)
+        np.testing.assert_allclose(got[k], want, rtol=1e-5, atol=1e-6, err_msg=k)
+    # A gradient under the clip norm passes unchanged.
+    small = {k: (g * (0.5 * clip / norm)).astype(np.float32) for k, g in huge.items()}
+    got, _ = _run(opt, num_steps=1, grads_fn=lambda p: small)
+    _assert_close(got, {k: _INIT[k] - 0.1 * small[k] for k in _INIT})
+
+
+@pytest.mark.parametrize("cls", [optimizers.Sgd, optimizers.Adam, optimizers.Adafactor])
+def test_weight_decay_shrinks_params_with_zero_gradient(cls):
+    lr, wd = 0.5, 0.1
+    zeros = lambda p: jax.tree.map(jnp.zeros_like, p)
+    got, _ = _run(cls(learning_rate=lr, weight_decay=wd), num_steps=1, grads_fn=zeros)
+    _assert_close(got, {k: v * (1 - lr * wd) for k, v in _INIT.items()})
+    unchanged, _ = _run(cls(learning_rate=lr), num_steps=1, grads_fn=zeros)
+    _assert_close(unchanged, _INIT)
+
+
+def test_learning_rate_at():
+    opt = optimizers.Adam(learning_rate=3e-3, lr_schedule=_SCHEDULE)
+    for step in [0, 2, 4, 7, 100]:
+        lr = opt.learning_rate_at(jnp.asarray(step))
+        assert lr.dtype == jnp.float32
+        np.testing.assert_allclose(float(lr), 3e-3 * float(_SCHEDULE(step)), rtol=1e-6)
+    jitted = jax.jit(opt.learning_rate_at)(jnp.arange(3))
+    np.testing.assert_allclose(np.asarray(jitted), [0.0, 7.5e-4, 1.5e-3], rtol=1e-6)
+    assert float(optimizers.Sgd(learning_rate=0.1).learning_rate_at(5)) == pytest.approx(0.1)
+
+
+@pytest.mark.parametrize("cls", [optimizers.Sgd, optimizers.Adam, optimizers.Adafactor])
+def test_builds_from_fiddle_config(cls):
+    cfg = Config(cls, learning_rate=1e-2, clip_gradient_norm_to_value=1.0)
+    cfg.lr_schedule = Config(schedules.PiecewiseConstant, boundaries=[10], values=[1.0, 0.1])
+    opt = fdl.build(cfg)
+    assert isinstance(opt, cls)
+    assert opt.lr_schedule == schedules.PiecewiseConstant((10,), (1.0, 0.1))
+    assert float(opt.learning_rate_at(10)) == pytest.approx(1e-3)
+    _run(opt, num_steps=2)  # the built transformation runs
+    assert fdl.build(Config(cls, learning_rate=1.0)).lr_schedule == schedules.Constant(1.0)
+
+
+def test_fiddle_typo_raises():
+    with pytest.raises(AttributeError, match="Did you mean 'learning_rate'"):
+        Config(optimizers.Adam, learning_rat=1e-3)
+    cfg = Config(optimizers.Sgd, learning_rate=0.1)
+    with pytest.raises(AttributeError, match="momentum"):
+        cfg.momentun = 0.9
+
+
+@pytest.mark.parametrize(
+    "make, match",
+    [
+        (lambda: optimizers.Sgd(learning_rate=-1.0), "learning_rate"),
+        (lambda: optimizers.Sgd(learning_rate=0.1, momentum=1.0), "momentum"),
+        (lambda: optimizers.Adam(learning_rate=0.1, beta2=1.5), "beta2"),
+        (lambda: optimizers.Adam(learning_rate=0.1, weight_decay=-0.1), "weight_decay"),
+        (lambda: optimizers.Adam(learning_rate=0.1, clip_gradient_norm_to_value=-1.0), "clip"),
+        (
+            lambda: optimizers.Adafactor(learning_rate=0.1, clipping_threshold=0.5),
+            "clipping_threshold",
+        ),
+    ],
+)
+def test_invalid_fields_raise(make, match):
+    with pytest.raises(ValueError, match=match):
+        make()
+
+
+def test_unbuilt_schedule_raises():
+    with pytest.raises(TypeError, match="lr_schedule"):
+        optimizers.Adam(learning_rate=0.1, lr_schedule=Config(schedules.Constant))

@@ -1,0 +1,1 @@
+"""paxlite: the trainer library (experiments, registry, mesh, train loop) for praxis_lite layers."""

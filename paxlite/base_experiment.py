@@ -1,0 +1,431 @@
+"""BaseExperiment: typed UPPERCASE knobs, ``datasets()`` and ``task()``.
+
+An experiment is a class. Its knobs are UPPERCASE class attributes declared
+with a type annotation on some class of its MRO::
+
+    class LmBase(BaseExperiment):
+      NUM_LAYERS: int                       # declared, required (no fake default)
+      MICROBATCH_SIZE: int | None = None    # declared, with a default
+
+    class Lm1B(LmBase):
+      NUM_LAYERS = 24                       # set; checked against `int`
+      MICROBATCH_SIAZE = 8                  # KnobError at class creation:
+                                            #   ... did you mean MICROBATCH_SIZE?
+
+Checks run at class creation (``__init_subclass__``): an UPPERCASE attribute
+that no class declares, or a value that contradicts its declared type, raises
+:class:`KnobError`. Required knobs left unset raise when the experiment is
+instantiated. :func:`apply_knob_overrides` turns ``KNOB=VALUE`` strings from the
+command line into a new subclass, parsing each value to the declared type;
+:func:`knobs` lists every knob with its type and resolved value.
+"""
+
+from __future__ import annotations
+
+import abc
+import ast
+import collections.abc
+import contextlib
+import difflib
+import enum
+import re
+import sys
+import types
+import typing
+from collections.abc import Mapping, Sequence
+from typing import Any, ClassVar, TypeVar
+
+from praxis_lite.sharding import DEFAULT_RULES
+
+_KNOB_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+_E = TypeVar("_E", bound="BaseExperiment")
+
+
+class KnobError(ValueError):
+    """An undeclared, mistyped, missing or unparsable experiment knob."""
+
+
+class _Missing:
+    """The value of a declared knob that no class sets (a required knob)."""
+
+    def __repr__(self) -> str:
+        return "MISSING"
+
+
+MISSING: Any = _Missing()
+
+
+class BaseExperiment(abc.ABC):
+    """An experiment: knobs (UPPERCASE class attributes), ``datasets()`` and ``task()``.
+
+    Subclasses set the knobs declared here or by a base class, and may declare
+    new ones by annotating them (``NUM_LAYERS: int = 4``). Register a concrete
+    experiment with ``@experiment_registry.register``.
+
+    Attributes:
+      ICI_MESH_SHAPE: devices per mesh axis within a slice (over ICI), one entry
+        per name in MESH_AXIS_NAMES.
+      DCN_MESH_SHAPE: slices per mesh axis (over DCN) for multi-slice jobs; None
+        for a single slice.
+      MESH_AXIS_NAMES: names of the device mesh axes.
+      LOGICAL_AXIS_RULES: maps the layers' logical axis names (``'embed'``,
+        ``'mlp'``, ...) to mesh axis names, or None for replicated.
+      PERCORE_BATCH_SIZE: training examples per device per step (may be < 1
+        when some devices hold no batch, e.g. tensor parallelism).
+      SEED: seed of the model init and training RNG.
+    """
+
+    ICI_MESH_SHAPE: tuple[int, ...] = (1, 1, 1)
+    DCN_MESH_SHAPE: tuple[int, ...] | None = None
+    MESH_AXIS_NAMES: tuple[str, ...] = ("replica", "data", "mdl")
+    LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = DEFAULT_RULES
+    PERCORE_BATCH_SIZE: float
+    SEED: int = 1234
+
+    # Knob name -> declared type, over the whole MRO; set per class at creation.
+    _knob_types: ClassVar[dict[str, Any]]
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        super().__init_subclass__(**kwargs)
+        cls._knob_types = _collect_knob_types(cls)
+        _check_class_knobs(cls)
+
+    def __init__(self) -> None:
+        missing = [name for name, (_, value) in knobs(type(self)).items() if value is MISSING]
+        if missing:
+            listed = ", ".join(f"{n}: {type_name(self._knob_types[n])}" for n in missing)
+            raise KnobError(
+                f"{type(self).__qualname__} leaves required knobs unset: {listed}; set them "
+                "in the class body or override them on the command line (KNOB=VALUE)."
+            )
+        self.validate()
+
+    def validate(self) -> None:
+        """Checks that knobs agree with each other; raises :class:`KnobError` if not.
+
+        Subclasses that add cross-knob constraints extend this and call super().
+        """
+        axes = len(self.MESH_AXIS_NAMES)
+        for name in ("ICI_MESH_SHAPE", "DCN_MESH_SHAPE"):
+            shape = getattr(self, name)
+            if shape is not None and len(shape) != axes:
+                raise KnobError(
+                    f"{type(self).__qualname__}.{name} = {shape!r} has {len(shape)} entries but "
+                    f"MESH_AXIS_NAMES = {self.MESH_AXIS_NAMES!r} has {axes}; give one entry per "
+                    "mesh axis."
+                )
+
+    @abc.abstractmethod
+    def datasets(self) -> list[Any]:
+        """The input configs: the training input and the eval inputs."""
+
+    @abc.abstractmethod
+    def task(self) -> Any:
+        """The Fiddle config of the task (model, optimizer, schedules)."""
+
+    def logical_axis_rules(self) -> tuple[tuple[str, Any], ...]:
+        """The logical-axis -> mesh-axis rules for this experiment's mesh."""
+        return self.LOGICAL_AXIS_RULES
+
+
+def knobs(cls: type[BaseExperiment]) -> dict[str, tuple[Any, Any]]:
+    """Every declared knob of ``cls``: name -> (declared type, resolved value).
+
+    Base-class knobs come first. A required knob that no class sets has the
+    value :data:`MISSING`.
+    """
+    return {name: (tp, getattr(cls, name, MISSING)) for name, tp in cls._knob_types.items()}
+
+
+def format_knobs(cls: type[BaseExperiment]) -> str:
+    """``NAME: type = value`` lines for every knob of ``cls``, for printing."""
+    return "\n".join(
+        f"{name}: {type_name(tp)} = {value!r}" for name, (tp, value) in knobs(cls).items()
+    )
+
+
+def apply_knob_overrides(cls: type[_E], assignments: Sequence[str]) -> type[_E]:
+    """Applies ``KNOB=VALUE`` strings (e.g. from the command line); see :func:`with_overrides`.
+
+    Raises:
+      KnobError: an assignment is not ``KNOB=VALUE``, a knob is given twice, or
+        :func:`with_overrides` rejects it.
+    """
+    overrides: dict[str, str] = {}
+    for assignment in assignments:
+        name, sep, value = assignment.partition("=")
+        name = name.strip()
+        if not sep or not name:
+            raise KnobError(
+                f"malformed knob override {assignment!r}; write KNOB=VALUE, e.g. NUM_LAYERS=4."
+            )
+        if name in overrides:
+            raise KnobError(f"knob {name} is overridden twice; pass each knob once.")
+        overrides[name] = value
+    return with_overrides(cls, overrides)
+
+
+def with_overrides(cls: type[_E], overrides: Mapping[str, Any]) -> type[_E]:
+    """Returns a subclass of ``cls`` with the given knob values; ``cls`` is unchanged.
+
+    A ``str`` value is command-line text, parsed to the knob's declared type by
+    :func:`parse_knob_value`; any other value is used as is. The subclass keeps
+    the name and module of ``cls`` (so printouts stay readable) and is
+    registered nowhere. With no overrides, returns ``cls`` itself.
+
+    Raises:
+      KnobError: an unknown knob (with a did-you-mean hint), or a value that is
+        not of the knob's declared type.
+    """
+    if not overrides:
+        return cls
+    declared = cls._knob_types
+    values: dict[str, Any] = {}
+    for name, raw in overrides.items():
+        if name not in declared:
+            raise KnobError(
+                f"{cls.__qualname__} has no knob {name!r}{_did_you_mean(name.upper(), declared)}; "
+                f"use one of the declared knobs: {', '.join(declared)}."
+            )
+        tp = declared[name]
+        if isinstance(raw, str):
+            try:
+                values[name] = parse_knob_value(raw, tp)
+            except ValueError:
+                raise KnobError(
+                    f"cannot set {cls.__qualname__}.{name} to {raw!r}: the knob is declared "
+                    f"{type_name(tp)}; pass {_value_hint(tp)}."
+                ) from None
+        elif matches_type(raw, tp):
+            values[name] = raw
+        else:
+            raise KnobError(_type_mismatch(cls, name, raw, tp))
+    namespace = {
+        "__module__": cls.__module__,
+        "__qualname__": cls.__qualname__,
+        "__doc__": cls.__doc__,
+        **values,
+    }
+    return type(cls)(cls.__name__, (cls,), namespace)
+
+
+def parse_knob_value(text: str, tp: Any) -> Any:
+    """Parses command-line ``text`` to a value of type ``tp``.
+
+    Accepts Python literals (``4``, ``0.5``, ``'x'``, ``(1, 2, 4)``, ``1,2,4``,
+    ``[1, 2]`` for a tuple knob), ``true``/``false``, ``None``/``none``, enum
+    member names (``RELU`` or ``Activation.RELU``), bare text for ``str`` knobs
+    and comma-separated bare words for tuples of str (``data,mdl``). Ints are
+    converted to float for float knobs.
+
+    Raises:
+      ValueError: ``text`` does not denote a value of type ``tp``.
+    """
+    stripped = text.strip()
+    lowered = stripped.lower()
+    candidates: list[Any] = []
+    member = _enum_member(stripped, tp)
+    if member is not None:
+        candidates.append(member)
+    if lowered in ("true", "false"):
+        candidates.append(lowered == "true")
+    if lowered in ("none", "null"):
+        candidates.append(None)
+    with contextlib.suppress(ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+        candidates.append(ast.literal_eval(stripped))
+    if "," in stripped:  # Bare words for a tuple of str: data,mdl or (data, mdl).
+        parts = [part.strip() for part in stripped.strip("()[]").split(",")]
+        candidates.append(tuple(parts[:-1] if parts[-1] == "" else parts))
+    for candidate in candidates:
+        value = _coerce(candidate, tp)
+        if matches_type(value, tp):
+            return value
+    if matches_type(text, tp):
+        return text
+    raise ValueError(f"{text!r} is not a {type_name(tp)}")
+
+
+def matches_type(value: Any, tp: Any) -> bool:
+    """Whether ``value`` is of the annotated type ``tp``.
+
+    Checks ``int``/``float``/``bool``/``str``, ``None``, enums and other classes,
+    unions, ``Literal``, ``tuple[...]``, ``list[...]``, ``set``, ``dict``,
+    ``Sequence``, ``Mapping``, ``type[...]`` and ``Callable``. An int is a valid
+    float; a bool is not an int. Types it cannot check (TypeVars, ...) accept.
+    """
+    if tp is Any or tp is object:
+        return True
+    if tp is None or tp is type(None):
+        return value is None
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        return any(matches_type(value, arg) for arg in args)
+    if origin is typing.Literal:
+        return any(value == arg and type(value) is type(arg) for arg in args)
+    if origin is ClassVar:
+        return matches_type(value, args[0])
+    if tp is bool:
+        return isinstance(value, bool)
+    if tp is int:
+        return isinstance(value, int) and not isinstance(value, bool)
+    if tp is float:
+        return isinstance(value, (int, float)) and not isinstance(value, bool)
+    if origin is tuple:
+        if not isinstance(value, tuple):
+            return False
+        if len(args) == 2 and args[1] is Ellipsis:
+            return all(matches_type(item, args[0]) for item in value)
+        return not args or (len(value) == len(args) and all(map(matches_type, value, args)))
+    if origin in (list, set, frozenset, collections.abc.Sequence, collections.abc.Set):
+        return (
+            isinstance(value, origin)
+            and not isinstance(value, str)
+            and all(matches_type(item, args[0]) for item in value)
+        )
+    if origin in (dict, collections.abc.Mapping):
+        return isinstance(value, origin) and all(
+            matches_type(k, args[0]) and matches_type(v, args[1]) for k, v in value.items()
+        )
+    if origin is type:
+        return isinstance(value, type) and (
+            args[0] is Any or not isinstance(args[0], type) or issubclass(value, args[0])
+        )
+    if origin is collections.abc.Callable:
+        return callable(value)
+    if isinstance(origin, type):
+        return isinstance(value, origin)
+    if isinstance(tp, type):
+        return isinstance(value, tp)
+    return True
+
+
+def type_name(tp: Any) -> str:
+    """A readable name for an annotated type: ``int``, ``tuple[int, ...] | None``."""
+    if tp is None or tp is type(None):
+        return "None"
+    if typing.get_origin(tp) is None and isinstance(tp, type):
+        return tp.__qualname__
+    return repr(tp).replace("typing.", "")
+
+
+def _collect_knob_types(cls: type) -> dict[str, Any]:
+    """Knob name -> declared type over the MRO of ``cls``, base classes first."""
+    declared: dict[str, Any] = {}
+    for klass in reversed(cls.__mro__):
+        for name, annotation in vars(klass).get("__annotations__", {}).items():
+            if _KNOB_NAME.fullmatch(name):
+                declared[name] = _resolve_annotation(klass, name, annotation)
+    return declared
+
+
+def _resolve_annotation(klass: type, name: str, annotation: Any) -> Any:
+    """Evaluates a string annotation (``from __future__ import annotations``); drops ClassVar."""
+    if isinstance(annotation, str):
+        module = sys.modules.get(klass.__module__)
+        module_globals = vars(module) if module is not None else {}
+        try:
+            # The class's own annotation text, evaluated as typing.get_type_hints would.
+            annotation = eval(annotation, module_globals, dict(vars(klass)))  # noqa: S307
+        except Exception as e:
+            raise KnobError(
+                f"{klass.__qualname__}.{name}: cannot evaluate the type annotation "
+                f"{annotation!r} ({type(e).__name__}: {e}); import the names it uses at "
+                "module level."
+            ) from e
+    if typing.get_origin(annotation) is ClassVar:
+        args = typing.get_args(annotation)
+        annotation = args[0] if args else Any
+    return annotation
+
+
+def _check_class_knobs(cls: type[BaseExperiment]) -> None:
+    """Raises :class:`KnobError` on an undeclared or mistyped knob set by ``cls`` itself."""
+    declared = cls._knob_types
+    own = vars(cls)
+    for name, value in own.items():
+        if _KNOB_NAME.fullmatch(name) and name not in declared:
+            raise KnobError(
+                f"{cls.__qualname__}.{name} = {value!r} sets a knob that no base class "
+                f"declares{_did_you_mean(name, declared)}. Fix the name, or declare a new "
+                f"knob with a type annotation: `{name}: <type> = {value!r}`."
+            )
+    annotated_here = own.get("__annotations__", {})
+    for name, tp in declared.items():
+        if name in own or name in annotated_here:
+            value = getattr(cls, name, MISSING)
+            if value is not MISSING and not matches_type(value, tp):
+                raise KnobError(_type_mismatch(cls, name, value, tp))
+
+
+def _type_mismatch(cls: type, name: str, value: Any, tp: Any) -> str:
+    return (
+        f"{cls.__qualname__}.{name} is declared {type_name(tp)} but set to {value!r} "
+        f"({type(value).__name__}); use {_value_hint(tp)}."
+    )
+
+
+def _value_hint(tp: Any) -> str:
+    """How to write a value of type ``tp``, for error messages."""
+    members = [m for arg in _union_args(tp) if _is_enum(arg) for m in arg.__members__]
+    if members:
+        return f"one of {', '.join(members)}"
+    if tp is bool:
+        return "true or false"
+    if any(typing.get_origin(arg) is tuple for arg in _union_args(tp)):
+        return (
+            f"a value of type {type_name(tp)} (a tuple: (1, 2) in Python, 1,2 on the command line)"
+        )
+    return f"a value of type {type_name(tp)}"
+
+
+def _did_you_mean(name: str, candidates: Mapping[str, Any]) -> str:
+    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
+    return f" (did you mean {' or '.join(close)}?)" if close else ""
+
+
+def _union_args(tp: Any) -> tuple[Any, ...]:
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return typing.get_args(tp)
+    return (tp,)
+
+
+def _is_enum(tp: Any) -> bool:
+    return isinstance(tp, type) and issubclass(tp, enum.Enum)
+
+
+def _enum_member(text: str, tp: Any) -> enum.Enum | None:
+    """The member of an enum in ``tp`` named ``text`` (``RELU`` or ``Activation.RELU``)."""
+    for arg in _union_args(tp):
+        if _is_enum(arg):
+            name = text.removeprefix(arg.__name__ + ".")
+            if name in arg.__members__:
+                return arg.__members__[name]
+    return None
+
+
+def _coerce(value: Any, tp: Any) -> Any:
+    """Converts lists/tuples to the container type ``tp`` asks for and ints to float."""
+    origin, args = typing.get_origin(tp), typing.get_args(tp)
+    if origin is typing.Union or origin is types.UnionType:
+        for arg in args:
+            converted = _coerce(value, arg)
+            if matches_type(converted, arg):
+                return converted
+        return value
+    if tp is float and isinstance(value, int) and not isinstance(value, bool):
+        return float(value)
+    if tp in (tuple, list) and isinstance(value, (tuple, list)):
+        return tp(value)
+    if origin in (tuple, list) and isinstance(value, (tuple, list)):
+        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
+            if len(args) != len(value):
+                return value
+            return tuple(map(_coerce, value, args))
+        return origin(_coerce(item, args[0]) if args else item for item in value)
+    return value
+
+
+# __init_subclass__ covers subclasses only; BaseExperiment's own knobs are set here, once the
+# helpers above exist.
+BaseExperiment._knob_types = _collect_knob_types(BaseExperiment)
+_check_class_knobs(BaseExperiment)

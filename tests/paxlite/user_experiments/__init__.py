@@ -1,0 +1,1 @@
+"""Experiments in a user package outside tasks/, imported on demand by the registry tests."""

@@ -71,6 +71,15 @@ def logical_shardings(abstract_tree: Any, mesh: Mesh, rules: LogicalAxisRules) -
     return nn.logical_to_mesh_sharding(specs, mesh, filter_rules_for_mesh(rules, mesh))
 
 
+def strip_boxes(tree: Any) -> Any:
+    """Removes flax's axis-metadata boxes without applying sharding constraints."""
+    return jax.tree_util.tree_map(
+        lambda x: x.unbox(apply_constraint=False) if isinstance(x, nn.meta.AxisMetadata) else x,
+        tree,
+        is_leaf=lambda x: isinstance(x, nn.meta.AxisMetadata),
+    )
+
+
 def sharded_init(
     init_fn: Callable[..., Any], mesh: Mesh, rules: LogicalAxisRules, *args: Any
 ) -> tuple[Any, Any]:
@@ -87,7 +96,7 @@ def sharded_init(
     with nn.logical_axis_rules(filtered):
         abstract = jax.eval_shape(init_fn, *args)
         shardings = logical_shardings(abstract, mesh, rules)
-        unboxed_shardings = nn.unbox(shardings)
+        unboxed_shardings = strip_boxes(shardings)
 
         def init_unboxed(*a):
             return nn.unbox(init_fn(*a))

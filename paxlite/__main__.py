@@ -1,0 +1,5 @@
+"""``python -m paxlite`` runs main."""
+
+from paxlite.main import run
+
+run()

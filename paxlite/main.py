@@ -1,0 +1,166 @@
+"""``paxlite --exp=NAME``: train or evaluate a registered experiment.
+
+Flags:
+  --exp             registered experiment (dotted path or unique suffix).
+  --job_log_dir     where checkpoints, summaries and the resolved config go.
+  --mode            train | eval | train_and_eval.
+  --set KNOB=VALUE  override an UPPERCASE knob (repeatable; type-checked).
+  --fdl_set P=V     override any config path, rooted at 'task' or 'datasets'
+                    (e.g. task.learner.optimizer.learning_rate=0.01).
+  --fiddler NAME    call NAME(task_config) to edit the config; NAME is a function
+                    of the experiment's module or a dotted path.
+  --print_config    print the resolved knobs and configs, then exit.
+Re-running with the same --job_log_dir resumes from the latest checkpoint.
+"""
+
+from __future__ import annotations
+
+import importlib
+import os
+import pathlib
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+from absl import app, flags  # noqa: E402
+from fiddle.absl_flags import utils as fdl_flag_utils  # noqa: E402  (defines --fdl_set, --fiddler)
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("exp", None, "Registered experiment, e.g. tasks.lm.synthetic.LmSyntheticTiny.")
+flags.DEFINE_string("job_log_dir", None, "Directory for checkpoints, summaries and config.")
+flags.DEFINE_enum("mode", "train", ["train", "eval", "train_and_eval"], "What to run.")
+flags.DEFINE_multi_string("set", [], "KNOB=VALUE override of an UPPERCASE experiment knob.")
+flags.DEFINE_bool("print_config", False, "Print the resolved configuration and exit.")
+
+
+class UsageError(Exception):
+    """A problem with the command line; printed without a traceback."""
+
+
+def resolve_experiment(name: str, knob_overrides: Sequence[str]) -> Any:
+    """The experiment instance for ``name`` with ``KNOB=VALUE`` overrides applied."""
+    from paxlite import base_experiment, experiment_registry
+
+    cls = experiment_registry.get(name)
+    cls = base_experiment.apply_knob_overrides(cls, list(knob_overrides))
+    return cls()
+
+
+def resolve_configs(experiment: Any, fdl_sets: Sequence[str], fiddlers: Sequence[str]):
+    """``(task_cfg, dataset_cfgs)`` with fiddlers and path overrides applied."""
+    from praxis_lite.py_utils import NestedMap
+
+    root = NestedMap(task=experiment.task(), datasets=list(experiment.datasets()))
+    for name in fiddlers:
+        _find_fiddler(experiment, name)(root.task)
+    for assignment in fdl_sets:
+        if "=" not in assignment:
+            raise UsageError(f"--fdl_set expects PATH=VALUE, got {assignment!r}.")
+        path = assignment.split("=", 1)[0]
+        if not path.startswith(("task", "datasets")):
+            raise UsageError(
+                f"--fdl_set path {path!r} must start with 'task.' or 'datasets[i].', "
+                "e.g. task.learner.optimizer.learning_rate=0.01."
+            )
+        try:
+            fdl_flag_utils.set_value(root, assignment)
+        except ValueError as e:
+            cause = f" {e.__cause__}" if e.__cause__ else ""
+            raise UsageError(f"--fdl_set {assignment}: {e}{cause}") from None
+    return root.task, root.datasets
+
+
+def _find_fiddler(experiment: Any, name: str):
+    module = sys.modules[type(experiment).__module__]
+    if hasattr(module, name):
+        return getattr(module, name)
+    if "." in name:
+        mod_name, fn_name = name.rsplit(".", 1)
+        try:
+            return getattr(importlib.import_module(mod_name), fn_name)
+        except (ImportError, AttributeError) as e:
+            raise UsageError(f"--fiddler {name}: {e}") from None
+    raise UsageError(
+        f"--fiddler {name}: no function {name!r} in {module.__name__}; pass a dotted path."
+    )
+
+
+def write_config(job_log_dir: pathlib.Path, experiment: Any, task_cfg: Any, datasets: Any) -> str:
+    """Writes config.txt (readable) and config.json (Fiddle JSON) into the job dir."""
+    from paxlite import base_experiment
+    from praxis_lite import config as config_lib
+
+    text = format_config(experiment, task_cfg, datasets)
+    job_log_dir.mkdir(parents=True, exist_ok=True)
+    (job_log_dir / "config.txt").write_text(text)
+    (job_log_dir / "config.json").write_text(
+        config_lib.to_json({"task": task_cfg, "datasets": list(datasets)})
+    )
+    del base_experiment
+    return text
+
+
+def format_config(experiment: Any, task_cfg: Any, datasets: Any) -> str:
+    from fiddle import printing
+
+    from paxlite import base_experiment
+
+    cls = type(experiment)
+    lines = [f"# Experiment {cls.__module__}.{cls.__qualname__}", "", "## Knobs"]
+    lines.append(base_experiment.format_knobs(cls))
+    lines += ["", "## Task (Fiddle paths)", printing.as_str_flattened(task_cfg)]
+    for i, cfg in enumerate(datasets):
+        lines += ["", f"## datasets[{i}]", printing.as_str_flattened(cfg)]
+    return "\n".join(lines) + "\n"
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
+    if not FLAGS.exp:
+        raise app.UsageError("--exp is required (e.g. --exp=tasks.lm.synthetic.LmSyntheticTiny).")
+    from paxlite import train
+    from paxlite.base_experiment import KnobError
+    from paxlite.experiment_registry import ExperimentRegistryError
+    from paxlite.mesh import MeshShapeError
+
+    try:
+        experiment = resolve_experiment(FLAGS.exp, FLAGS.set)
+        task_cfg, dataset_cfgs = resolve_configs(experiment, FLAGS.fdl_set, FLAGS.fiddler)
+        if FLAGS.print_config:
+            print(format_config(experiment, task_cfg, dataset_cfgs))
+            return
+        if not FLAGS.job_log_dir:
+            raise UsageError("--job_log_dir is required (where checkpoints and summaries go).")
+        job_log_dir = pathlib.Path(FLAGS.job_log_dir)
+        job = train.build_job(experiment, task_cfg, dataset_cfgs, job_log_dir)
+    except (
+        UsageError,
+        KnobError,
+        ExperimentRegistryError,
+        MeshShapeError,
+        AttributeError,
+        TypeError,
+        ValueError,
+    ) as e:
+        print(f"paxlite: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    write_config(job_log_dir, experiment, task_cfg, dataset_cfgs)
+    try:
+        train.run(job, train.Mode(FLAGS.mode))
+    except (train.BatchSizeError, FileNotFoundError) as e:
+        print(f"paxlite: error: {e}", file=sys.stderr)
+        sys.exit(2)
+
+
+def run() -> None:
+    """Console-script entry point."""
+    app.run(main)
+
+
+if __name__ == "__main__":
+    if __package__ in (None, ""):  # Run as a file: make the repo importable.
+        sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
+    run()

@@ -1,0 +1,82 @@
+"""The device mesh from an experiment's ICI/DCN mesh shapes."""
+
+from __future__ import annotations
+
+import math
+from collections.abc import Sequence
+
+import jax
+import numpy as np
+from jax.experimental import mesh_utils
+from jax.sharding import Mesh
+
+
+class MeshShapeError(ValueError):
+    """The mesh shape does not fit the devices of this job."""
+
+
+def create_mesh(
+    ici_mesh_shape: Sequence[int],
+    dcn_mesh_shape: Sequence[int] | None,
+    axis_names: Sequence[str],
+    devices: Sequence[jax.Device] | None = None,
+) -> Mesh:
+    """A ``Mesh`` whose axis ``i`` has ``ici[i] * dcn[i]`` devices.
+
+    Args:
+      ici_mesh_shape: devices per axis within one slice (over ICI).
+      dcn_mesh_shape: slices per axis (over DCN); ``None`` for one slice.
+      axis_names: one name per axis, e.g. ``('replica', 'data', 'mdl')``.
+      devices: defaults to ``jax.devices()``.
+
+    Raises:
+      MeshShapeError: lengths differ, or the product is not the device count.
+    """
+    devices = list(jax.devices() if devices is None else devices)
+    ici = tuple(ici_mesh_shape)
+    dcn = tuple(dcn_mesh_shape) if dcn_mesh_shape is not None else (1,) * len(ici)
+    if not (len(ici) == len(dcn) == len(axis_names)):
+        raise MeshShapeError(
+            f"ICI_MESH_SHAPE {ici}, DCN_MESH_SHAPE {dcn} and MESH_AXIS_NAMES "
+            f"{tuple(axis_names)} must have the same length."
+        )
+    wanted = math.prod(ici) * math.prod(dcn)
+    if wanted != len(devices):
+        raise MeshShapeError(
+            f"ICI_MESH_SHAPE {ici} x DCN_MESH_SHAPE {dcn} needs {wanted} devices, but this job "
+            f"has {len(devices)} ({devices[0].platform}). Set the mesh shapes so their product is "
+            f"{len(devices)}, e.g. --set ICI_MESH_SHAPE={_suggest(ici, len(devices))}."
+        )
+    num_slices = math.prod(dcn)
+    if num_slices == 1:
+        array = mesh_utils.create_device_mesh(ici, devices, allow_split_physical_axes=True)
+    else:
+        array = _hybrid_device_array(ici, dcn, devices)
+    return Mesh(array, tuple(axis_names))
+
+
+def _hybrid_device_array(ici: tuple[int, ...], dcn: tuple[int, ...], devices) -> np.ndarray:
+    """Slices become contiguous blocks: axis i = dcn[i] blocks of ici[i] devices."""
+    by_slice: dict[int, list[jax.Device]] = {}
+    if len({getattr(d, "slice_index", 0) for d in devices}) > 1:
+        for d in devices:
+            by_slice.setdefault(d.slice_index, []).append(d)
+        granules = [by_slice[k] for k in sorted(by_slice)]
+    elif jax.process_count() > 1 and jax.process_count() == math.prod(dcn):
+        for d in devices:
+            by_slice.setdefault(d.process_index, []).append(d)
+        granules = [by_slice[k] for k in sorted(by_slice)]
+    else:  # One process with fake devices: split them in order.
+        per_slice = len(devices) // math.prod(dcn)
+        granules = [devices[i * per_slice : (i + 1) * per_slice] for i in range(math.prod(dcn))]
+    blocks = np.empty(dcn, dtype=object)
+    for idx, granule in zip(np.ndindex(*dcn), granules, strict=True):
+        blocks[idx] = mesh_utils.create_device_mesh(ici, granule, allow_split_physical_axes=True)
+    return np.block(blocks.tolist())
+
+
+def _suggest(ici: tuple[int, ...], count: int) -> str:
+    """``(1, count, 1)``-style suggestion in the same rank as ``ici``."""
+    shape = [1] * len(ici)
+    shape[min(1, len(ici) - 1)] = count
+    return ",".join(str(s) for s in shape)

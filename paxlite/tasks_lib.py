@@ -1,0 +1,52 @@
+"""What a task trains: the model, the learner, and the step/interval settings."""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from praxis_lite.optimizers import BaseOptimizer
+
+
+@dataclasses.dataclass(frozen=True)
+class Learner:
+    """How parameters are updated.
+
+    Attributes:
+      optimizer: the optimizer (learning rate, schedule, clipping, weight decay).
+      loss_name: the model-output key minimized (``total_loss`` for TransformerLm).
+    """
+
+    optimizer: BaseOptimizer
+    loss_name: str = "total_loss"
+
+
+@dataclasses.dataclass(frozen=True)
+class SingleTask:
+    """One model trained by one learner (Pax's ``SingleTask``).
+
+    Attributes:
+      model: a layer config (e.g. ``TransformerLm.HParams.config(...)``); it is
+        built by the trainer, so it stays a config here.
+      learner: see :class:`Learner`.
+      num_train_steps: train until this global step.
+      save_interval_steps: checkpoint every this many steps (and at the end).
+      summary_interval_steps: write TensorBoard scalars and a console line.
+      eval_interval_steps: run the eval inputs every this many steps (0 = only at end).
+      max_to_keep: checkpoints kept on disk (oldest deleted first).
+    """
+
+    model: Any
+    learner: Learner
+    num_train_steps: int = 1000
+    save_interval_steps: int = 100
+    summary_interval_steps: int = 10
+    eval_interval_steps: int = 0
+    max_to_keep: int = 3
+
+    def __post_init__(self) -> None:
+        for name in ("num_train_steps", "save_interval_steps", "summary_interval_steps"):
+            if getattr(self, name) <= 0:
+                raise ValueError(f"SingleTask.{name} must be > 0, got {getattr(self, name)}.")
+        if self.eval_interval_steps < 0 or self.max_to_keep <= 0:
+            raise ValueError("SingleTask.eval_interval_steps must be >= 0 and max_to_keep > 0.")

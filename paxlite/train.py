@@ -1,0 +1,216 @@
+"""The training loop: sharded init or restore, jitted steps, checkpoints, summaries, eval."""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+import math
+import pathlib
+from typing import Any
+
+import flax.linen as nn
+import jax
+import numpy as np
+from jax.sharding import Mesh, NamedSharding, PartitionSpec
+
+from paxlite import checkpoints, eval_lib, summaries, trainer_lib
+from paxlite.base_experiment import BaseExperiment
+from paxlite.mesh import create_mesh
+from paxlite.tasks_lib import SingleTask
+from praxis_lite import config as config_lib
+from praxis_lite.base_input import BaseInput
+from praxis_lite.py_utils import NestedMap
+from praxis_lite.sharding import BATCH, filter_rules_for_mesh, logical_shardings, strip_boxes
+
+
+class Mode(enum.Enum):
+    TRAIN = "train"
+    EVAL = "eval"
+    TRAIN_AND_EVAL = "train_and_eval"
+
+
+class BatchSizeError(ValueError):
+    """The global batch does not split evenly over the data-parallel devices."""
+
+
+@dataclasses.dataclass
+class Job:
+    """Everything built from an experiment before the loop runs."""
+
+    experiment: BaseExperiment
+    task: SingleTask
+    mesh: Mesh
+    rules: Any
+    train_input: BaseInput
+    eval_inputs: list[BaseInput]
+    job_log_dir: pathlib.Path
+
+
+def build_job(
+    experiment: BaseExperiment, task_cfg: Any, dataset_cfgs: list[Any], job_log_dir: pathlib.Path
+) -> Job:
+    """Builds the mesh, the task and the inputs (validating shapes before any compile)."""
+    mesh = create_mesh(
+        experiment.ICI_MESH_SHAPE, experiment.DCN_MESH_SHAPE, experiment.MESH_AXIS_NAMES
+    )
+    task = config_lib.instantiate(task_cfg)
+    inputs = [config_lib.instantiate(cfg) for cfg in dataset_cfgs]
+    train_inputs = [i for i in inputs if i.is_training]
+    if len(train_inputs) != 1:
+        raise ValueError(
+            "datasets() must return exactly one input with is_training=True, "
+            f"got {len(train_inputs)}."
+        )
+    return Job(
+        experiment=experiment,
+        task=task,
+        mesh=mesh,
+        rules=filter_rules_for_mesh(experiment.logical_axis_rules(), mesh),
+        train_input=train_inputs[0],
+        eval_inputs=[i for i in inputs if not i.is_training],
+        job_log_dir=job_log_dir,
+    )
+
+
+def _batch_sharding(job: Job) -> NamedSharding:
+    spec = nn.logical_to_mesh_axes((BATCH,), job.rules)
+    return NamedSharding(job.mesh, PartitionSpec(*spec))
+
+
+def _check_batch(job: Job, sharding: NamedSharding, inp: BaseInput) -> None:
+    axes = sharding.spec[0]
+    axes = (axes,) if isinstance(axes, str) else (axes or ())
+    ways = math.prod(job.mesh.shape[a] for a in axes)
+    global_batch = inp.batch_size * jax.process_count()
+    if global_batch % ways:
+        raise BatchSizeError(
+            f"Input '{inp.name}': global batch {global_batch} is not divisible by the "
+            f"{ways} data-parallel shards of mesh axes {axes} ({dict(job.mesh.shape)}). "
+            "Change PERCORE_BATCH_SIZE or the mesh shapes so the batch splits evenly."
+        )
+
+
+def _to_global(batch: NestedMap, sharding: NamedSharding) -> NestedMap:
+    """Host-local numpy batch -> global jax.Arrays sharded over the batch axis."""
+
+    def put(x: np.ndarray) -> jax.Array:
+        spec = PartitionSpec(sharding.spec[0], *([None] * (x.ndim - 1)))
+        return jax.make_array_from_process_local_data(NamedSharding(sharding.mesh, spec), x)
+
+    return jax.tree_util.tree_map(put, batch)
+
+
+def _per_device_mib(tree: Any) -> float:
+    total = 0
+    for leaf in jax.tree_util.tree_leaves(tree):
+        shards = leaf.addressable_shards
+        total += shards[0].data.nbytes if shards else 0
+    return total / 2**20
+
+
+def run(job: Job, mode: Mode) -> dict[str, Any]:
+    """Trains and/or evaluates; returns the last train and eval metrics."""
+    task, mesh = job.task, job.mesh
+    batch_sharding = _batch_sharding(job)
+    for inp in [job.train_input, *job.eval_inputs]:
+        _check_batch(job, batch_sharding, inp)
+    sample = job.train_input.get_next()
+    job.train_input.reset()
+    key = jax.random.key(job.experiment.SEED)
+    init_key, train_key = jax.random.split(key)
+
+    with jax.set_mesh(mesh), nn.logical_axis_rules(job.rules):
+        global_sample = _to_global(sample, batch_sharding)
+        init_fn = trainer_lib.make_init_fn(task, global_sample)
+        abstract_boxed = jax.eval_shape(init_fn, init_key)
+        state_shardings = strip_boxes(logical_shardings(abstract_boxed, mesh, job.rules))
+        abstract_state = checkpoints.abstract_like(strip_boxes(abstract_boxed), state_shardings)
+
+        ckpt = checkpoints.Checkpointer(job.job_log_dir, max_to_keep=task.max_to_keep)
+        latest = ckpt.latest_step()
+        if latest is not None:
+            state, input_state = ckpt.restore(latest, abstract_state)
+            job.train_input.set_state(input_state)
+            summaries.log(f"Restored checkpoint at step {latest} from {ckpt.directory}")
+        elif mode is Mode.EVAL:
+            raise FileNotFoundError(
+                f"--mode=eval needs a checkpoint, but {ckpt.directory} has none; train first."
+            )
+        else:
+            init = jax.jit(lambda k: nn.unbox(init_fn(k)), out_shardings=state_shardings)
+            state = init(init_key)
+
+        num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
+        summaries.log(
+            f"Mesh {dict(mesh.shape)} on {jax.device_count()} {jax.devices()[0].platform} "
+            f"devices ({jax.process_count()} processes); {num_params:,} parameters; per device: "
+            f"params {_per_device_mib(state.params):.2f} MiB, optimizer state "
+            f"{_per_device_mib(state.opt_state):.2f} MiB"
+        )
+
+        replicated = NamedSharding(mesh, PartitionSpec())
+        train_step = jax.jit(
+            trainer_lib.make_train_step(task),
+            in_shardings=(state_shardings, batch_sharding, replicated),
+            out_shardings=(state_shardings, replicated),
+            donate_argnums=(0,),
+        )
+        eval_step = jax.jit(
+            trainer_lib.make_eval_step(task),
+            in_shardings=(state_shardings.params, batch_sharding),
+            out_shardings=replicated,
+        )
+        to_global = lambda b: _to_global(b, batch_sharding)  # noqa: E731
+        train_writer = summaries.create_writer(job.job_log_dir, "train")
+        eval_writers = {
+            i.name: summaries.create_writer(job.job_log_dir, f"eval_{i.name}")
+            for i in job.eval_inputs
+        }
+
+        def evaluate(step: int) -> dict[str, dict[str, float]]:
+            results = {}
+            for inp in job.eval_inputs:
+                metrics = eval_lib.run_eval_pass(eval_step, state.params, inp, to_global)
+                summaries.write_scalars(eval_writers[inp.name], step, f"eval_{inp.name}", metrics)
+                summaries.log(
+                    f"eval '{inp.name}' at step {step}: loss {metrics['loss']:.4f}, "
+                    f"accuracy {metrics['accuracy']:.4f} over {int(metrics['num_batches'])} batches"
+                )
+                results[inp.name] = metrics
+            return results
+
+        step = int(state.step)
+        result: dict[str, Any] = {"train": {}, "eval": {}}
+        if mode is Mode.EVAL:
+            result["eval"] = evaluate(step)
+            ckpt.close()
+            return result
+
+        progress = summaries.Progress(step, task.num_train_steps)
+        if step >= task.num_train_steps:
+            summaries.log(f"Already at step {step} >= num_train_steps; nothing to train.")
+        while step < task.num_train_steps:
+            batch = to_global(job.train_input.get_next())
+            state, metrics = train_step(state, batch, train_key)
+            step += 1
+            if step % task.summary_interval_steps == 0 or step == task.num_train_steps:
+                scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
+                scalars.update(progress.report(step, tokens_per_step=scalars["num_tokens"]))
+                summaries.write_scalars(train_writer, step, "train", scalars)
+                summaries.log(progress.line(step, scalars["loss"], scalars))
+                result["train"] = scalars
+            if step % task.save_interval_steps == 0 or step == task.num_train_steps:
+                ckpt.save(step, state, job.train_input.get_state())
+            if (
+                mode is Mode.TRAIN_AND_EVAL
+                and job.eval_inputs
+                and (
+                    (task.eval_interval_steps and step % task.eval_interval_steps == 0)
+                    or step == task.num_train_steps
+                )
+            ):
+                result["eval"] = evaluate(step)
+        ckpt.wait()
+        ckpt.close()
+        result["state"] = state
+        return result

@@ -1,0 +1,107 @@
+"""Pure builders of the init, train and eval step functions (no I/O, no loop).
+
+Shapes: batches are NestedMaps of ``[global_batch, ...]`` arrays.
+"""
+
+from __future__ import annotations
+
+from collections.abc import Callable
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import optax
+
+from paxlite.tasks_lib import SingleTask
+from paxlite.train_state import TrainState
+from praxis_lite.base_layer import AUX_LOSS, SUMMARIES, summaries_and_aux_losses
+from praxis_lite.py_utils import NestedMap
+
+Metrics = dict[str, jax.Array]
+
+
+def make_init_fn(task: SingleTask, sample_batch: NestedMap) -> Callable[[jax.Array], TrainState]:
+    """``init(key) -> TrainState`` with boxed (logically named) params and opt state.
+
+    The optimizer state is initialized from the boxed params, so its per-param
+    moments carry the same logical axis names and shard like the params.
+    """
+    tx = task.learner.optimizer.make()
+
+    def init(key: jax.Array) -> TrainState:
+        variables = task.model.init({"params": key, "dropout": key}, sample_batch)
+        params = variables["params"]
+        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+
+    return init
+
+
+def make_train_step(
+    task: SingleTask,
+) -> Callable[[TrainState, NestedMap, jax.Array], tuple[TrainState, Metrics]]:
+    """``train_step(state, batch, key) -> (new_state, metrics)``.
+
+    The dropout RNG is ``fold_in(key, step)``, so a run is a pure function of the
+    seed and the data: a resumed run takes the same steps as an uninterrupted one.
+    Metrics: loss, accuracy, log_pplx, grad_norm, learning_rate, num_tokens, aux_loss.
+    """
+    model = task.model
+    optimizer = task.learner.optimizer
+    tx = optimizer.make()
+    loss_name = task.learner.loss_name
+
+    def loss_fn(params, batch, key):
+        out, mutables = model.apply(
+            {"params": params},
+            batch,
+            train=True,
+            rngs={"dropout": key},
+            mutable=[SUMMARIES, AUX_LOSS],
+        )
+        _, aux_loss = summaries_and_aux_losses(mutables)
+        return out[loss_name] + aux_loss, (out, aux_loss)
+
+    def train_step(state: TrainState, batch: NestedMap, key: jax.Array):
+        step_key = jax.random.fold_in(key, state.step)
+        grads, (out, aux_loss) = jax.grad(loss_fn, has_aux=True)(state.params, batch, step_key)
+        updates, opt_state = tx.update(grads, state.opt_state, state.params)
+        params = optax.apply_updates(state.params, updates)
+        metrics = {
+            "loss": out[loss_name],
+            "accuracy": out.get("accuracy", jnp.zeros(())),
+            "log_pplx": out.get("log_pplx", jnp.zeros(())),
+            "num_tokens": out.get("num_tokens", jnp.zeros(())),
+            "aux_loss": aux_loss,
+            "grad_norm": optax.global_norm(grads),
+            "learning_rate": optimizer.learning_rate_at(state.step),
+        }
+        new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
+        return new_state, metrics
+
+    return train_step
+
+
+def make_eval_step(task: SingleTask) -> Callable[[Any, NestedMap], Metrics]:
+    """``eval_step(params, batch) -> sums``: weighted sums to average over batches.
+
+    Returns ``loss_sum``, ``correct_sum`` (accuracy x weight), ``weight_sum``.
+    """
+    model = task.model
+    loss_name = task.learner.loss_name
+
+    def eval_step(params: Any, batch: NestedMap) -> Metrics:
+        out = model.apply({"params": params}, batch, train=False)
+        weight = out.get("num_tokens", jnp.ones(()))
+        return {
+            "loss_sum": out[loss_name] * weight,
+            "correct_sum": out.get("accuracy", jnp.zeros(())) * weight,
+            "weight_sum": weight,
+        }
+
+    return eval_step
+
+
+def unbox(tree: Any) -> Any:
+    """Strips flax's logical-partitioning boxes."""
+    return nn.unbox(tree)

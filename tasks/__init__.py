@@ -1,0 +1,1 @@
+"""Registered experiments (Pax's names and sizes, plus tiny CPU ones)."""

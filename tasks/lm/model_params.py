@@ -1,0 +1,144 @@
+"""Pure builders: knob values in, Fiddle configs out (no experiment classes here)."""
+
+from __future__ import annotations
+
+import enum
+
+import jax.numpy as jnp
+
+from paxlite.tasks_lib import Learner, SingleTask
+from praxis_lite import config as config_lib
+from praxis_lite import optimizers, schedules
+from praxis_lite.layers import activations
+from praxis_lite.layers.embedding_softmax import RotaryPositionalEmbedding, SharedEmbeddingSoftmax
+from praxis_lite.layers.normalizations import LayerNorm, RmsNorm
+from praxis_lite.layers.repeats import RematPolicy, StackedTransformerRepeated
+from praxis_lite.layers.transformer_models import TransformerLm
+from praxis_lite.layers.transformers import StackedTransformer
+from praxis_lite.models import LanguageModel
+
+
+class Activation(enum.Enum):
+    """Feed-forward activation choices (with USE_GATED_ACTIVATION: GLU variants)."""
+
+    RELU = activations.ReLU
+    GELU = activations.GELU
+    SILU = activations.SiLU
+
+
+class Norm(enum.Enum):
+    """Normalization choices."""
+
+    LAYER_NORM = LayerNorm
+    RMS_NORM = RmsNorm
+
+
+def transformer_lm(
+    *,
+    num_layers: int,
+    model_dims: int,
+    hidden_dims: int,
+    num_heads: int,
+    vocab_size: int,
+    num_kv_heads: int | None = None,
+    dims_per_head: int | None = None,
+    activation: Activation = Activation.RELU,
+    use_gated_activation: bool = False,
+    norm: Norm = Norm.LAYER_NORM,
+    use_rotary_position_emb: bool = True,
+    use_bias: bool = True,
+    use_repeated_layer: bool = False,
+    remat_policy: RematPolicy = RematPolicy.SAVE_NOTHING,
+    dropout_prob: float = 0.0,
+    soft_cap_logits: float = 0.0,
+    z_loss_weight: float = 0.0,
+    fprop_dtype=jnp.float32,
+) -> config_lib.Config:
+    """A ``LanguageModel`` config around a decoder-only ``TransformerLm``."""
+    lm = TransformerLm.HParams.config(model_dims=model_dims, vocab_size=vocab_size)
+    lm.softmax_tpl = SharedEmbeddingSoftmax.HParams.config(
+        soft_cap_logits=soft_cap_logits, z_loss_weight=z_loss_weight
+    )
+    lm.final_ln_tpl = norm.value.HParams.config()
+    if use_repeated_layer:
+        stack = StackedTransformerRepeated.HParams.config(
+            num_layers=num_layers, remat_policy=remat_policy
+        )
+    else:
+        stack = StackedTransformer.HParams.config(num_layers=num_layers)
+    block = stack.block_tpl
+    block.input_dims, block.hidden_dims = model_dims, hidden_dims
+    block.num_heads, block.num_kv_heads, block.dim_per_head = num_heads, num_kv_heads, dims_per_head
+    block.residual_dropout_prob = dropout_prob
+    block.ln_tpl = norm.value.HParams.config()
+    block.tr_atten_tpl.use_bias = use_bias
+    block.tr_atten_tpl.atten_dropout_prob = dropout_prob
+    if use_rotary_position_emb:
+        block.tr_atten_tpl.rotary_tpl = RotaryPositionalEmbedding.HParams.config()
+    ff = block.tr_fflayer_tpl
+    ff.has_bias = use_bias
+    ff.use_gated_activation = use_gated_activation
+    ff.activation_tpl = activation.value.HParams.config()
+    ff.ln_tpl = norm.value.HParams.config()
+    ff.relu_dropout_prob = dropout_prob
+    lm.stacked_transformer_tpl = stack
+    model = LanguageModel.HParams.config(lm_tpl=lm)
+    return config_lib.set_dtypes(model, fprop_dtype=fprop_dtype)
+
+
+def adam_learner(
+    *,
+    learning_rate: float,
+    weight_decay: float = 0.0,
+    beta1: float = 0.9,
+    beta2: float = 0.99,
+    epsilon: float = 1e-8,
+    clip_gradient_norm_to_value: float = 1.0,
+    warmup_steps: int = 0,
+    decay_start: int = 1,
+    decay_end: int = 2,
+    min_ratio: float = 1.0,
+) -> config_lib.Config:
+    """Adam(W) with linear warmup then cosine decay to ``min_ratio`` (1.0 = no decay)."""
+    schedule = config_lib.Config(
+        schedules.LinearRampupCosineDecay,
+        warmup_steps=warmup_steps,
+        decay_start=max(decay_start, warmup_steps),
+        decay_end=max(decay_end, max(decay_start, warmup_steps) + 1),
+        min_ratio=min_ratio,
+        max=1.0,
+    )
+    optimizer = config_lib.Config(
+        optimizers.Adam,
+        learning_rate=learning_rate,
+        beta1=beta1,
+        beta2=beta2,
+        epsilon=epsilon,
+        weight_decay=weight_decay,
+        clip_gradient_norm_to_value=clip_gradient_norm_to_value,
+        lr_schedule=schedule,
+    )
+    return config_lib.Config(Learner, optimizer=optimizer)
+
+
+def single_task(
+    model: config_lib.Config,
+    learner: config_lib.Config,
+    *,
+    num_train_steps: int,
+    save_interval_steps: int,
+    summary_interval_steps: int,
+    eval_interval_steps: int,
+    max_to_keep: int,
+) -> config_lib.Config:
+    """A ``SingleTask`` config."""
+    return config_lib.Config(
+        SingleTask,
+        model=model,
+        learner=learner,
+        num_train_steps=num_train_steps,
+        save_interval_steps=save_interval_steps,
+        summary_interval_steps=summary_interval_steps,
+        eval_interval_steps=eval_interval_steps,
+        max_to_keep=max_to_keep,
+    )

@@ -10,6 +10,7 @@ Flags:
   --fiddler NAME    call NAME(task_config) to edit the config; NAME is a function
                     of the experiment's module or a dotted path.
   --print_config    print the resolved knobs and configs, then exit.
+  --stop_at_step N  stop (with a checkpoint) at step N; re-running resumes.
 Re-running with the same --job_log_dir resumes from the latest checkpoint.
 """
 
@@ -33,6 +34,12 @@ flags.DEFINE_string("job_log_dir", None, "Directory for checkpoints, summaries a
 flags.DEFINE_enum("mode", "train", ["train", "eval", "train_and_eval"], "What to run.")
 flags.DEFINE_multi_string("set", [], "KNOB=VALUE override of an UPPERCASE experiment knob.")
 flags.DEFINE_bool("print_config", False, "Print the resolved configuration and exit.")
+flags.DEFINE_integer(
+    "stop_at_step",
+    None,
+    "Stop this run at this step (with a checkpoint) even if num_train_steps is later; "
+    "re-running the command resumes. For staged runs and preemption drills.",
+)
 
 
 class UsageError(Exception):
@@ -149,7 +156,7 @@ def main(argv: Sequence[str]) -> None:
         sys.exit(2)
     write_config(job_log_dir, experiment, task_cfg, dataset_cfgs)
     try:
-        train.run(job, train.Mode(FLAGS.mode))
+        train.run(job, train.Mode(FLAGS.mode), stop_at_step=FLAGS.stop_at_step)
     except (train.BatchSizeError, FileNotFoundError) as e:
         print(f"paxlite: error: {e}", file=sys.stderr)
         sys.exit(2)

@@ -108,8 +108,12 @@ def _per_device_mib(tree: Any) -> float:
     return total / 2**20
 
 
-def run(job: Job, mode: Mode) -> dict[str, Any]:
-    """Trains and/or evaluates; returns the last train and eval metrics."""
+def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]:
+    """Trains and/or evaluates; returns the last train and eval metrics.
+
+    ``stop_at_step`` ends training early at that step (checkpointed), as if the
+    job had been preempted there; running again resumes to ``num_train_steps``.
+    """
     task, mesh = job.task, job.mesh
     batch_sharding = _batch_sharding(job)
     for inp in [job.train_input, *job.eval_inputs]:
@@ -189,7 +193,8 @@ def run(job: Job, mode: Mode) -> dict[str, Any]:
         progress = summaries.Progress(step, task.num_train_steps)
         if step >= task.num_train_steps:
             summaries.log(f"Already at step {step} >= num_train_steps; nothing to train.")
-        while step < task.num_train_steps:
+        last_step = min(task.num_train_steps, stop_at_step or task.num_train_steps)
+        while step < last_step:
             batch = to_global(job.train_input.get_next())
             state, metrics = train_step(state, batch, train_key)
             step += 1
@@ -199,7 +204,7 @@ def run(job: Job, mode: Mode) -> dict[str, Any]:
                 summaries.write_scalars(train_writer, step, "train", scalars)
                 summaries.log(progress.line(step, scalars["loss"], scalars))
                 result["train"] = scalars
-            if step % task.save_interval_steps == 0 or step == task.num_train_steps:
+            if step % task.save_interval_steps == 0 or step == last_step:
                 ckpt.save(step, state, job.train_input.get_state())
             if (
                 mode is Mode.TRAIN_AND_EVAL

@@ -1,0 +1,157 @@
+"""main.py end to end in subprocesses: TensorBoard events, orbax checkpoints, resume, errors."""
+
+import os
+import pathlib
+import subprocess
+import sys
+
+import numpy as np
+import orbax.checkpoint as ocp
+import pytest
+from tensorboard.backend.event_processing import event_accumulator
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXP = "tasks.lm.synthetic.LmSyntheticTiny"
+SHORT = [
+    "--set=NUM_TRAIN_STEPS=60",
+    "--set=SUMMARY_INTERVAL_STEPS=10",
+    "--set=SAVE_INTERVAL_STEPS=20",
+    "--set=EVAL_INTERVAL_STEPS=30",
+]
+
+
+def run_main(*args: str, devices: int = 1, timeout: int = 300) -> subprocess.CompletedProcess:
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["JAX_PLATFORMS"] = "cpu"
+    return subprocess.run(
+        [sys.executable, "-m", "paxlite.main", f"--exp={EXP}", *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def scalar_series(logdir: pathlib.Path, tag: str) -> list[tuple[int, float]]:
+    acc = event_accumulator.EventAccumulator(str(logdir), size_guidance={"tensors": 0})
+    acc.Reload()
+    return [
+        (e.step, float(np.asarray(__import__("tensorflow").make_ndarray(e.tensor_proto))))
+        for e in acc.Tensors(tag)
+    ]
+
+
+def restore_params(job_dir: pathlib.Path, step: int):
+    path = job_dir / "checkpoints" / str(step) / "state"
+    restored = ocp.StandardCheckpointer().restore(path)
+    return restored["params"]
+
+
+def test_train_and_eval_end_to_end(tmp_path):
+    job = tmp_path / "job"
+    proc = run_main(f"--job_log_dir={job}", "--mode=train_and_eval", *SHORT)
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "step      60/60" in proc.stdout and "tokens/s" in proc.stdout
+
+    losses = scalar_series(job / "summaries" / "train", "train/loss")
+    assert [s for s, _ in losses] == [10, 20, 30, 40, 50, 60]
+    assert losses[-1][1] < 0.5 * losses[0][1]
+    assert losses[-1][1] < np.log(64) / 2
+    for tag in (
+        "train/accuracy",
+        "train/learning_rate",
+        "train/grad_norm",
+        "train/steps_per_sec",
+        "train/tokens_per_sec",
+    ):
+        assert len(scalar_series(job / "summaries" / "train", tag)) == 6
+    evals = scalar_series(job / "summaries" / "eval_test", "eval_test/loss")
+    assert [s for s, _ in evals] == [30, 60]
+
+    # max_to_keep=2 of saves at 20, 40, 60 (async, then finalized).
+    steps = sorted(int(p.name) for p in (job / "checkpoints").iterdir() if p.name.isdigit())
+    assert steps == [40, 60]
+    assert (job / "config.txt").read_text().count("NUM_TRAIN_STEPS: int = 60") == 1
+    assert (
+        '"__fn_or_cls__"' in (job / "config.json").read_text()
+        or "SingleTask" in (job / "config.json").read_text()
+    )
+
+    # Same command again: restores step 60 and has nothing left to train.
+    again = run_main(f"--job_log_dir={job}", "--mode=train_and_eval", *SHORT)
+    assert again.returncode == 0, again.stderr[-3000:]
+    assert "Restored checkpoint at step 60" in again.stdout
+
+
+def test_resumed_run_ends_with_the_same_parameters(tmp_path):
+    straight, staged = tmp_path / "straight", tmp_path / "staged"
+    full = run_main(f"--job_log_dir={straight}", *SHORT, "--set=DROPOUT_PROB=0.1")
+    assert full.returncode == 0, full.stderr[-3000:]
+    part = run_main(
+        f"--job_log_dir={staged}", *SHORT, "--set=DROPOUT_PROB=0.1", "--stop_at_step=25"
+    )
+    assert part.returncode == 0, part.stderr[-3000:]
+    assert "step      60/60" not in part.stdout
+    rest = run_main(f"--job_log_dir={staged}", *SHORT, "--set=DROPOUT_PROB=0.1")
+    assert rest.returncode == 0, rest.stderr[-3000:]
+    assert "Restored checkpoint at step 25" in rest.stdout
+
+    a, b = restore_params(straight, 60), restore_params(staged, 60)
+    leaves_a = __import__("jax").tree_util.tree_leaves(a)
+    leaves_b = __import__("jax").tree_util.tree_leaves(b)
+    assert len(leaves_a) == len(leaves_b) > 0
+    for x, y in zip(leaves_a, leaves_b, strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+@pytest.mark.parametrize(
+    "args, message",
+    [
+        (["--set=NUM_LAYERS=two"], "NUM_LAYERS"),
+        (["--set=NUM_LAYRES=3"], "NUM_LAYERS"),
+        (["--set=NUM_LAYERS"], "KNOB=VALUE"),
+        (["--set=ICI_MESH_SHAPE=1,2,1"], "needs 2 devices"),
+        (["--fdl_set=task.learner.optimizer.learning_rat=0.1"], "learning_rate"),
+    ],
+)
+def test_bad_command_lines_fail_clearly_and_write_nothing(tmp_path, args, message):
+    job = tmp_path / "job"
+    proc = run_main(f"--job_log_dir={job}", *args)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert message in proc.stderr
+    assert "Traceback" not in proc.stderr
+    assert not job.exists()
+
+
+def test_unknown_experiment_lists_candidates(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paxlite.main",
+            "--exp=tasks.lm.synthetic.LmSyntheticTnyi",
+            f"--job_log_dir={tmp_path / 'job'}",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=120,
+        check=False,
+    )
+    assert proc.returncode == 2
+    assert "LmSyntheticTiny" in proc.stderr and "Traceback" not in proc.stderr
+
+
+def test_print_config_shows_knobs_and_paths():
+    proc = run_main(
+        "--print_config", "--set=NUM_LAYERS=3", "--fdl_set=task.learner.optimizer.learning_rate=0.5"
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "NUM_LAYERS: int = 3" in proc.stdout
+    assert "learner.optimizer.learning_rate: float = 0.5" in proc.stdout
+    assert "model.lm_tpl.stacked_transformer_tpl.num_layers" in proc.stdout

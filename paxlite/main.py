@@ -24,6 +24,7 @@ from collections.abc import Sequence
 from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
 from absl import app, flags  # noqa: E402
 from fiddle.absl_flags import utils as fdl_flag_utils  # noqa: E402  (defines --fdl_set, --fiddler)
@@ -157,7 +158,7 @@ def main(argv: Sequence[str]) -> None:
     write_config(job_log_dir, experiment, task_cfg, dataset_cfgs)
     try:
         train.run(job, train.Mode(FLAGS.mode), stop_at_step=FLAGS.stop_at_step)
-    except (train.BatchSizeError, FileNotFoundError) as e:
+    except FileNotFoundError as e:
         print(f"paxlite: error: {e}", file=sys.stderr)
         sys.exit(2)
 

@@ -61,7 +61,7 @@ def build_job(
             "datasets() must return exactly one input with is_training=True, "
             f"got {len(train_inputs)}."
         )
-    return Job(
+    job = Job(
         experiment=experiment,
         task=task,
         mesh=mesh,
@@ -70,6 +70,9 @@ def build_job(
         eval_inputs=[i for i in inputs if not i.is_training],
         job_log_dir=job_log_dir,
     )
+    for inp in [job.train_input, *job.eval_inputs]:
+        _check_batch(job, _batch_sharding(job), inp)
+    return job
 
 
 def _batch_sharding(job: Job) -> NamedSharding:
@@ -116,8 +119,6 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
     """
     task, mesh = job.task, job.mesh
     batch_sharding = _batch_sharding(job)
-    for inp in [job.train_input, *job.eval_inputs]:
-        _check_batch(job, batch_sharding, inp)
     sample = job.train_input.get_next()
     job.train_input.reset()
     key = jax.random.key(job.experiment.SEED)

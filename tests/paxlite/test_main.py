@@ -126,6 +126,19 @@ def test_bad_command_lines_fail_clearly_and_write_nothing(tmp_path, args, messag
     assert not job.exists()
 
 
+def test_batch_not_divisible_by_data_shards_fails_clearly(tmp_path):
+    job = tmp_path / "job"
+    proc = run_main(
+        f"--job_log_dir={job}",
+        "--set=ICI_MESH_SHAPE=1,4,1",
+        "--fdl_set=datasets[0].batch_size=6",
+        devices=4,
+    )
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "global batch 6 is not divisible by the 4 data-parallel shards" in proc.stderr
+    assert not job.exists()
+
+
 def test_unknown_experiment_lists_candidates(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run(

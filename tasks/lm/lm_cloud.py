@@ -109,3 +109,10 @@ class LmCloudSpmd(BaseExperiment):
             eval_interval_steps=self.EVAL_INTERVAL_STEPS,
             max_to_keep=self.MAX_TO_KEEP,
         )
+
+
+def bfloat16_compute(task_cfg: Any) -> None:
+    """Fiddler: float32 weights, bfloat16 compute everywhere in the model."""
+    from praxis_lite import config as config_lib
+
+    config_lib.set_dtypes(task_cfg.model, fprop_dtype=jnp.bfloat16)

@@ -85,6 +85,12 @@ def test_train_and_eval_end_to_end(tmp_path):
     assert again.returncode == 0, again.stderr[-3000:]
     assert "Restored checkpoint at step 60" in again.stdout
 
+    # --mode=eval restores the latest checkpoint and evaluates it once more.
+    evaluated = run_main(f"--job_log_dir={job}", "--mode=eval", *SHORT)
+    assert evaluated.returncode == 0, evaluated.stderr[-3000:]
+    assert "eval 'test' at step 60" in evaluated.stdout
+    assert len(scalar_series(job / "summaries" / "eval_test", "eval_test/loss")) == 3
+
 
 def test_resumed_run_ends_with_the_same_parameters(tmp_path):
     straight, staged = tmp_path / "straight", tmp_path / "staged"
@@ -168,3 +174,13 @@ def test_print_config_shows_knobs_and_paths():
     assert "NUM_LAYERS: int = 3" in proc.stdout
     assert "learner.optimizer.learning_rate: float = 0.5" in proc.stdout
     assert "model.lm_tpl.stacked_transformer_tpl.num_layers" in proc.stdout
+
+
+def test_fiddler_edits_the_task_config():
+    proc = run_main("--print_config", "--fiddler=tasks.lm.lm_cloud.bfloat16_compute")
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert "block_tpl.tr_atten_tpl.fprop_dtype" in proc.stdout
+    lines = [ln for ln in proc.stdout.splitlines() if "tr_atten_tpl.fprop_dtype" in ln]
+    assert lines and all("bfloat16" in ln for ln in lines)
+    bad = run_main("--print_config", "--fiddler=no_such_fiddler")
+    assert bad.returncode == 2 and "no_such_fiddler" in bad.stderr

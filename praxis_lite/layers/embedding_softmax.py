@@ -33,16 +33,22 @@ class Embedding(BaseLayer):
 
     @nn.compact
     def __call__(self, ids: jax.Array) -> jax.Array:
-        emb = self.create_variable(
-            "emb_var",
-            (self.num_classes, self.input_dims),
-            (VOCAB, EMBED),
-            nn.initializers.normal(stddev=1.0 / math.sqrt(self.input_dims)),
-        )
-        out = jnp.take(emb, ids, axis=0)
-        if self.scale_sqrt_depth:
-            out = out * jnp.asarray(math.sqrt(self.input_dims), self.fprop_dtype)
-        return out
+        table = _embedding_table(self, self.num_classes, self.input_dims)
+        return _lookup(table, ids, self.scale_sqrt_depth, self.fprop_dtype)
+
+
+def _embedding_table(layer: BaseLayer, num_classes: int, dims: int) -> jax.Array:
+    """Declares the ``[V, D]`` table ``emb_var`` on ``layer``."""
+    init = nn.initializers.normal(stddev=1.0 / math.sqrt(dims))
+    return layer.create_variable("emb_var", (num_classes, dims), (VOCAB, EMBED), init)
+
+
+def _lookup(table: jax.Array, ids: jax.Array, scale_sqrt_depth: bool, dtype) -> jax.Array:
+    """Rows of ``table [V, D]`` for ``ids [...]`` -> ``[..., D]``, optionally times ``sqrt(D)``."""
+    out = jnp.take(table, ids, axis=0)
+    if scale_sqrt_depth:
+        out = out * jnp.asarray(math.sqrt(table.shape[-1]), dtype)
+    return out
 
 
 def softmax_cross_entropy(
@@ -164,18 +170,10 @@ class SharedEmbeddingSoftmax(_SoftmaxBase):
     scale_sqrt_depth: bool = True
 
     def setup(self) -> None:
-        self.emb_var = self.create_variable(
-            "emb_var",
-            (self.num_classes, self.input_dims),
-            (VOCAB, EMBED),
-            nn.initializers.normal(stddev=1.0 / math.sqrt(self.input_dims)),
-        )
+        self.emb_var = _embedding_table(self, self.num_classes, self.input_dims)
 
     def emb_lookup(self, ids: jax.Array) -> jax.Array:
-        out = jnp.take(self.emb_var, ids, axis=0)
-        if self.scale_sqrt_depth:
-            out = out * jnp.asarray(math.sqrt(self.input_dims), self.fprop_dtype)
-        return out
+        return _lookup(self.emb_var, ids, self.scale_sqrt_depth, self.fprop_dtype)
 
     def get_logits(self, x: jax.Array) -> jax.Array:
         return self._cap(jnp.einsum("...d,vd->...v", self.to_fprop(x), self.emb_var))

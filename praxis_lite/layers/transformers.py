@@ -48,38 +48,27 @@ class TransformerFeedForward(BaseLayer):
     def setup(self) -> None:
         d, f = self.input_dims, self.hidden_dims
         self.layer_norm = self.create_child(self.ln_tpl, dim=d)
-        self.ffn_layer1 = Linear(
-            input_dims=d,
-            output_dims=f,
-            weight_axes=(EMBED, MLP),
-            dtype=self.dtype,
-            fprop_dtype=self.fprop_dtype,
-        )
+        self.ffn_layer1 = self._linear(d, f, (EMBED, MLP))
         if self.use_gated_activation:
-            self.ffn_layer1_gate = Linear(
-                input_dims=d,
-                output_dims=f,
-                weight_axes=(EMBED, MLP),
-                dtype=self.dtype,
-                fprop_dtype=self.fprop_dtype,
-            )
-        self.ffn_layer2 = Linear(
-            input_dims=f,
-            output_dims=d,
-            weight_axes=(MLP, EMBED),
-            dtype=self.dtype,
-            fprop_dtype=self.fprop_dtype,
-        )
+            self.ffn_layer1_gate = self._linear(d, f, (EMBED, MLP))
+        self.ffn_layer2 = self._linear(f, d, (MLP, EMBED))
         if self.has_bias:
-            self.bias1 = Bias(
-                dims=f, bias_axes=(MLP,), dtype=self.dtype, fprop_dtype=self.fprop_dtype
-            )
-            self.bias2 = Bias(
-                dims=d, bias_axes=(EMBED,), dtype=self.dtype, fprop_dtype=self.fprop_dtype
-            )
+            dtypes = dict(dtype=self.dtype, fprop_dtype=self.fprop_dtype)
+            self.bias1 = Bias(dims=f, bias_axes=(MLP,), **dtypes)
+            self.bias2 = Bias(dims=d, bias_axes=(EMBED,), **dtypes)
         self.activation = self.create_child(self.activation_tpl)
         self.relu_dropout = nn.Dropout(self.relu_dropout_prob)
         self.residual_dropout = nn.Dropout(self.residual_dropout_prob)
+
+    def _linear(self, input_dims: int, output_dims: int, axes: tuple[str, str]) -> Linear:
+        """A projection with this layer's dtypes (fixed internals, not templates)."""
+        return Linear(
+            input_dims=input_dims,
+            output_dims=output_dims,
+            weight_axes=axes,
+            dtype=self.dtype,
+            fprop_dtype=self.fprop_dtype,
+        )
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
         x = self.to_fprop(x)

@@ -127,6 +127,26 @@ class BaseExperiment(abc.ABC):
         """The logical-axis -> mesh-axis rules for this experiment's mesh."""
         return self.LOGICAL_AXIS_RULES
 
+    def global_batch_size(self, num_devices: int) -> int:
+        """PERCORE_BATCH_SIZE x devices (Pax's rule); must come out whole."""
+        total = self.PERCORE_BATCH_SIZE * num_devices
+        if total != int(total) or total <= 0:
+            raise KnobError(
+                f"PERCORE_BATCH_SIZE={self.PERCORE_BATCH_SIZE} x {num_devices} devices = {total} "
+                "is not a positive whole batch; pick PERCORE_BATCH_SIZE so the product is."
+            )
+        return int(total)
+
+    def per_host_batch_size(self, num_devices: int, num_hosts: int) -> int:
+        """The batch each host's input produces: the global batch split over hosts."""
+        total = self.global_batch_size(num_devices)
+        if total % num_hosts:
+            raise KnobError(
+                f"Global batch {total} does not split over {num_hosts} hosts; change "
+                "PERCORE_BATCH_SIZE."
+            )
+        return total // num_hosts
+
 
 def knobs(cls: type[BaseExperiment]) -> dict[str, tuple[Any, Any]]:
     """Every declared knob of ``cls``: name -> (declared type, resolved value).

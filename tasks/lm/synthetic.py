@@ -11,6 +11,7 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import jax
 import numpy as np
 
 from paxlite import experiment_registry
@@ -110,7 +111,5 @@ class LmSyntheticTiny(LmCloudSpmd):
         return [train, evaluation]
 
     def train_batch_size(self) -> int:
-        """Global batch: PERCORE_BATCH_SIZE x devices (each host makes its share)."""
-        import jax
-
-        return int(self.PERCORE_BATCH_SIZE * jax.device_count()) // jax.process_count()
+        """This host's share of PERCORE_BATCH_SIZE x devices."""
+        return self.per_host_batch_size(jax.device_count(), jax.process_count())

@@ -362,3 +362,22 @@ def test_override_given_twice_fails():
 )
 def test_matches_type(value: Any, tp: Any, expected: bool):
     assert matches_type(value, tp) is expected
+
+
+def test_batch_sizes_follow_percore_rule():
+    class Exp(BaseExperiment):
+        PERCORE_BATCH_SIZE = 0.5
+
+        def datasets(self):
+            return []
+
+        def task(self):
+            return None
+
+    exp = Exp()
+    assert exp.global_batch_size(8) == 4
+    assert exp.per_host_batch_size(8, 2) == 2
+    with pytest.raises(KnobError, match="not a positive whole batch"):
+        exp.global_batch_size(3)
+    with pytest.raises(KnobError, match="does not split over 3 hosts"):
+        exp.per_host_batch_size(8, 3)

@@ -26,7 +26,7 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("TF_ENABLE_ONEDNN_OPTS", "0")
 
-from absl import app, flags  # noqa: E402
+from absl import app, flags, logging  # noqa: E402
 from fiddle.absl_flags import utils as fdl_flag_utils  # noqa: E402  (defines --fdl_set, --fiddler)
 
 FLAGS = flags.FLAGS
@@ -125,6 +125,8 @@ def format_config(experiment: Any, task_cfg: Any, datasets: Any) -> str:
 
 
 def main(argv: Sequence[str]) -> None:
+    if not FLAGS["verbosity"].present:  # Progress lines are printed; keep library INFO quiet.
+        logging.set_verbosity(logging.WARNING)
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if not FLAGS.exp:

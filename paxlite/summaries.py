@@ -56,7 +56,8 @@ class Progress:
 
 
 def log(message: str) -> None:
-    """A progress message on the console (process 0 only) and in the absl log."""
+    """A progress message on the console (process 0 only) and in the absl log file."""
     if jax.process_index() == 0:
         print(message, flush=True)
-    logging.info(message)
+    if logging.get_absl_handler().use_absl_log_file:
+        logging.info(message)

@@ -185,8 +185,9 @@ def _timing_signal(
     """Sinusoids ``[..., dims]`` (sin half then cos half) of float positions ``[...]``."""
     num_timescales = dims // 2
     log_increment = math.log(max_timescale / min_timescale) / max(num_timescales - 1, 1)
-    inv_timescales = min_timescale * jnp.exp(
-        jnp.arange(num_timescales, dtype=jnp.float32) * -log_increment
+    # Timescales run geometrically from min_timescale to max_timescale.
+    inv_timescales = jnp.exp(jnp.arange(num_timescales, dtype=jnp.float32) * -log_increment) / (
+        min_timescale
     )
     scaled = positions[..., None].astype(jnp.float32) * inv_timescales
     signal = jnp.concatenate([jnp.sin(scaled), jnp.cos(scaled)], axis=-1)
@@ -254,7 +255,7 @@ class RotaryPositionalEmbedding(BaseLayer):
     """RoPE: rotates feature pairs ``(i, i + H/2)`` of ``[B, T, N, H]`` by position.
 
     Feature ``i < H/2`` pairs with ``i + H/2`` and is rotated by angle
-    ``position * min_timescale * (max_timescale/min_timescale)^(-2i/H)``.
+    ``position / (min_timescale * (max_timescale/min_timescale)^(2i/H))``.
 
     Attributes:
       embedding_dims: ``H`` (must be even).

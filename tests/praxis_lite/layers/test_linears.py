@@ -1,0 +1,111 @@
+"""Linear, Bias and FeedForward against numpy, in fp32 and bf16 compute (fp32 weights)."""
+
+import functools
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from praxis_lite.layers import activations, linears
+from tests.praxis_lite.layers import numpy_refs as ref
+
+# (input shape [..., input_dims], output_dims)
+SHAPES = [((4, 6), 5), ((2, 3, 8), 16)]
+
+
+def _assert_fp32_weights(variables):
+    assert all(w.dtype == jnp.float32 for w in jax.tree_util.tree_leaves(variables))
+
+
+@functools.cache
+def _variables(layer_cls, **fields):
+    """Weights of a float32 layer, shared by the tests of every input shape and dtype."""
+    layer = ref.build(layer_cls.HParams.config(**fields))
+    in_dims = fields["input_dims"] if "input_dims" in fields else fields["dims"]
+    return ref.init_variables(layer, np.zeros((1, in_dims), np.float32))
+
+
+@pytest.mark.parametrize("dtype", ref.DTYPES)
+@pytest.mark.parametrize("in_shape, out_dims", SHAPES)
+def test_linear(in_shape, out_dims, dtype):
+    cfg = linears.Linear.HParams.config(input_dims=in_shape[-1], output_dims=out_dims)
+    layer = ref.build(cfg, dtype)
+    x = ref.normal(in_shape)
+    variables = _variables(linears.Linear, input_dims=in_shape[-1], output_dims=out_dims)
+    _assert_fp32_weights(variables)
+    p = ref.to_numpy(variables["params"])
+    assert set(p) == {"w"} and p["w"].shape == (in_shape[-1], out_dims)
+
+    y = layer.apply(variables, x)
+    assert y.shape == in_shape[:-1] + (out_dims,) and y.dtype == dtype
+    ref.assert_close(y, x @ p["w"], dtype)
+
+
+@pytest.mark.parametrize("dtype", ref.DTYPES)
+@pytest.mark.parametrize("in_shape", [s for s, _ in SHAPES])
+def test_bias(in_shape, dtype):
+    layer = ref.build(linears.Bias.HParams.config(dims=in_shape[-1]), dtype)
+    x = ref.normal(in_shape)
+    variables = _variables(linears.Bias, dims=in_shape[-1])
+    _assert_fp32_weights(variables)
+    p = ref.to_numpy(variables["params"])
+    assert set(p) == {"b"} and p["b"].shape == (in_shape[-1],)
+
+    y = layer.apply(variables, x)
+    assert y.shape == in_shape and y.dtype == dtype
+    ref.assert_close(y, x + p["b"], dtype)
+
+
+def test_bias_initializes_to_zero():
+    layer = ref.build(linears.Bias.HParams.config(dims=3))
+    variables = ref.init_variables(layer, np.ones((2, 3), np.float32), noise=0.0)
+    np.testing.assert_array_equal(variables["params"]["b"], np.zeros(3))
+
+
+# (has_bias, activation config factory or None for the default ReLU, numpy activation)
+FF_VARIANTS = [
+    pytest.param(True, None, ref.relu, id="bias-relu"),
+    pytest.param(False, None, ref.relu, id="nobias-relu"),
+    pytest.param(True, activations.GELU.HParams.config, ref.gelu, id="bias-gelu"),
+    pytest.param(
+        False,
+        functools.partial(activations.GELU.HParams.config, approximate=True),
+        ref.gelu_tanh,
+        id="nobias-gelu_tanh",
+    ),
+    pytest.param(True, activations.Identity.HParams.config, lambda h: h, id="bias-identity"),
+]
+
+
+@pytest.mark.parametrize("dtype", ref.DTYPES)
+@pytest.mark.parametrize("in_shape, out_dims", SHAPES)
+@pytest.mark.parametrize("has_bias, activation_cfg, activation", FF_VARIANTS)
+def test_feedforward(has_bias, activation_cfg, activation, in_shape, out_dims, dtype):
+    cfg = linears.FeedForward.HParams.config(
+        input_dims=in_shape[-1], output_dims=out_dims, has_bias=has_bias
+    )
+    if activation_cfg is not None:
+        cfg.activation_tpl = activation_cfg()
+    layer = ref.build(cfg, dtype)
+    x = ref.normal(in_shape)
+    variables = _variables(
+        linears.FeedForward, input_dims=in_shape[-1], output_dims=out_dims, has_bias=has_bias
+    )
+    _assert_fp32_weights(variables)
+    p = ref.to_numpy(variables["params"])
+    assert set(p) == ({"linear", "bias"} if has_bias else {"linear"})
+
+    y = layer.apply(variables, x)
+    assert y.shape == in_shape[:-1] + (out_dims,) and y.dtype == dtype
+    pre = x @ p["linear"]["w"] + (p["bias"]["b"] if has_bias else 0.0)
+    ref.assert_close(y, activation(pre), dtype)
+
+
+def test_feedforward_linear_template_fields_reach_the_child():
+    """A field set on ``linear_tpl`` (here the initializer) is used by the built child."""
+    cfg = linears.FeedForward.HParams.config(input_dims=3, output_dims=2)
+    cfg.linear_tpl.weight_init = jax.nn.initializers.constant(0.5)
+    layer = ref.build(cfg)
+    variables = ref.init_variables(layer, np.ones((1, 3), np.float32), noise=0.0)
+    np.testing.assert_array_equal(variables["params"]["linear"]["w"], np.full((3, 2), 0.5))

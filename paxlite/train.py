@@ -54,7 +54,7 @@ def build_job(
         experiment.ICI_MESH_SHAPE, experiment.DCN_MESH_SHAPE, experiment.MESH_AXIS_NAMES
     )
     task = config_lib.instantiate(task_cfg)
-    inputs = [config_lib.instantiate(cfg) for cfg in dataset_cfgs]
+    inputs = [instantiate_input(cfg) for cfg in dataset_cfgs]
     train_inputs = [i for i in inputs if i.is_training]
     if len(train_inputs) != 1:
         raise ValueError(
@@ -73,6 +73,13 @@ def build_job(
     for inp in [job.train_input, *job.eval_inputs]:
         _check_batch(job, _batch_sharding(job), inp)
     return job
+
+
+def instantiate_input(cfg: Any) -> BaseInput:
+    """Builds an input for this process: its host index/count come from JAX."""
+    return config_lib.instantiate(
+        cfg, num_infeed_hosts=jax.process_count(), infeed_host_index=jax.process_index()
+    )
 
 
 def _batch_sharding(job: Job) -> NamedSharding:

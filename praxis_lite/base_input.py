@@ -1,24 +1,42 @@
 """BaseInput: what the trainer needs from an input pipeline (Pax semantics).
 
-An input yields host-local numpy batches (NestedMaps) of ``batch_size``
-examples; with several hosts, each reads its own shard (``infeed_host_index``
-of ``num_infeed_hosts``) and the trainer assembles the global batch.
+An input yields host-local numpy batches (NestedMaps) with the batch as the
+leading dimension. Multi-host by design: each process builds its own input with
+``infeed_host_index`` / ``num_infeed_hosts`` (the trainer fills them from the
+JAX process index/count), produces ``batch_size`` examples per batch, and the
+global batch is ``batch_size * num_infeed_hosts``. Training inputs on different
+hosts read disjoint shards, so they never emit the same batch.
 
-Eval semantics, as in Pax:
-* ``reset_for_eval=True``: an eval pass runs until the input raises
-  ``StopIteration`` (one epoch), then ``reset()`` rewinds it for the next pass.
-* otherwise each eval pass takes ``eval_loop_num_batches`` batches.
+Eval semantics (Pax's table):
 
-``get_state()``/``set_state()`` let a resumed run continue from the exact next
-batch (stored with the checkpoint).
+=============== ======== ======================== =====================================
+reset_for_eval  repeat   eval_loop_num_batches    behaviour of one eval pass
+=============== ======== ======================== =====================================
+True            False    ignored                  one epoch, then ``reset()``; every host
+                                                  stops after the same number of batches
+                                                  (padded examples have weight 0)
+False           True     N                        N rolling batches (no reset)
+True            True     --                       error: an endless epoch
+False           False    --                       error: would run dry after a few passes
+=============== ======== ======================== =====================================
+
+``get_state()`` / ``set_state()`` let a resumed run continue from the exact next
+batch (the trainer stores the state with each checkpoint).
 """
 
 from __future__ import annotations
 
 import dataclasses
+from collections.abc import Sequence
 from typing import Any
 
+import numpy as np
+
 from praxis_lite.py_utils import NestedMap
+
+
+class InputConfigError(ValueError):
+    """An input's settings contradict each other."""
 
 
 @dataclasses.dataclass
@@ -28,11 +46,13 @@ class BaseInput:
     Attributes:
       batch_size: examples per batch produced on this host.
       name: 'train' for the training input; eval inputs are named (e.g. 'test').
-      is_training: whether this input feeds training (e.g. shuffles, repeats).
-      num_infeed_hosts: number of hosts reading this input.
-      infeed_host_index: which of them this one is.
-      reset_for_eval: eval runs to exhaustion, then the input is reset.
+      is_training: whether this input feeds training.
+      num_infeed_hosts: number of hosts reading this input (set by the trainer).
+      infeed_host_index: which of them this one is (set by the trainer).
+      reset_for_eval: an eval pass is one epoch, then the input is reset.
       eval_loop_num_batches: batches per eval pass when not ``reset_for_eval``.
+      repeat: whether the data repeats forever; ``None`` = Pax's default
+        (repeat unless this is a one-epoch eval input).
       seed: seed of any randomness in the pipeline.
     """
 
@@ -43,18 +63,41 @@ class BaseInput:
     infeed_host_index: int = 0
     reset_for_eval: bool = False
     eval_loop_num_batches: int = 1
+    repeat: bool | None = None
     seed: int = 0
 
     def __post_init__(self) -> None:
+        kind = type(self).__name__
         if self.batch_size <= 0:
-            raise ValueError(
-                f"{type(self).__name__}.batch_size must be > 0, got {self.batch_size}."
-            )
+            raise InputConfigError(f"{kind}.batch_size must be > 0, got {self.batch_size}.")
         if not 0 <= self.infeed_host_index < self.num_infeed_hosts:
-            raise ValueError(
-                f"infeed_host_index={self.infeed_host_index} must be in "
+            raise InputConfigError(
+                f"{kind}: infeed_host_index={self.infeed_host_index} must be in "
                 f"[0, num_infeed_hosts={self.num_infeed_hosts})."
             )
+        if self.is_training and self.reset_for_eval:
+            raise InputConfigError(
+                f"{kind} '{self.name}': reset_for_eval=True is for eval inputs; "
+                "set is_training=False or reset_for_eval=False."
+            )
+        if self.reset_for_eval and self.repeat:
+            raise InputConfigError(
+                f"{kind} '{self.name}': reset_for_eval=True runs one epoch, which never ends "
+                "with repeat=True; set repeat=False (or None)."
+            )
+        if not self.is_training and not self.reset_for_eval and self.repeat is False:
+            raise InputConfigError(
+                f"{kind} '{self.name}': reset_for_eval=False takes eval_loop_num_batches "
+                "rolling batches per pass and needs a repeating input; set repeat=True "
+                "(or None), or reset_for_eval=True for one-epoch eval."
+            )
+        if not self.reset_for_eval and self.eval_loop_num_batches <= 0:
+            raise InputConfigError(f"{kind}.eval_loop_num_batches must be > 0.")
+
+    @property
+    def repeats(self) -> bool:
+        """Whether the data repeats (``repeat``, or Pax's default when None)."""
+        return self.repeat if self.repeat is not None else not self.reset_for_eval
 
     def get_next(self) -> NestedMap:
         """The next batch (numpy arrays, leading dim ``batch_size``); StopIteration at the end."""
@@ -71,3 +114,7 @@ class BaseInput:
     def set_state(self, state: dict[str, Any]) -> None:
         """Continues from a position returned by :meth:`get_state`."""
         raise NotImplementedError
+
+    def ids_to_strings(self, ids: np.ndarray, lengths: Sequence[int] | None = None) -> list[str]:
+        """Detokenizes ``ids [B, T]`` (first ``lengths[b]`` tokens of row b) for inspection."""
+        raise NotImplementedError(f"{type(self).__name__} has no vocabulary to detokenize with.")

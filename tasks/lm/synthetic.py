@@ -30,7 +30,8 @@ class SyntheticLmInput(BaseInput):
       seq_len: ``T`` tokens per example.
       vocab_size: tokens are in ``[0, vocab_size)``.
       strides: the progressions' possible strides.
-      num_batches: batches per epoch; ``None`` repeats forever.
+      num_batches: batches per epoch (``None``: endless); after an epoch the input
+        starts over if it ``repeats``, else raises StopIteration.
     """
 
     seq_len: int = 32
@@ -40,13 +41,22 @@ class SyntheticLmInput(BaseInput):
 
     def __post_init__(self) -> None:
         super().__post_init__()
+        if self.reset_for_eval and self.num_batches is None:
+            raise ValueError(
+                f"SyntheticLmInput '{self.name}': one-epoch eval (reset_for_eval=True) needs a "
+                "finite input; set num_batches."
+            )
         self._index = 0
 
     def get_next(self) -> NestedMap:
         """NestedMap of ``[batch_size, seq_len]`` ids, labels, paddings, weights."""
         if self.num_batches is not None and self._index >= self.num_batches:
-            raise StopIteration
-        rng = np.random.default_rng([self.seed, self.infeed_host_index, self._index])
+            if not self.repeats:
+                raise StopIteration
+            self._index = 0
+        rng = np.random.default_rng(
+            [self.seed, self.infeed_host_index, self.num_infeed_hosts, self._index]
+        )
         self._index += 1
         b, t = self.batch_size, self.seq_len
         start = rng.integers(0, self.vocab_size, size=(b, 1))
@@ -67,6 +77,11 @@ class SyntheticLmInput(BaseInput):
 
     def set_state(self, state: dict[str, Any]) -> None:
         self._index = int(state["index"])
+
+    def ids_to_strings(self, ids: np.ndarray, lengths=None) -> list[str]:
+        """Token ids as space-separated numbers (the synthetic vocabulary is numbers)."""
+        lengths = [len(row) for row in ids] if lengths is None else lengths
+        return [" ".join(str(int(t)) for t in row[:n]) for row, n in zip(ids, lengths, strict=True)]
 
 
 @experiment_registry.register

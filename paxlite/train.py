@@ -168,7 +168,9 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
             donate_argnums=(0,),
         )
         eval_step = jax.jit(
-            trainer_lib.make_eval_step(task),
+            trainer_lib.make_eval_step(
+                task, per_example=any(i.score_metric_fns for i in job.eval_inputs)
+            ),
             in_shardings=(state_shardings.params, batch_sharding),
             out_shardings=replicated,
         )

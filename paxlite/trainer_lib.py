@@ -82,10 +82,15 @@ def make_train_step(
     return train_step
 
 
-def make_eval_step(task: SingleTask) -> Callable[[Any, NestedMap], Metrics]:
+def make_eval_step(
+    task: SingleTask, per_example: bool = False
+) -> Callable[[Any, NestedMap], Metrics]:
     """``eval_step(params, batch) -> sums``: weighted sums to average over batches.
 
-    Returns ``loss_sum``, ``correct_sum`` (accuracy x weight), ``weight_sum``.
+    Returns ``loss_sum``, ``correct_sum`` (accuracy x weight), ``weight_sum``; with
+    ``per_example``, also ``example_score [B]`` (summed target log-likelihood),
+    ``example_weight [B]`` (summed label weights; 0 for padded examples) and the
+    batch's ``labels [B, T]``, for SeqIO score metrics.
     """
     model = task.model
     loss_name = task.learner.loss_name
@@ -93,11 +98,17 @@ def make_eval_step(task: SingleTask) -> Callable[[Any, NestedMap], Metrics]:
     def eval_step(params: Any, batch: NestedMap) -> Metrics:
         out = model.apply({"params": params}, batch, train=False)
         weight = out.get("num_tokens", jnp.ones(()))
-        return {
+        sums = {
             "loss_sum": out[loss_name] * weight,
             "correct_sum": out.get("accuracy", jnp.zeros(())) * weight,
             "weight_sum": weight,
         }
+        if per_example:
+            token_weights = batch["weights"].astype(jnp.float32)
+            sums["example_score"] = -jnp.sum(out.per_token_xent * token_weights, axis=-1)
+            sums["example_weight"] = jnp.sum(token_weights, axis=-1)
+            sums["labels"] = batch["labels"]
+        return sums
 
     return eval_step
 

@@ -27,7 +27,7 @@ batch (the trainer stores the state with each checkpoint).
 from __future__ import annotations
 
 import dataclasses
-from collections.abc import Sequence
+from collections.abc import Callable, Sequence
 from typing import Any
 
 import numpy as np
@@ -114,6 +114,15 @@ class BaseInput:
     def set_state(self, state: dict[str, Any]) -> None:
         """Continues from a position returned by :meth:`get_state`."""
         raise NotImplementedError
+
+    @property
+    def score_metric_fns(self) -> Sequence[Callable[[list[str], list[float]], dict[str, Any]]]:
+        """SeqIO-style ``fn(targets, scores) -> {name: value}`` metrics for eval.
+
+        ``targets`` are the detokenized labels of each real example and ``scores``
+        its total log-likelihood. Empty unless the input's task defines some.
+        """
+        return ()
 
     def ids_to_strings(self, ids: np.ndarray, lengths: Sequence[int] | None = None) -> list[str]:
         """Detokenizes ``ids [B, T]`` (first ``lengths[b]`` tokens of row b) for inspection."""

@@ -26,3 +26,55 @@ def test_reset_for_eval_runs_to_exhaustion_then_rewinds():
     second = run_eval_pass(_sum_step, None, inp, lambda b: b)
     assert first["num_batches"] == 5
     assert first == second
+
+
+class _ScoredInput(SyntheticLmInput):
+    """Synthetic eval input whose task has a score metric; row 0 is padding."""
+
+    def get_next(self):
+        batch = super().get_next()
+        batch.weights[0] = 0.0
+        batch.labels[0] = 0
+        return batch
+
+    @property
+    def score_metric_fns(self):
+        def mean_score(targets, scores):
+            _ScoredInput.seen = (list(targets), list(scores))
+            return {"num_scored": len(scores), "mean_score": float(np.mean(scores))}
+
+        return (mean_score,)
+
+
+def test_score_metric_fns_get_every_real_example_once():
+    import jax
+    import jax.numpy as jnp
+
+    from paxlite import trainer_lib
+    from paxlite.tasks_lib import Learner, SingleTask
+    from praxis_lite import config as config_lib
+    from praxis_lite import optimizers
+    from tasks.lm import model_params
+
+    model_cfg = model_params.transformer_lm(
+        num_layers=1, model_dims=16, hidden_dims=32, num_heads=2, vocab_size=64
+    )
+    task = SingleTask(
+        model=config_lib.instantiate(model_cfg),
+        learner=Learner(optimizer=optimizers.Sgd(learning_rate=0.1)),
+    )
+    inp = _ScoredInput(
+        batch_size=3, seq_len=6, num_batches=2, reset_for_eval=True, is_training=False
+    )
+    first = inp.get_next()
+    inp.reset()
+    params = task.model.init(jax.random.key(0), first)["params"]
+    eval_step = jax.jit(trainer_lib.make_eval_step(task, per_example=True))
+    metrics = run_eval_pass(eval_step, params, inp, lambda b: b)
+    assert metrics["num_scored"] == 4  # 2 batches x 3 rows, minus the padded row 0 of each
+    targets, scores = _ScoredInput.seen
+    assert targets[0] == inp.ids_to_strings(first.labels[1:2])[0]
+    out = task.model.apply({"params": params}, first)
+    expected = -np.sum(np.asarray(out.per_token_xent) * first.weights, axis=-1)[1:]
+    np.testing.assert_allclose(scores[:2], expected, rtol=1e-5)
+    assert jnp.isfinite(metrics["mean_score"])

@@ -6,6 +6,7 @@ import dataclasses
 import enum
 import math
 import pathlib
+from collections.abc import Sequence
 from typing import Any
 
 import flax.linen as nn
@@ -47,11 +48,18 @@ class Job:
 
 
 def build_job(
-    experiment: BaseExperiment, task_cfg: Any, dataset_cfgs: list[Any], job_log_dir: pathlib.Path
+    experiment: BaseExperiment,
+    task_cfg: Any,
+    dataset_cfgs: list[Any],
+    job_log_dir: pathlib.Path,
+    devices: Sequence[jax.Device] | None = None,
 ) -> Job:
-    """Builds the mesh, the task and the inputs (validating shapes before any compile)."""
+    """Builds the mesh, the task and the inputs (validating shapes before any compile).
+
+    ``devices`` defaults to all devices of the job.
+    """
     mesh = create_mesh(
-        experiment.ICI_MESH_SHAPE, experiment.DCN_MESH_SHAPE, experiment.MESH_AXIS_NAMES
+        experiment.ICI_MESH_SHAPE, experiment.DCN_MESH_SHAPE, experiment.MESH_AXIS_NAMES, devices
     )
     task = config_lib.instantiate(task_cfg)
     inputs = [instantiate_input(cfg) for cfg in dataset_cfgs]
@@ -119,7 +127,12 @@ def _per_device_mib(tree: Any) -> float:
 
 
 def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]:
-    """Trains and/or evaluates; returns the last train and eval metrics.
+    """Trains and/or evaluates.
+
+    Returns:
+      ``train``: the last summary's scalars; ``history``: ``(step, scalars)`` of
+      every summary; ``eval``: the last eval metrics by input name; ``state``:
+      the final TrainState.
 
     ``stop_at_step`` ends training early at that step (checkpointed), as if the
     job had been preempted there; running again resumes to ``num_train_steps``.
@@ -194,7 +207,7 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
             return results
 
         step = int(state.step)
-        result: dict[str, Any] = {"train": {}, "eval": {}}
+        result: dict[str, Any] = {"train": {}, "eval": {}, "history": []}
         if mode is Mode.EVAL:
             result["eval"] = evaluate(step)
             ckpt.close()
@@ -214,6 +227,7 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
                 summaries.write_scalars(train_writer, step, "train", scalars)
                 summaries.log(progress.line(step, scalars["loss"], scalars))
                 result["train"] = scalars
+                result["history"].append((step, scalars))
             if step % task.save_interval_steps == 0 or step == last_step:
                 ckpt.save(step, state, job.train_input.get_state())
             if (

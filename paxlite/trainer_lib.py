@@ -73,7 +73,7 @@ def make_train_step(
             "log_pplx": out.get("log_pplx", jnp.zeros(())),
             "num_tokens": out.get("num_tokens", jnp.zeros(())),
             "aux_loss": aux_loss,
-            "grad_norm": optax.global_norm(grads),
+            "grad_norm": optax.tree.norm(grads),
             "learning_rate": optimizer.learning_rate_at(state.step),
         }
         new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)

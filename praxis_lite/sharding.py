@@ -49,6 +49,22 @@ DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
 )
 
 
+# Named strategies (experiments pick one or write their own). Flax assigns each
+# mesh axis at most once per array, in rule order, so with FSDP an activation
+# [batch, length, embed] keeps 'data' for its batch and leaves embed whole,
+# while weights with an 'embed' axis are split over 'data'.
+DATA_PARALLEL_RULES = ((BATCH, ("replica", "data")),)
+FSDP_RULES = ((BATCH, ("replica", "data")), (EMBED, "data"))
+TENSOR_PARALLEL_RULES = (
+    (BATCH, ("replica", "data")),
+    (MLP, "mdl"),
+    (HEADS, "mdl"),
+    (KV_HEADS, "mdl"),
+    (VOCAB, "mdl"),
+)
+FSDP_AND_TENSOR_PARALLEL_RULES = TENSOR_PARALLEL_RULES + ((EMBED, "data"),)
+
+
 def filter_rules_for_mesh(rules: LogicalAxisRules, mesh: Mesh) -> list[tuple[str, Any]]:
     """Drops mesh axes that ``mesh`` does not have (e.g. 'replica' on a 2-D mesh)."""
     kept = []

@@ -3,7 +3,7 @@
 import numpy as np
 
 from paxlite.eval_lib import run_eval_pass
-from tasks.lm.synthetic import SyntheticLmInput
+from praxis_lite.synthetic_input import SyntheticLmInput
 
 
 def _sum_step(params, batch):

@@ -79,7 +79,7 @@ def build_job(
         job_log_dir=job_log_dir,
     )
     for inp in [job.train_input, *job.eval_inputs]:
-        _check_batch(job, _batch_sharding(job), inp)
+        _check_batch(job, batch_sharding_of(job), inp)
     return job
 
 
@@ -90,7 +90,7 @@ def instantiate_input(cfg: Any) -> BaseInput:
     )
 
 
-def _batch_sharding(job: Job) -> NamedSharding:
+def batch_sharding_of(job: Job) -> NamedSharding:
     spec = nn.logical_to_mesh_axes((BATCH,), job.rules)
     return NamedSharding(job.mesh, PartitionSpec(*spec))
 
@@ -126,6 +126,25 @@ def _per_device_mib(tree: Any) -> float:
     return total / 2**20
 
 
+def abstract_train_state(job: Job, init_fn: Any, sample_batch: Any) -> tuple[Any, Any]:
+    """``(abstract TrainState with shardings, its NamedShardings)``, allocating nothing."""
+    key = jax.random.key(0)
+    abstract_boxed = jax.eval_shape(init_fn, key, sample_batch)
+    shardings = strip_boxes(logical_shardings(abstract_boxed, job.mesh, job.rules))
+    return checkpoints.abstract_like(strip_boxes(abstract_boxed), shardings), shardings
+
+
+def jit_train_step(job: Job, state_shardings: Any, batch_sharding: NamedSharding):
+    """The jitted train step: sharded in and out, the state's buffers donated."""
+    replicated = NamedSharding(job.mesh, PartitionSpec())
+    return jax.jit(
+        trainer_lib.make_train_step(job.task),
+        in_shardings=(state_shardings, batch_sharding, replicated),
+        out_shardings=(state_shardings, replicated),
+        donate_argnums=(0,),
+    )
+
+
 def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]:
     """Trains and/or evaluates.
 
@@ -138,7 +157,7 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
     job had been preempted there; running again resumes to ``num_train_steps``.
     """
     task, mesh = job.task, job.mesh
-    batch_sharding = _batch_sharding(job)
+    batch_sharding = batch_sharding_of(job)
     sample = job.train_input.get_next()
     job.train_input.reset()
     key = jax.random.key(job.experiment.SEED)
@@ -146,10 +165,8 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
 
     with jax.set_mesh(mesh), nn.logical_axis_rules(job.rules):
         global_sample = _to_global(sample, batch_sharding)
-        init_fn = trainer_lib.make_init_fn(task, global_sample)
-        abstract_boxed = jax.eval_shape(init_fn, init_key)
-        state_shardings = strip_boxes(logical_shardings(abstract_boxed, mesh, job.rules))
-        abstract_state = checkpoints.abstract_like(strip_boxes(abstract_boxed), state_shardings)
+        init_fn = trainer_lib.make_init_fn(task)
+        abstract_state, state_shardings = abstract_train_state(job, init_fn, global_sample)
 
         ckpt = checkpoints.Checkpointer(job.job_log_dir, max_to_keep=task.max_to_keep)
         latest = ckpt.latest_step()
@@ -162,8 +179,8 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
                 f"--mode=eval needs a checkpoint, but {ckpt.directory} has none; train first."
             )
         else:
-            init = jax.jit(lambda k: nn.unbox(init_fn(k)), out_shardings=state_shardings)
-            state = init(init_key)
+            init = jax.jit(lambda k, b: nn.unbox(init_fn(k, b)), out_shardings=state_shardings)
+            state = init(init_key, global_sample)
 
         num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
         summaries.log(
@@ -174,12 +191,7 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
         )
 
         replicated = NamedSharding(mesh, PartitionSpec())
-        train_step = jax.jit(
-            trainer_lib.make_train_step(task),
-            in_shardings=(state_shardings, batch_sharding, replicated),
-            out_shardings=(state_shardings, replicated),
-            donate_argnums=(0,),
-        )
+        train_step = jit_train_step(job, state_shardings, batch_sharding)
         eval_step = jax.jit(
             trainer_lib.make_eval_step(
                 task, per_example=any(i.score_metric_fns for i in job.eval_inputs)

@@ -21,15 +21,16 @@ from praxis_lite.py_utils import NestedMap
 Metrics = dict[str, jax.Array]
 
 
-def make_init_fn(task: SingleTask, sample_batch: NestedMap) -> Callable[[jax.Array], TrainState]:
-    """``init(key) -> TrainState`` with boxed (logically named) params and opt state.
+def make_init_fn(task: SingleTask) -> Callable[[jax.Array, NestedMap], TrainState]:
+    """``init(key, sample_batch) -> TrainState`` with boxed (logically named) leaves.
 
     The optimizer state is initialized from the boxed params, so its per-param
-    moments carry the same logical axis names and shard like the params.
+    moments carry the same logical axis names and shard like the params. The
+    batch only provides shapes (it may be abstract under ``jax.eval_shape``).
     """
     tx = task.learner.optimizer.make()
 
-    def init(key: jax.Array) -> TrainState:
+    def init(key: jax.Array, sample_batch: NestedMap) -> TrainState:
         variables = task.model.init({"params": key, "dropout": key}, sample_batch)
         params = variables["params"]
         return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))

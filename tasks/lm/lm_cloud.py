@@ -8,10 +8,15 @@ from __future__ import annotations
 
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
-from paxlite.base_experiment import BaseExperiment
+from paxlite import experiment_registry
+from paxlite.base_experiment import BaseExperiment, KnobError
+from praxis_lite import config as config_lib
 from praxis_lite.layers.repeats import RematPolicy
+from praxis_lite.sharding import FSDP_AND_TENSOR_PARALLEL_RULES
+from praxis_lite.synthetic_input import SyntheticLmInput
 from tasks.lm import model_params
 from tasks.lm.model_params import Activation, Norm
 
@@ -23,6 +28,9 @@ class LmCloudSpmd(BaseExperiment):
     NUM_HEADS, NUM_KV_HEADS, DIMS_PER_HEAD, VOCAB_SIZE, MAX_SEQ_LEN), block
     choices (ACTIVATION, USE_GATED_ACTIVATION, NORM, USE_ROTARY_POSITION_EMB,
     USE_BIAS, USE_REPEATED_LAYER, REMAT_POLICY, DROPOUT_PROB, FPROP_DTYPE),
+    attention details (COMBINE_QKV: one [3, D, N, H] q/k/v weight;
+    ATTEN_LOGIT_CAP: tanh cap on attention logits, 0 for none;
+    USE_ATTENTION_BIAS: attention biases, None to follow USE_BIAS),
     optimizer (LEARNING_RATE, WEIGHT_DECAY, ADAM_BETA1/2, ADAM_EPSILON,
     CLIP_GRADIENT_NORM_TO_VALUE, LR_WARMUP_STEPS, LR_COS_MIN_RATIO) and loop
     (NUM_TRAIN_STEPS, SAVE_INTERVAL_STEPS, SUMMARY_INTERVAL_STEPS,
@@ -48,6 +56,9 @@ class LmCloudSpmd(BaseExperiment):
     FPROP_DTYPE: Any = jnp.bfloat16
     SOFT_CAP_LOGITS: float = 0.0
     Z_LOSS_WEIGHT: float = 0.0
+    COMBINE_QKV: bool = False
+    ATTEN_LOGIT_CAP: float = 0.0
+    USE_ATTENTION_BIAS: bool | None = None
 
     LEARNING_RATE: float = 2.5e-4
     WEIGHT_DECAY: float = 1e-3
@@ -66,7 +77,7 @@ class LmCloudSpmd(BaseExperiment):
 
     def model(self) -> Any:
         """The LanguageModel config from the model knobs."""
-        return model_params.transformer_lm(
+        model = model_params.transformer_lm(
             num_layers=self.NUM_LAYERS,
             model_dims=self.MODEL_DIMS,
             hidden_dims=self.HIDDEN_DIMS,
@@ -86,6 +97,12 @@ class LmCloudSpmd(BaseExperiment):
             z_loss_weight=self.Z_LOSS_WEIGHT,
             fprop_dtype=self.FPROP_DTYPE,
         )
+        atten = model.lm_tpl.stacked_transformer_tpl.block_tpl.tr_atten_tpl
+        atten.combine_qkv = self.COMBINE_QKV
+        atten.atten_logit_cap = self.ATTEN_LOGIT_CAP
+        if self.USE_ATTENTION_BIAS is not None:
+            atten.use_bias = self.USE_ATTENTION_BIAS
+        return model
 
     def task(self) -> Any:
         learner = model_params.adam_learner(
@@ -113,6 +130,159 @@ class LmCloudSpmd(BaseExperiment):
 
 def bfloat16_compute(task_cfg: Any) -> None:
     """Fiddler: float32 weights, bfloat16 compute everywhere in the model."""
-    from praxis_lite import config as config_lib
-
     config_lib.set_dtypes(task_cfg.model, fprop_dtype=jnp.bfloat16)
+
+
+# Pax's LmCloudSpmd catalogue (paxml/tasks/lm/params/lm_cloud.py), names and sizes kept so step
+# times and MFU compare with Pax's published runs. Sizes: 12 * NUM_LAYERS * MODEL_DIMS**2 params
+# in the stack plus the 32000 x MODEL_DIMS shared embedding.
+
+
+class LmCloudSpmdSynthetic(LmCloudSpmd):
+    """Pax's LmCloudSpmd settings on uniform random tokens (a fixed-shape benchmark input).
+
+    Pax's choices: GELU, no position embedding, 128 dims per head, one combined
+    q/k/v weight without biases (feed-forward biases kept), attention logits
+    capped at 50 and softmax logits at 30, gradients clipped at 5, weights split
+    over 'data' (FSDP) and 'mdl' (tensor parallelism). Leaves set the sizes,
+    PERCORE_BATCH_SIZE and mesh shapes.
+    """
+
+    DIMS_PER_HEAD = 128
+    VOCAB_SIZE = 32000
+    MAX_SEQ_LEN = 1024
+    ACTIVATION = Activation.GELU
+    USE_ROTARY_POSITION_EMB = False
+    COMBINE_QKV = True
+    USE_ATTENTION_BIAS = False
+    ATTEN_LOGIT_CAP = 50.0
+    SOFT_CAP_LOGITS = 30.0
+    USE_REPEATED_LAYER = True
+    CLIP_GRADIENT_NORM_TO_VALUE = 5.0
+    LOGICAL_AXIS_RULES = FSDP_AND_TENSOR_PARALLEL_RULES
+
+    def validate(self) -> None:
+        super().validate()
+        if (
+            self.DIMS_PER_HEAD is not None
+            and self.NUM_HEADS * self.DIMS_PER_HEAD != self.MODEL_DIMS
+        ):
+            raise KnobError(
+                f"{type(self).__qualname__}: NUM_HEADS={self.NUM_HEADS} x DIMS_PER_HEAD="
+                f"{self.DIMS_PER_HEAD} != MODEL_DIMS={self.MODEL_DIMS}; set NUM_HEADS to "
+                "MODEL_DIMS // DIMS_PER_HEAD."
+            )
+
+    def datasets(self) -> list[Any]:
+        """One training input: this host's share of PERCORE_BATCH_SIZE x devices."""
+        batch_size = self.per_host_batch_size(jax.device_count(), jax.process_count())
+        train = config_lib.Config(
+            SyntheticLmInput,
+            random_tokens=True,
+            seq_len=self.MAX_SEQ_LEN,
+            vocab_size=self.VOCAB_SIZE,
+            batch_size=batch_size,
+            seed=self.SEED,
+        )
+        return [train]
+
+
+@experiment_registry.register
+class LmCloudSpmd2B(LmCloudSpmdSynthetic):
+    """2B params on 4 chips; global batch 8 x 4 = 32."""
+
+    NUM_LAYERS = 18
+    MODEL_DIMS = 3072
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = MODEL_DIMS // 128
+    PERCORE_BATCH_SIZE = 8
+    ICI_MESH_SHAPE = (1, 4, 1)
+    REMAT_POLICY = RematPolicy.SAVE_NOTHING
+
+
+@experiment_registry.register
+class LmCloudSpmd32B(LmCloudSpmdSynthetic):
+    """32B params on 64 chips; global batch 8 x 64 = 512."""
+
+    NUM_LAYERS = 40
+    MODEL_DIMS = 8192
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = MODEL_DIMS // 128
+    PERCORE_BATCH_SIZE = 8
+    ICI_MESH_SHAPE = (1, 16, 4)
+    # Pax saves the attention context and output projection; the nearest policy here.
+    REMAT_POLICY = RematPolicy.SAVE_DOT_PRODUCTS
+
+
+@experiment_registry.register
+class LmCloudSpmd64B(LmCloudSpmdSynthetic):
+    """64B params on 128 chips; global batch 4 x 128 = 512."""
+
+    NUM_LAYERS = 51
+    MODEL_DIMS = 10240
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = MODEL_DIMS // 128
+    PERCORE_BATCH_SIZE = 4
+    ICI_MESH_SHAPE = (1, 16, 8)
+    # Pax saves the attention context and output projection; the nearest policy here.
+    REMAT_POLICY = RematPolicy.SAVE_DOT_PRODUCTS
+
+
+@experiment_registry.register
+class LmCloudSpmd128B(LmCloudSpmdSynthetic):
+    """128B params on 256 chips; global batch 4 x 256 = 1024."""
+
+    NUM_LAYERS = 71
+    MODEL_DIMS = 12288
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = MODEL_DIMS // 128
+    PERCORE_BATCH_SIZE = 4
+    ICI_MESH_SHAPE = (1, 64, 4)
+    REMAT_POLICY = RematPolicy.SAVE_NOTHING
+
+
+@experiment_registry.register
+class LmCloudSpmd256B(LmCloudSpmdSynthetic):
+    """256B params on 512 chips; global batch 4 x 512 = 2048."""
+
+    NUM_LAYERS = 80
+    MODEL_DIMS = 16384
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = MODEL_DIMS // 128
+    PERCORE_BATCH_SIZE = 4
+    ICI_MESH_SHAPE = (1, 64, 8)
+    REMAT_POLICY = RematPolicy.SAVE_NOTHING
+
+
+@experiment_registry.register
+class LmCloudSpmd512B(LmCloudSpmdSynthetic):
+    """512B params on 1024 chips; global batch 4 x 1024 = 4096."""
+
+    NUM_LAYERS = 102
+    MODEL_DIMS = 20480
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = MODEL_DIMS // 128
+    PERCORE_BATCH_SIZE = 4
+    ICI_MESH_SHAPE = (1, 64, 16)
+    REMAT_POLICY = RematPolicy.SAVE_NOTHING
+
+
+@experiment_registry.register
+class LmCloudSpmd1024B(LmCloudSpmdSynthetic):
+    """1024B params on 2048 chips; global batch 2 x 2048 = 4096."""
+
+    NUM_LAYERS = 142
+    MODEL_DIMS = 24576
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = MODEL_DIMS // 128
+    PERCORE_BATCH_SIZE = 2
+    ICI_MESH_SHAPE = (1, 256, 8)
+    REMAT_POLICY = RematPolicy.SAVE_NOTHING
+
+
+@experiment_registry.register
+class LmCloudSpmdMultislice2B(LmCloudSpmd2B):
+    """LmCloudSpmd2B on two 4-chip slices: 'replica' over DCN; global batch 16 x 8 = 128."""
+
+    PERCORE_BATCH_SIZE = 16
+    DCN_MESH_SHAPE = (2, 1, 1)

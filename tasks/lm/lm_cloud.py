@@ -77,7 +77,7 @@ class LmCloudSpmd(BaseExperiment):
 
     def model(self) -> Any:
         """The LanguageModel config from the model knobs."""
-        model = model_params.transformer_lm(
+        return model_params.transformer_lm(
             num_layers=self.NUM_LAYERS,
             model_dims=self.MODEL_DIMS,
             hidden_dims=self.HIDDEN_DIMS,
@@ -90,6 +90,9 @@ class LmCloudSpmd(BaseExperiment):
             norm=self.NORM,
             use_rotary_position_emb=self.USE_ROTARY_POSITION_EMB,
             use_bias=self.USE_BIAS,
+            use_attention_bias=self.USE_ATTENTION_BIAS,
+            combine_qkv=self.COMBINE_QKV,
+            atten_logit_cap=self.ATTEN_LOGIT_CAP,
             use_repeated_layer=self.USE_REPEATED_LAYER,
             remat_policy=self.REMAT_POLICY,
             dropout_prob=self.DROPOUT_PROB,
@@ -97,12 +100,6 @@ class LmCloudSpmd(BaseExperiment):
             z_loss_weight=self.Z_LOSS_WEIGHT,
             fprop_dtype=self.FPROP_DTYPE,
         )
-        atten = model.lm_tpl.stacked_transformer_tpl.block_tpl.tr_atten_tpl
-        atten.combine_qkv = self.COMBINE_QKV
-        atten.atten_logit_cap = self.ATTEN_LOGIT_CAP
-        if self.USE_ATTENTION_BIAS is not None:
-            atten.use_bias = self.USE_ATTENTION_BIAS
-        return model
 
     def task(self) -> Any:
         learner = model_params.adam_learner(

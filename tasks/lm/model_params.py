@@ -47,6 +47,9 @@ def transformer_lm(
     norm: Norm = Norm.LAYER_NORM,
     use_rotary_position_emb: bool = True,
     use_bias: bool = True,
+    use_attention_bias: bool | None = None,
+    combine_qkv: bool = False,
+    atten_logit_cap: float = 0.0,
     use_repeated_layer: bool = False,
     remat_policy: RematPolicy = RematPolicy.SAVE_NOTHING,
     dropout_prob: float = 0.0,
@@ -54,7 +57,11 @@ def transformer_lm(
     z_loss_weight: float = 0.0,
     fprop_dtype=jnp.float32,
 ) -> config_lib.Config:
-    """A ``LanguageModel`` config around a decoder-only ``TransformerLm``."""
+    """A ``LanguageModel`` config around a decoder-only ``TransformerLm``.
+
+    ``use_attention_bias=None`` follows ``use_bias``; the feed-forward always
+    follows ``use_bias``.
+    """
     lm = TransformerLm.HParams.config(model_dims=model_dims, vocab_size=vocab_size)
     lm.softmax_tpl = SharedEmbeddingSoftmax.HParams.config(
         soft_cap_logits=soft_cap_logits, z_loss_weight=z_loss_weight
@@ -71,10 +78,13 @@ def transformer_lm(
     block.num_heads, block.num_kv_heads, block.dim_per_head = num_heads, num_kv_heads, dims_per_head
     block.residual_dropout_prob = dropout_prob
     block.ln_tpl = norm.value.HParams.config()
-    block.tr_atten_tpl.use_bias = use_bias
-    block.tr_atten_tpl.atten_dropout_prob = dropout_prob
+    atten = block.tr_atten_tpl
+    atten.use_bias = use_bias if use_attention_bias is None else use_attention_bias
+    atten.combine_qkv = combine_qkv
+    atten.atten_logit_cap = atten_logit_cap
+    atten.atten_dropout_prob = dropout_prob
     if use_rotary_position_emb:
-        block.tr_atten_tpl.rotary_tpl = RotaryPositionalEmbedding.HParams.config()
+        atten.rotary_tpl = RotaryPositionalEmbedding.HParams.config()
     ff = block.tr_fflayer_tpl
     ff.has_bias = use_bias
     ff.use_gated_activation = use_gated_activation

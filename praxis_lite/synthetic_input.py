@@ -20,7 +20,11 @@ from praxis_lite.py_utils import NestedMap
 
 @dataclasses.dataclass
 class SyntheticLmInput(BaseInput):
-    """Arithmetic-progression token sequences; batch ``index`` is a pure function of the seed.
+    """Arithmetic-progression (or random) token sequences, reproducible from the seed.
+
+    Global batch ``index`` is a pure function of ``(seed, index)``; host ``h`` of
+    ``n`` emits rows ``[h * batch_size, (h + 1) * batch_size)`` of it, so hosts
+    never repeat each other and any host count sees the same global data.
 
     Attributes:
       seq_len: ``T`` tokens per example.
@@ -52,16 +56,19 @@ class SyntheticLmInput(BaseInput):
             if not self.repeats:
                 raise StopIteration
             self._index = 0
-        rng = np.random.default_rng(
-            [self.seed, self.infeed_host_index, self.num_infeed_hosts, self._index]
-        )
+        # The global batch is a function of (seed, index) alone; each host takes its
+        # rows, so 1 host and N hosts see the same global batches.
+        rng = np.random.default_rng([self.seed, self._index])
         self._index += 1
         b, t = self.batch_size, self.seq_len
-        start = rng.integers(0, self.vocab_size, size=(b, 1))
-        stride = rng.choice(np.asarray(self.strides), size=(b, 1))
-        tokens = (start + stride * np.arange(t + 1)[None, :]) % self.vocab_size
+        rows = slice(self.infeed_host_index * b, (self.infeed_host_index + 1) * b)
+        global_b = b * self.num_infeed_hosts
         if self.random_tokens:
-            tokens = rng.integers(0, self.vocab_size, size=(b, t + 1))
+            tokens = rng.integers(0, self.vocab_size, size=(global_b, t + 1))[rows]
+        else:
+            start = rng.integers(0, self.vocab_size, size=(global_b, 1))[rows]
+            stride = rng.choice(np.asarray(self.strides), size=(global_b, 1))[rows]
+            tokens = (start + stride * np.arange(t + 1)[None, :]) % self.vocab_size
         return NestedMap(
             ids=tokens[:, :-1].astype(np.int32),
             labels=tokens[:, 1:].astype(np.int32),

@@ -1,0 +1,507 @@
+"""SeqIOInput: a BaseInput over a registered SeqIO Task or Mixture (Pax's ``SeqIOInput``).
+
+Each host reads its own shard (``seqio.ShardInfo(infeed_host_index,
+num_infeed_hosts)``), converts examples with ``seqio.DecoderFeatureConverter``
+and yields ``[batch_size, T]`` numpy batches with the keys LanguageModel reads::
+
+    ids          decoder_input_tokens (int32)
+    labels       decoder_target_tokens (int32)
+    weights      decoder_loss_weights (float32)
+    paddings     1.0 where labels == 0 (float32)
+    segment_ids  decoder_segment_ids (int32, packed inputs only)
+    segment_pos  decoder_positions (int32, packed inputs only)
+
+Pax's eval semantics (see BaseInput): training and rolling-eval inputs repeat and
+drop the last partial batch. A one-epoch eval input (``reset_for_eval=True``)
+stops after the same number of batches on every host: each host counts the
+examples of every host's shard (once per process, cached; no communication), and
+pads its short or missing batches with all-zero examples whose weights are 0, so
+every real example is scored exactly once.
+
+``get_state()`` is the number of batches read since the last reset; ``set_state``
+rebuilds the (seeded, deterministic) pipeline and skips that many batches. The
+skip re-reads the skipped data, so resuming late in a long run takes time.
+
+This module also holds the small LM pieces shared by SeqIO tasks: the
+concatenate-and-split preprocessors Pax took from T5, a vocabulary helper and
+idempotent task registration.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import difflib
+import os
+from collections.abc import Callable, Mapping, Sequence
+from typing import Any
+
+import numpy as np
+import seqio
+import tensorflow as tf
+from absl import logging
+
+from praxis_lite.base_input import BaseInput, InputConfigError
+from praxis_lite.py_utils import NestedMap
+
+try:  # The input pipeline runs on the host; keep TensorFlow off the accelerators.
+    tf.config.set_visible_devices([], "GPU")
+except (RuntimeError, ValueError):  # TF already initialized its devices.
+    pass
+
+_AUTOTUNE = tf.data.AUTOTUNE
+
+
+class InputDataNotFoundError(InputConfigError, FileNotFoundError):
+    """Data or a vocabulary file that an input needs is not where it was looked for."""
+
+
+@dataclasses.dataclass
+class SeqIOInput(BaseInput):
+    """Batches of a SeqIO Task or Mixture for a decoder-only LM.
+
+    Attributes:
+      mixture_name: a registered seqio Task or Mixture name.
+      split_name: the split to read ('train', 'validation', ...).
+      task_feature_lengths: sequence length per task feature, e.g. ``{'targets': 1024}``.
+      feature_converter_pack: pack several examples into each row
+        (``DecoderFeatureConverter(pack=True)``); adds segment_ids / segment_pos.
+      shuffle: shuffle the examples; None: shuffle iff ``is_training``.
+      shuffle_buffer_size: examples in the shuffle buffer; None: the Task's own
+        (Tasks only; a Mixture's tasks use their own).
+      model_vocab_size: if set, the task's output vocabulary must fit in it (ids
+        past the model's embedding table are an error, not silent garbage).
+    """
+
+    mixture_name: str = dataclasses.field(kw_only=True)
+    task_feature_lengths: Mapping[str, int] = dataclasses.field(kw_only=True)
+    split_name: str = "train"
+    feature_converter_pack: bool = False
+    shuffle: bool | None = None
+    shuffle_buffer_size: int | None = None
+    model_vocab_size: int | None = None
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        where = f"SeqIOInput '{self.name}'"
+        self.task_feature_lengths = dict(self.task_feature_lengths)
+        if not isinstance(self.task_feature_lengths.get("targets"), int) or (
+            self.task_feature_lengths["targets"] <= 0
+        ):
+            raise InputConfigError(
+                f"{where}: task_feature_lengths needs a positive 'targets' length for a "
+                f"decoder-only LM, got {self.task_feature_lengths}."
+            )
+        if self.shuffle_buffer_size is not None and self.shuffle_buffer_size <= 0:
+            raise InputConfigError(f"{where}: shuffle_buffer_size must be > 0 or None.")
+        self._provider = get_provider(self.mixture_name, where)
+        if self.shuffle_buffer_size is not None and not isinstance(self._provider, seqio.Task):
+            raise InputConfigError(
+                f"{where}: shuffle_buffer_size applies to a Task; {self.mixture_name!r} is a "
+                "Mixture whose tasks use their own buffer sizes. Leave it None."
+            )
+        for task in seqio.get_subtasks(self._provider):
+            _check_vocabularies(task, where)
+            _check_tfds_data(task, self.split_name, where)  # Before splits: TFDS reads them.
+            _check_split(task, self.split_name, where)
+            _check_files(task, self.split_name, where)
+        if self.model_vocab_size is not None:
+            size = self._vocabulary().vocab_size
+            if size > self.model_vocab_size:
+                raise InputConfigError(
+                    f"{where}: the vocabulary of {self.mixture_name!r} has {size} ids but the "
+                    f"model's vocabulary has {self.model_vocab_size}; raise the model's vocab "
+                    f"size (the experiment's VOCAB_SIZE knob) to at least {size}."
+                )
+        self._eval_batches: int | None = None
+        self._build(skip=0)
+
+    # ----- BaseInput -----
+
+    def get_next(self) -> NestedMap:
+        """The next ``[batch_size, T]`` batch; StopIteration at the end of a finite input."""
+        if self._replay:
+            batch = self._replay.pop(0)
+        elif self.reset_for_eval:
+            batch = self._next_padded()
+        else:
+            batch = self._to_lm_batch(next(self._iterator))
+        self._num_batches += 1
+        if self._num_batches == 1:
+            self._first_batch = batch
+        return batch
+
+    def reset(self) -> None:
+        """Rewinds to the first batch (cheaply when at most one batch was read)."""
+        if self._num_batches == 0:
+            return
+        if self._num_batches == 1 and self._first_batch is not None:
+            # The pipeline is deterministic: replay the one batch read instead of
+            # rebuilding (and refilling shuffle buffers) after the trainer's sample batch.
+            self._replay = [self._first_batch]
+            self._num_batches = 0
+            return
+        self._build(skip=0)
+
+    def get_state(self) -> dict[str, Any]:
+        """``{'num_batches': k, 'num_infeed_hosts': n}``: k batches read since the last reset."""
+        return {"num_batches": self._num_batches, "num_infeed_hosts": self.num_infeed_hosts}
+
+    def set_state(self, state: dict[str, Any]) -> None:
+        """Rebuilds the pipeline and skips ``state['num_batches']`` batches."""
+        hosts = state.get("num_infeed_hosts", self.num_infeed_hosts)
+        if hosts != self.num_infeed_hosts:
+            logging.warning(
+                "SeqIOInput '%s': the state was saved with %d input hosts, now %d; the "
+                "shards differ, so the resumed stream is not the one the run would have read.",
+                self.name,
+                hosts,
+                self.num_infeed_hosts,
+            )
+        self._build(skip=int(state["num_batches"]))
+
+    @property
+    def score_metric_fns(self) -> Sequence[Callable[[list[str], list[float]], dict[str, Any]]]:
+        """The score metric fns of the task (of every task of a Mixture)."""
+        fns: list[Callable] = []
+        for task in seqio.get_subtasks(self._provider):
+            fns += [fn for fn in task.score_metric_fns if fn not in fns]
+        return fns
+
+    def ids_to_strings(self, ids: np.ndarray, lengths: Sequence[int] | None = None) -> list[str]:
+        """Detokenizes rows of ``ids [B, T]`` with the task's 'targets' vocabulary.
+
+        Padding ids (0) are dropped; as in Pax, decoding stops after the first EOS.
+        """
+        vocab = self._vocabulary()
+        ids = np.asarray(ids)
+        lengths = [ids.shape[1]] * ids.shape[0] if lengths is None else lengths
+        rows = [
+            [int(t) for t in row[: int(n)] if t != 0] for row, n in zip(ids, lengths, strict=True)
+        ]
+        return [vocab.decode(row) for row in rows]
+
+    # ----- pipeline -----
+
+    @property
+    def shuffles(self) -> bool:
+        """Whether examples are shuffled (``shuffle``, or ``is_training`` when None)."""
+        return self.shuffle if self.shuffle is not None else self.is_training
+
+    def _vocabulary(self) -> seqio.Vocabulary:
+        return self._provider.output_features["targets"].vocabulary
+
+    def _examples(self, shard_index: int, num_epochs: int | None) -> tf.data.Dataset:
+        """The converted (unbatched) examples of one host's shard."""
+        kwargs: dict[str, Any] = dict(
+            sequence_length=self.task_feature_lengths,
+            split=self.split_name,
+            shuffle=self.shuffles,
+            seed=self.seed,
+            shard_info=(
+                seqio.ShardInfo(index=shard_index, num_shards=self.num_infeed_hosts)
+                if self.num_infeed_hosts > 1
+                else None
+            ),
+            num_epochs=num_epochs,
+        )
+        if self.shuffle_buffer_size is not None and self.shuffles:
+            kwargs["shuffle_buffer_size"] = self.shuffle_buffer_size
+        ds = self._provider.get_dataset(**kwargs)
+        converter = seqio.DecoderFeatureConverter(pack=self.feature_converter_pack)
+        return converter(ds, self.task_feature_lengths)
+
+    def _build(self, skip: int) -> None:
+        """(Re)creates this host's batch iterator, positioned after ``skip`` batches."""
+        ds = self._examples(self.infeed_host_index, None if self.repeats else 1)
+        # One-epoch eval keeps the last partial batch (padded in numpy); all else drops it.
+        ds = ds.batch(self.batch_size, drop_remainder=not self.reset_for_eval)
+        self._spec = ds.element_spec
+        if skip:
+            ds = ds.skip(skip)
+        options = tf.data.Options()
+        options.deterministic = True
+        ds = ds.with_options(options).prefetch(_AUTOTUNE)
+        self._iterator = ds.as_numpy_iterator()
+        self._num_batches = skip
+        self._replay: list[NestedMap] = []
+        self._first_batch: NestedMap | None = None
+
+    def _next_padded(self) -> NestedMap:
+        """One-epoch eval: real batches padded to batch_size, then all-zero batches."""
+        total = self._num_eval_batches()
+        if total is not None and self._num_batches >= total:
+            raise StopIteration
+        try:
+            raw = next(self._iterator)
+        except StopIteration:
+            if total is None:  # A single host stops when its data ends.
+                raise
+            raw = {
+                k: np.zeros((0, *s.shape[1:]), s.dtype.as_numpy_dtype)
+                for k, s in self._spec.items()
+            }
+        missing = self.batch_size - len(raw["decoder_target_tokens"])
+        if missing:
+            raw = {
+                k: np.concatenate([v, np.zeros((missing, *v.shape[1:]), v.dtype)])
+                for k, v in raw.items()
+            }
+        return self._to_lm_batch(raw)
+
+    def _num_eval_batches(self) -> int | None:
+        """Batches every host yields in one eval epoch (None with one host: until the end)."""
+        if self.num_infeed_hosts == 1:
+            return None
+        if self._eval_batches is None:
+            counts = self.shard_example_counts()
+            self._eval_batches = -(-max(counts) // self.batch_size)
+            logging.info(
+                "SeqIOInput '%s': %s examples per host shard; %d eval batches on every host.",
+                self.name,
+                counts,
+                self._eval_batches,
+            )
+        return self._eval_batches
+
+    def shard_example_counts(self) -> tuple[int, ...]:
+        """Converted examples in one epoch of every host's shard (counted once per process)."""
+        key = (
+            self.mixture_name,
+            self.split_name,
+            tuple(sorted(self.task_feature_lengths.items())),
+            self.feature_converter_pack,
+            self.shuffles,
+            self.seed,
+            self.shuffle_buffer_size,
+            self.num_infeed_hosts,
+        )
+        cached = _SHARD_COUNTS.get(key)
+        if cached is not None and cached[0] is self._provider:
+            return cached[1]
+        counts = tuple(
+            _count(self._examples(i, num_epochs=1)) for i in range(self.num_infeed_hosts)
+        )
+        _SHARD_COUNTS[key] = (self._provider, counts)
+        return counts
+
+    def _to_lm_batch(self, raw: Mapping[str, np.ndarray]) -> NestedMap:
+        labels = raw["decoder_target_tokens"].astype(np.int32)
+        batch = NestedMap(
+            ids=raw["decoder_input_tokens"].astype(np.int32),
+            labels=labels,
+            weights=raw["decoder_loss_weights"].astype(np.float32),
+            paddings=(labels == 0).astype(np.float32),
+        )
+        if self.feature_converter_pack:
+            batch.segment_ids = raw["decoder_segment_ids"].astype(np.int32)
+            batch.segment_pos = raw["decoder_positions"].astype(np.int32)
+        return batch
+
+
+# (mixture, split, lengths, pack, shuffle, seed, buffer, hosts) -> (provider, counts per shard).
+_SHARD_COUNTS: dict[tuple, tuple[Any, tuple[int, ...]]] = {}
+
+
+def _count(ds: tf.data.Dataset) -> int:
+    def add(total, batch):
+        return total + tf.shape(batch["decoder_target_tokens"], out_type=tf.int64)[0]
+
+    return int(ds.batch(1024).reduce(np.int64(0), add))
+
+
+# ----- checks with errors that say what was looked for and how to fix it -----
+
+
+def get_provider(name: str, where: str = "SeqIO") -> seqio.Task | seqio.Mixture:
+    """The registered Task or Mixture ``name``; an error naming the closest ones if none."""
+    tasks, mixtures = set(seqio.TaskRegistry.names()), set(seqio.MixtureRegistry.names())
+    if name in tasks or name in mixtures:
+        return seqio.get_mixture_or_task(name)
+    known = sorted(tasks | mixtures)
+    close = difflib.get_close_matches(name, known, n=5, cutoff=0.5)
+    if close:
+        listed = f"Closest registered names: {', '.join(close)}."
+    elif known:
+        more = " ..." if len(known) > 20 else ""
+        listed = f"Registered ({len(known)}): {', '.join(known[:20])}{more}."
+    else:
+        listed = "No Task or Mixture is registered."
+    raise InputConfigError(
+        f"{where}: no SeqIO Task or Mixture named {name!r}. {listed} Register it before "
+        "the input is built (experiments do so in datasets(); otherwise import the module "
+        "that registers it)."
+    )
+
+
+def _check_split(task: seqio.Task, split: str, where: str) -> None:
+    splits = list(task.source.splits)
+    if split not in splits:
+        raise InputConfigError(
+            f"{where}: task {task.name!r} has no split {split!r}; it has {splits}. "
+            "Set split_name to one of them, or register the task with that split."
+        )
+
+
+def _check_files(task: seqio.Task, split: str, where: str) -> None:
+    """Raises if a file source's pattern for ``split`` matches no file."""
+    if isinstance(task.source, seqio.FileDataSource) and not task.source.list_shards(split):
+        raise InputDataNotFoundError(
+            f"{where}: no file matches split {split!r} of task {task.name!r} "
+            f"({task.source}). Fix the path the task was registered with (the text "
+            "experiments take it from TEXT_DATA_PATH / TEXT_EVAL_DATA_PATH)."
+        )
+
+
+def _check_vocabularies(task: seqio.Task, where: str) -> None:
+    """Raises if a SentencePiece model file of the task is missing or unreadable."""
+    for feature_name, feature in task.output_features.items():
+        path = getattr(feature.vocabulary, "sentencepiece_model_file", None)
+        if not path:
+            continue
+        try:
+            found, why = tf.io.gfile.exists(path), "does not exist"
+        except tf.errors.OpError as e:
+            found, why = False, f"cannot be read ({e.message.splitlines()[0]})"
+        if not found:
+            raise InputDataNotFoundError(
+                f"{where}: the SentencePiece vocabulary {path!r} (feature {feature_name!r} of "
+                f"task {task.name!r}) {why}. Point the task at an existing .model file; "
+                "the LM experiments take it from their VOCAB_PATH knob "
+                "(--set VOCAB_PATH=/path/to/spm.model)."
+            )
+
+
+def _default_tfds_data_dir() -> str:
+    return os.environ.get("TFDS_DATA_DIR") or os.path.expanduser("~/tensorflow_datasets")
+
+
+def _check_tfds_data(task: seqio.Task, split: str, where: str) -> None:
+    """Raises if a TFDS source's prepared data (or the split) is not in its data dir.
+
+    Checked before reading, because TFDS would otherwise try to download and
+    prepare the dataset (for C4: terabytes, or a hang without network).
+    """
+    source = task.source
+    if not isinstance(source, seqio.TfdsDataSource) or source.tfds_dataset.tfds_splits:
+        return
+    loader = source.tfds_dataset
+    name, data_dir = loader.get_split_params(split)
+    data_dir = data_dir or _default_tfds_data_dir()
+    fix = (
+        f"Put the prepared dataset under DIR/{name.replace(':', '/')} (e.g. with "
+        "`tfds build`, or copy it) and pass --tfds_data_dir=DIR (seqio's data dir "
+        "override), or set TFDS_DATA_DIR=DIR."
+    )
+    try:
+        builder = loader.builder
+    except Exception as e:  # TFDS raises many kinds; all mean "not there".  # noqa: BLE001
+        first_line = str(e).splitlines()[0] if str(e) else type(e).__name__
+        raise InputDataNotFoundError(
+            f"{where}: TFDS dataset {name!r} of task {task.name!r} was not found in data dir "
+            f"{data_dir!r} ({type(e).__name__}: {first_line[:300]}). {fix}"
+        ) from None
+    info_file = os.path.join(os.fspath(builder.data_dir), "dataset_info.json")
+    if not tf.io.gfile.exists(info_file):
+        raise InputDataNotFoundError(
+            f"{where}: TFDS dataset {name!r} of task {task.name!r} is not prepared in data dir "
+            f"{data_dir!r}: {info_file} does not exist. {fix}"
+        )
+
+
+# ----- shared pieces of LM tasks -----
+
+
+def make_vocabulary(vocab_path: str | None) -> seqio.Vocabulary:
+    """A SentencePiece vocabulary at ``vocab_path``, or bytes (``ByteVocabulary``) if None."""
+    if vocab_path is None:
+        return seqio.ByteVocabulary()
+    return seqio.SentencePieceVocabulary(vocab_path)
+
+
+def reduce_concat_tokens(
+    dataset: tf.data.Dataset, feature_key: str = "targets", batch_size: int = 128, **unused: Any
+) -> tf.data.Dataset:
+    """Concatenates the tokens of every ``batch_size`` consecutive examples into one.
+
+    T5's preprocessor of that name: keeps only ``feature_key``; padding (0) is dropped.
+    """
+    del unused
+    ds = dataset.map(lambda x: {feature_key: x[feature_key]}, num_parallel_calls=_AUTOTUNE)
+    ds = ds.padded_batch(batch_size, padded_shapes={feature_key: [None]})
+
+    def concat(x):
+        tokens = tf.reshape(x[feature_key], [-1])
+        return {feature_key: tf.boolean_mask(tokens, tf.not_equal(tokens, 0))}
+
+    return ds.map(concat, num_parallel_calls=_AUTOTUNE)
+
+
+def split_tokens_to_targets_length(
+    dataset: tf.data.Dataset,
+    sequence_length: Mapping[str, int] | None,
+    output_features: Mapping[str, seqio.Feature],
+    feature_key: str = "targets",
+    **unused: Any,
+) -> tf.data.Dataset:
+    """Splits each example's tokens into consecutive pieces of the targets length.
+
+    T5's preprocessor of that name: the pieces leave room for an EOS when the
+    feature adds one; the last piece of an example may be shorter.
+    """
+    del unused
+    if not sequence_length or feature_key not in sequence_length:
+        raise ValueError(
+            f"split_tokens_to_targets_length needs sequence_length[{feature_key!r}]; pass "
+            "task_feature_lengths when reading the task."
+        )
+    length = sequence_length[feature_key] - int(output_features[feature_key].add_eos)
+
+    def split(x):
+        tokens = x[feature_key]
+        n = tf.size(tokens)
+        pieces = (n + length - 1) // length
+        padded = tf.pad(tokens, [[0, pieces * length - n]])
+        sizes = tf.minimum(length, n - tf.range(pieces) * length)
+        return {"tokens": tf.reshape(padded, [pieces, length]), "size": sizes}
+
+    ds = dataset.map(split, num_parallel_calls=_AUTOTUNE).unbatch()
+    return ds.map(lambda x: {feature_key: x["tokens"][: x["size"]]}, num_parallel_calls=_AUTOTUNE)
+
+
+def lm_preprocessors(text_key: str, concat_batch_size: int = 128) -> list[Callable]:
+    """Pax's C4 LM recipe: text -> targets, tokenize, concatenate, split, append EOS."""
+    return [
+        lambda ds: ds.map(lambda x: {"targets": x[text_key]}, num_parallel_calls=_AUTOTUNE),
+        seqio.preprocessors.tokenize,
+        lambda ds: reduce_concat_tokens(ds, batch_size=concat_batch_size),
+        split_tokens_to_targets_length,
+        seqio.preprocessors.append_eos_after_trim,
+    ]
+
+
+# Task name -> the settings this module registered it with.
+_REGISTERED_SETTINGS: dict[str, Mapping[str, Any]] = {}
+
+
+def register_task_once(
+    name: str, settings: Mapping[str, Any], make_task: Callable[[str], seqio.Task]
+) -> seqio.Task:
+    """Registers ``make_task(name)`` unless it is already registered with ``settings``.
+
+    Idempotent: the same settings return the registered task; different settings
+    (say, a new vocabulary path) replace it. A name that other code registered is
+    an error rather than silently replaced.
+    """
+    if name in seqio.TaskRegistry.names():
+        if _REGISTERED_SETTINGS.get(name) == dict(settings):
+            return seqio.TaskRegistry.get(name)
+        if name not in _REGISTERED_SETTINGS:
+            raise InputConfigError(
+                f"SeqIO task {name!r} is already registered by other code; pick another "
+                "task name (the experiment's *_TASK_NAME knob)."
+            )
+        seqio.TaskRegistry.remove(name)
+    task = make_task(name)
+    seqio.TaskRegistry.add_provider(name, task)
+    _REGISTERED_SETTINGS[name] = dict(settings)
+    return task

@@ -1,0 +1,388 @@
+"""SeqIOInput on real SeqIO pipelines: batches, packing, two hosts, Pax's eval table, resume."""
+
+from __future__ import annotations
+
+import collections
+import json
+
+import numpy as np
+import pytest
+import seqio
+import tensorflow as tf
+
+from praxis_lite import seqio_input
+from praxis_lite.base_input import InputConfigError
+from praxis_lite.seqio_input import InputDataNotFoundError, SeqIOInput
+
+T = 24
+TRAIN_FILES = 4
+EVAL_FILE_SIZES = (7, 5, 11)  # Two hosts shard the 3 files: 7 + 11 docs vs 5.
+
+
+def _doc(split: str, f: int, i: int) -> str:
+    return f"{split} f{f} d{i} " + "xyz"[i % 3] * (i % 7)
+
+
+def _eval_docs() -> list[str]:
+    return [_doc("va", f, i) for f, n in enumerate(EVAL_FILE_SIZES) for i in range(n)]
+
+
+def _one_doc_task(name: str, patterns: dict, vocabulary: seqio.Vocabulary, **kwargs) -> seqio.Task:
+    """Each line is one example (tokens + EOS), so examples can be told apart."""
+    return seqio.Task(
+        name,
+        source=seqio.TextLineDataSource(patterns),
+        preprocessors=[
+            lambda ds: ds.map(lambda line: {"targets": line}),
+            seqio.preprocessors.tokenize,
+            seqio.preprocessors.append_eos_after_trim,
+        ],
+        output_features={"targets": seqio.Feature(vocabulary, add_eos=True)},
+        shuffle_buffer_size=64,
+        **kwargs,
+    )
+
+
+def train_spm(corpus, prefix, vocab_size: int) -> str:
+    """Trains a SentencePiece model on ``corpus`` (seqio's ids: pad 0, EOS 1, UNK 2); its path."""
+    import sentencepiece as spm
+
+    spm.SentencePieceTrainer.train(
+        input=str(corpus),
+        model_prefix=str(prefix),
+        vocab_size=vocab_size,
+        hard_vocab_limit=False,  # A tiny corpus may not have vocab_size pieces.
+        pad_id=0,
+        eos_id=1,
+        unk_id=2,
+        bos_id=-1,
+        minloglevel=2,
+    )
+    return f"{prefix}.model"
+
+
+@pytest.fixture(scope="module")
+def task(tmp_path_factory) -> str:
+    """'lines_lm': 4 train files of 25 docs, 3 validation files of 7, 5, 11 docs; bytes."""
+    root = tmp_path_factory.mktemp("lines")
+    for f in range(TRAIN_FILES):
+        (root / f"train-{f}.txt").write_text("\n".join(_doc("tr", f, i) for i in range(25)))
+    for f, n in enumerate(EVAL_FILE_SIZES):
+        (root / f"valid-{f}.txt").write_text("\n".join(_doc("va", f, i) for i in range(n)))
+    patterns = {"train": str(root / "train-*.txt"), "validation": str(root / "valid-*.txt")}
+    seqio.TaskRegistry.remove("lines_lm")
+    seqio.TaskRegistry.add_provider(
+        "lines_lm", _one_doc_task("lines_lm", patterns, seqio.ByteVocabulary())
+    )
+    return "lines_lm"
+
+
+def make(task: str, **kwargs) -> SeqIOInput:
+    kwargs.setdefault("batch_size", 4)
+    kwargs.setdefault("task_feature_lengths", {"targets": T})
+    return SeqIOInput(mixture_name=task, **kwargs)
+
+
+def make_eval(task: str, **kwargs) -> SeqIOInput:
+    return make(task, split_name="validation", name="eval", is_training=False, **kwargs)
+
+
+def read_all(inp: SeqIOInput) -> list:
+    batches = []
+    while True:
+        try:
+            batches.append(inp.get_next())
+        except StopIteration:
+            return batches
+
+
+def real_docs(inp: SeqIOInput, batches: list) -> list[str]:
+    """The decoded targets of every example with a positive weight."""
+    docs = []
+    for b in batches:
+        real = b.weights.sum(axis=1) > 0
+        docs += inp.ids_to_strings(b.labels[real])
+    return docs
+
+
+def assert_batches_equal(a: list, b: list) -> None:
+    assert len(a) == len(b)
+    for x, y in zip(a, b, strict=True):
+        assert sorted(x) == sorted(y)
+        for key in x:
+            np.testing.assert_array_equal(x[key], y[key], err_msg=key)
+
+
+def test_unpacked_batch(task):
+    b = make(task).get_next()
+    assert sorted(b) == ["ids", "labels", "paddings", "weights"]
+    for key, dtype in [("ids", np.int32), ("labels", np.int32), ("weights", np.float32)]:
+        assert b[key].shape == (4, T) and b[key].dtype == dtype
+    np.testing.assert_array_equal(b.paddings, (b.labels == 0).astype(np.float32))
+    np.testing.assert_array_equal(b.weights, 1.0 - b.paddings)
+    # Inputs are the targets shifted right behind a 0 (BOS).
+    np.testing.assert_array_equal(b.ids[:, 0], 0)
+    np.testing.assert_array_equal(b.ids[:, 1:] * (b.labels[:, :-1] != 0), b.labels[:, :-1])
+
+
+def test_packed_segments_are_consistent(task):
+    b = make(task, feature_converter_pack=True, task_feature_lengths={"targets": 48}).get_next()
+    assert b.segment_ids.shape == b.segment_pos.shape == (4, 48)
+    assert b.segment_ids.dtype == b.segment_pos.dtype == np.int32
+    assert (b.segment_ids.max(axis=1) >= 2).all()  # Short docs: several per row.
+    for seg, pos, w, ids in zip(b.segment_ids, b.segment_pos, b.weights, b.ids, strict=True):
+        starts = np.flatnonzero(np.diff(seg, prepend=-1) != 0)
+        for start in starts[seg[starts] > 0]:
+            length = np.count_nonzero(seg == seg[start])
+            np.testing.assert_array_equal(pos[start : start + length], np.arange(length))
+            assert ids[start] == 0  # Each packed doc starts with its own BOS.
+        np.testing.assert_array_equal(w[seg == 0], 0)
+        np.testing.assert_array_equal(pos[seg == 0], 0)
+        np.testing.assert_array_equal(w[seg > 0], 1)
+
+
+def test_two_training_hosts_read_disjoint_docs(task):
+    seen = []
+    for host in range(2):
+        inp = make(task, num_infeed_hosts=2, infeed_host_index=host)
+        seen.append(set(real_docs(inp, [inp.get_next() for _ in range(10)])))
+    assert len(seen[0]) > 10 and len(seen[1]) > 10
+    assert not seen[0] & seen[1]
+
+
+def test_one_epoch_eval_on_two_hosts(task):
+    inputs = [
+        make_eval(task, reset_for_eval=True, num_infeed_hosts=2, infeed_host_index=h)
+        for h in (0, 1)
+    ]
+    assert inputs[0].shard_example_counts() == (18, 5)  # Sharded by file: uneven.
+    passes = [read_all(inp) for inp in inputs]
+    assert len(passes[0]) == len(passes[1]) == 5  # ceil(18 / 4) on both hosts.
+    docs = real_docs(inputs[0], passes[0]) + real_docs(inputs[1], passes[1])
+    assert collections.Counter(docs) == collections.Counter(_eval_docs())
+    for batch in passes[1][2:]:  # Host 1's 5 docs fill 2 batches; then all-zero batches.
+        assert not (batch.ids.any() or batch.labels.any() or batch.weights.any())
+        np.testing.assert_array_equal(batch.paddings, 1.0)
+
+
+def test_one_epoch_eval_on_one_host_pads_the_last_batch(task):
+    inp = make_eval(task, reset_for_eval=True)
+    batches = read_all(inp)
+    assert len(batches) == 6  # 23 docs
+    assert (batches[-1].weights.sum(axis=1) > 0).tolist() == [True, True, True, False]
+    assert sorted(real_docs(inp, batches)) == sorted(_eval_docs())
+
+
+def test_eval_reset_replays_the_epoch(task):
+    inp = make_eval(task, reset_for_eval=True, num_infeed_hosts=2, infeed_host_index=0)
+    first = read_all(inp)
+    inp.reset()
+    assert_batches_equal(read_all(inp), first)
+
+
+def test_rolling_eval_passes_see_different_batches(task):
+    inp = make_eval(task, eval_loop_num_batches=2)  # reset_for_eval=False, repeat=None
+    assert inp.repeats
+    first = [inp.get_next() for _ in range(2)]
+    second = [inp.get_next() for _ in range(2)]
+    assert not np.array_equal(first[0].labels, second[0].labels)
+    for _ in range(10):  # 23 docs / 4 per batch: the rolling input wraps around.
+        inp.get_next()
+
+
+@pytest.mark.parametrize(
+    "settings",
+    [dict(reset_for_eval=True, repeat=True), dict(reset_for_eval=False, repeat=False)],
+    ids=["endless-epoch", "runs-dry"],
+)
+def test_unsupported_eval_combinations_raise(task, settings):
+    with pytest.raises(InputConfigError, match="reset_for_eval"):
+        make_eval(task, **settings)
+
+
+def test_finite_training_input_drops_the_remainder(task):
+    inp = make(task, repeat=False, shuffle=False, batch_size=32)
+    batches = read_all(inp)
+    assert len(batches) == 3  # 100 docs -> 3 full batches; the last 4 docs are dropped.
+
+
+def test_resume_is_exact(task):
+    kwargs = dict(feature_converter_pack=True, seed=7, num_infeed_hosts=2, infeed_host_index=1)
+    reference = make(task, **kwargs)
+    expected = [reference.get_next() for _ in range(8)]
+
+    run = make(task, **kwargs)
+    for _ in range(5):
+        run.get_next()
+    state = json.loads(json.dumps(run.get_state()))
+    assert state["num_batches"] == 5
+
+    resumed = make(task, **kwargs)
+    resumed.set_state(state)
+    assert_batches_equal([resumed.get_next() for _ in range(3)], expected[5:])
+
+
+def test_reset_after_the_sample_batch_replays_it(task):
+    """The trainer reads a sample batch, then resets; the stream must start over exactly."""
+    expected = [make(task, seed=3).get_next()]
+    fresh = make(task, seed=3)
+    expected.append([fresh.get_next() for _ in range(2)][1])
+    inp = make(task, seed=3)
+    inp.get_next()
+    inp.reset()
+    assert_batches_equal([inp.get_next(), inp.get_next()], expected)
+    inp.get_next()
+    inp.reset()  # After more than one batch: rebuilt from the start.
+    assert_batches_equal([inp.get_next()], expected[:1])
+
+
+def test_ids_to_strings_round_trip_bytes(task):
+    inp = make(task)
+    texts = ["hello world", "ünïcode ok", "a"]
+    vocab = seqio.ByteVocabulary()
+    ids = np.zeros((3, 16), np.int32)
+    for row, text in zip(ids, texts, strict=True):
+        tokens = vocab.encode(text)
+        row[: len(tokens)] = tokens
+    assert inp.ids_to_strings(ids) == texts
+    assert inp.ids_to_strings(ids, lengths=[5, 16, 1]) == ["hello", "ünïcode ok", "a"]
+
+
+def test_ids_to_strings_round_trip_sentencepiece(tmp_path):
+    corpus = tmp_path / "corpus.txt"
+    corpus.write_text(
+        "\n".join(f"the quick brown fox {i} jumps over the lazy dog" for i in range(200))
+    )
+    vocab = seqio.SentencePieceVocabulary(train_spm(corpus, tmp_path / "spm", 40))
+    patterns = {"train": str(corpus)}
+    seqio.TaskRegistry.remove("spm_lines")
+    seqio.TaskRegistry.add_provider("spm_lines", _one_doc_task("spm_lines", patterns, vocab))
+    inp = make("spm_lines", task_feature_lengths={"targets": 64}, shuffle=False)
+    texts = ["the lazy dog jumps", "over the quick brown fox 17"]
+    ids = np.zeros((2, 64), np.int32)
+    for row, text in zip(ids, texts, strict=True):
+        tokens = vocab.encode(text)
+        row[: len(tokens)] = tokens
+    assert inp.ids_to_strings(ids) == texts
+    first = inp.get_next()
+    assert inp.ids_to_strings(first.labels[:1]) == ["the quick brown fox 0 jumps over the lazy dog"]
+
+
+def test_score_metric_fns_come_from_the_task(tmp_path):
+    (tmp_path / "a.txt").write_text("one\ntwo\n")
+
+    def count(targets, scores):
+        return {"n": len(targets)}
+
+    seqio.TaskRegistry.remove("scored_lines")
+    seqio.TaskRegistry.add_provider(
+        "scored_lines",
+        _one_doc_task(
+            "scored_lines",
+            {"train": str(tmp_path / "a.txt")},
+            seqio.ByteVocabulary(),
+            metric_fns=[count],
+        ),
+    )
+    assert list(make("scored_lines").score_metric_fns) == [count]
+
+
+def test_mixture(task):
+    seqio.MixtureRegistry.remove("lines_mix")
+    seqio.MixtureRegistry.add("lines_mix", [(task, 1.0)])
+    b = make("lines_mix", feature_converter_pack=True).get_next()
+    assert b.labels.shape == (4, T) and "segment_ids" in b
+    with pytest.raises(InputConfigError, match="Mixture"):
+        make("lines_mix", shuffle_buffer_size=10)
+
+
+# ----- errors say what was looked for and how to fix it -----
+
+
+def _assert_clean(error: BaseException) -> None:
+    assert error.__cause__ is None
+    assert error.__suppress_context__ or error.__context__ is None
+    assert "Traceback" not in str(error)
+
+
+def test_unknown_name_lists_close_names(task):
+    with pytest.raises(InputConfigError, match="no SeqIO Task or Mixture named 'lines_ln'") as e:
+        make("lines_ln")
+    assert "lines_lm" in str(e.value)
+    _assert_clean(e.value)
+
+
+def test_unknown_split_lists_splits(task):
+    with pytest.raises(InputConfigError, match=r"no split 'test'.*\['train', 'validation'\]"):
+        make(task, split_name="test")
+
+
+def test_missing_files(tmp_path):
+    pattern = str(tmp_path / "nothing-*.txt")
+    seqio.TaskRegistry.remove("no_files")
+    seqio.TaskRegistry.add_provider(
+        "no_files", _one_doc_task("no_files", {"train": pattern}, seqio.ByteVocabulary())
+    )
+    with pytest.raises(InputDataNotFoundError, match="no file matches") as e:
+        make("no_files")
+    assert pattern in str(e.value) and "TEXT_DATA_PATH" in str(e.value)
+
+
+def test_missing_vocabulary_file(tmp_path):
+    (tmp_path / "a.txt").write_text("one\n")
+    missing = str(tmp_path / "missing.model")
+    vocab = seqio.SentencePieceVocabulary(missing)
+    seqio.TaskRegistry.remove("no_vocab")
+    seqio.TaskRegistry.add_provider(
+        "no_vocab", _one_doc_task("no_vocab", {"train": str(tmp_path / "a.txt")}, vocab)
+    )
+    with pytest.raises(InputDataNotFoundError, match="does not exist") as e:
+        make("no_vocab")
+    assert missing in str(e.value) and "--set VOCAB_PATH=" in str(e.value)
+    _assert_clean(e.value)
+    assert isinstance(e.value, FileNotFoundError) and isinstance(e.value, ValueError)
+
+
+@pytest.mark.parametrize("tfds_name", ["c4/en:3.0.1", "mnist:3.0.1"], ids=["no-code", "code"])
+def test_missing_tfds_data_dir(tmp_path, tfds_name):
+    """Both 'no builder code for that version' and 'code but no prepared files' are clear."""
+    seqio.TaskRegistry.remove("no_tfds")
+    source = seqio.TfdsDataSource(tfds_name, tfds_data_dir=str(tmp_path / "tfds"))
+    features = {"targets": seqio.Feature(seqio.ByteVocabulary())}
+    seqio.TaskRegistry.add_provider("no_tfds", seqio.Task("no_tfds", source, features))
+    with pytest.raises(InputDataNotFoundError) as e:
+        make("no_tfds")
+    message = str(e.value)
+    assert str(tmp_path / "tfds") in message and "--tfds_data_dir=DIR" in message
+    assert tfds_name.replace(":", "/") in message
+    _assert_clean(e.value)
+
+
+def test_vocabulary_larger_than_the_model(task):
+    with pytest.raises(InputConfigError, match="has 259 ids but the model's vocabulary has 128"):
+        make(task, model_vocab_size=128)
+    make(task, model_vocab_size=259)
+
+
+# ----- the LM preprocessors shared by the C4 and text tasks -----
+
+
+def test_concat_and_split_preprocessors():
+    docs = [[5, 6, 7], [8], [9, 10, 11, 12, 13]]
+    ds = tf.data.Dataset.from_generator(
+        lambda: ({"targets": np.asarray(d, np.int32)} for d in docs),
+        output_signature={"targets": tf.TensorSpec([None], tf.int32)},
+    )
+    ds = seqio_input.reduce_concat_tokens(ds, batch_size=2)
+    assert [x["targets"].tolist() for x in ds.as_numpy_iterator()] == [
+        [5, 6, 7, 8],
+        [9, 10, 11, 12, 13],
+    ]
+    features = {"targets": seqio.Feature(seqio.ByteVocabulary(), add_eos=True)}
+    pieces = seqio_input.split_tokens_to_targets_length(ds, {"targets": 4}, features)
+    assert [x["targets"].tolist() for x in pieces.as_numpy_iterator()] == [
+        [5, 6, 7],
+        [8],
+        [9, 10, 11],
+        [12, 13],
+    ]

@@ -11,12 +11,17 @@ Flags:
                     of the experiment's module or a dotted path.
   --print_config    print the resolved knobs and configs, then exit.
   --stop_at_step N  stop (with a checkpoint) at step N; re-running resumes.
+  --coordinator_address, --num_processes, --process_id
+                    join a multi-process job (else JAX's cluster detection: TPU pods,
+                    SLURM, Open MPI); on CPU, processes talk through gloo.
+  --tfds_data_dir D read TFDS datasets (e.g. c4/en/3.0.1) from D (SeqIO's data dir override).
 Re-running with the same --job_log_dir resumes from the latest checkpoint.
 """
 
 from __future__ import annotations
 
 import importlib
+import math
 import os
 import pathlib
 import sys
@@ -32,7 +37,13 @@ from fiddle.absl_flags import utils as fdl_flag_utils  # noqa: E402  (defines --
 FLAGS = flags.FLAGS
 flags.DEFINE_string("exp", None, "Registered experiment, e.g. tasks.lm.synthetic.LmSyntheticTiny.")
 flags.DEFINE_string("job_log_dir", None, "Directory for checkpoints, summaries and config.")
-flags.DEFINE_enum("mode", "train", ["train", "eval", "train_and_eval"], "What to run.")
+flags.DEFINE_enum(
+    "mode",
+    "train",
+    ["train", "eval", "train_and_eval", "compile"],
+    "What to run. compile: a dry run that builds the experiment's mesh from fake CPU devices, "
+    "compiles the train step on abstract arrays and prints sizes and FLOPs.",
+)
 flags.DEFINE_multi_string("set", [], "KNOB=VALUE override of an UPPERCASE experiment knob.")
 flags.DEFINE_bool("print_config", False, "Print the resolved configuration and exit.")
 flags.DEFINE_integer(
@@ -40,6 +51,16 @@ flags.DEFINE_integer(
     None,
     "Stop this run at this step (with a checkpoint) even if num_train_steps is later; "
     "re-running the command resumes. For staged runs and preemption drills.",
+)
+flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process jobs).")
+flags.DEFINE_integer("num_processes", None, "Number of processes in the job.")
+flags.DEFINE_integer("process_id", None, "This process's index in [0, num_processes).")
+flags.DEFINE_integer("distributed_timeout_s", 300, "Seconds to wait for all processes to join.")
+flags.DEFINE_string(
+    "tfds_data_dir",
+    None,
+    "Directory holding prepared TFDS datasets (e.g. DIR/c4/en/3.0.1); overrides the data dir "
+    "of every SeqIO TFDS source. Default: TFDS's own ($TFDS_DATA_DIR or ~/tensorflow_datasets).",
 )
 
 
@@ -124,6 +145,11 @@ def format_config(experiment: Any, task_cfg: Any, datasets: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
+def _mesh_size(experiment: Any) -> int:
+    dcn = experiment.DCN_MESH_SHAPE or (1,)
+    return math.prod(experiment.ICI_MESH_SHAPE) * math.prod(dcn)
+
+
 def main(argv: Sequence[str]) -> None:
     if not FLAGS["verbosity"].present:  # Progress lines are printed; keep library INFO quiet.
         logging.set_verbosity(logging.WARNING)
@@ -131,16 +157,37 @@ def main(argv: Sequence[str]) -> None:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if not FLAGS.exp:
         raise app.UsageError("--exp is required (e.g. --exp=tasks.lm.synthetic.LmSyntheticTiny).")
-    from paxlite import train
+    import jax
+
+    from paxlite import distributed, train
     from paxlite.base_experiment import KnobError
     from paxlite.experiment_registry import ExperimentRegistryError
     from paxlite.mesh import MeshShapeError
 
+    if FLAGS.tfds_data_dir:  # Before datasets() registers tasks; seqio is imported only here.
+        import seqio
+
+        seqio.set_tfds_data_dir_override(FLAGS.tfds_data_dir)
     try:
         experiment = resolve_experiment(FLAGS.exp, FLAGS.set)
+        if FLAGS.mode == "compile":
+            distributed.use_fake_cpu_devices(_mesh_size(experiment))
+        else:
+            distributed.initialize(
+                FLAGS.coordinator_address,
+                FLAGS.num_processes,
+                FLAGS.process_id,
+                FLAGS.distributed_timeout_s,
+            )
         task_cfg, dataset_cfgs = resolve_configs(experiment, FLAGS.fdl_set, FLAGS.fiddler)
         if FLAGS.print_config:
             print(format_config(experiment, task_cfg, dataset_cfgs))
+            return
+        if FLAGS.mode == "compile":
+            from paxlite import aot
+
+            job = train.build_job(experiment, task_cfg, dataset_cfgs, pathlib.Path("/nonexistent"))
+            print(aot.format_report(FLAGS.exp, aot.compile_train_step(job)))
             return
         if not FLAGS.job_log_dir:
             raise UsageError("--job_log_dir is required (where checkpoints and summaries go).")
@@ -151,13 +198,15 @@ def main(argv: Sequence[str]) -> None:
         KnobError,
         ExperimentRegistryError,
         MeshShapeError,
+        distributed.DistributedSetupError,
         AttributeError,
         TypeError,
         ValueError,
     ) as e:
         print(f"paxlite: error: {e}", file=sys.stderr)
         sys.exit(2)
-    write_config(job_log_dir, experiment, task_cfg, dataset_cfgs)
+    if jax.process_index() == 0:
+        write_config(job_log_dir, experiment, task_cfg, dataset_cfgs)
     try:
         train.run(job, train.Mode(FLAGS.mode), stop_at_step=FLAGS.stop_at_step)
     except FileNotFoundError as e:

@@ -184,3 +184,32 @@ def test_fiddler_edits_the_task_config():
     assert lines and all("bfloat16" in ln for ln in lines)
     bad = run_main("--print_config", "--fiddler=no_such_fiddler")
     assert bad.returncode == 2 and "no_such_fiddler" in bad.stderr
+
+
+def test_compile_dry_run_of_a_2b_experiment_on_fake_devices(tmp_path):
+    env = dict(os.environ, JAX_PLATFORMS="cpu")
+    env.pop("XLA_FLAGS", None)
+    proc = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paxlite.main",
+            "--exp=tasks.lm.lm_cloud.LmCloudSpmd2B",
+            "--mode=compile",
+        ],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "(4 devices)" in proc.stdout and "parameters:             2,137,239,552" in proc.stdout
+    assert "XLA temp per device" in proc.stdout and "XLA FLOPs per step" in proc.stdout
+
+
+def test_partial_distributed_flags_fail_clearly(tmp_path):
+    proc = run_main(f"--job_log_dir={tmp_path / 'job'}", "--num_processes=2")
+    assert proc.returncode == 2
+    assert "go together" in proc.stderr and "Traceback" not in proc.stderr

@@ -1,0 +1,125 @@
+"""Two local processes (DCN [2,1,1] x ICI [1,4,1]) through main.py == one process with 8 devices."""
+
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import numpy as np
+
+from tests.paxlite.test_main import scalar_series
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXP = "--exp=tasks.lm.synthetic.LmSyntheticTiny"
+COMMON = [
+    "--set=PERCORE_BATCH_SIZE=2",
+    "--set=SUMMARY_INTERVAL_STEPS=1",
+    "--set=SAVE_INTERVAL_STEPS=3",
+    "--set=EVAL_INTERVAL_STEPS=0",
+    "--set=DROPOUT_PROB=0.1",
+]
+
+
+def _env(devices: int) -> dict[str, str]:
+    env = dict(os.environ)
+    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["JAX_PLATFORMS"] = "cpu"
+    return env
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def test_two_processes_match_one_and_checkpoints_restore_across(tmp_path):
+    multi, single = tmp_path / "multi", tmp_path / "single"
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "paxlite.main",
+                EXP,
+                f"--job_log_dir={multi}",
+                *COMMON,
+                "--set=NUM_TRAIN_STEPS=6",
+                "--set=ICI_MESH_SHAPE=1,4,1",
+                "--set=DCN_MESH_SHAPE=2,1,1",
+                f"--coordinator_address=127.0.0.1:{port}",
+                "--num_processes=2",
+                f"--process_id={i}",
+                "--distributed_timeout_s=120",
+            ],
+            cwd=REPO,
+            env=_env(4),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    outputs = []
+    try:
+        for p in procs:
+            outputs.append(p.communicate(timeout=400))
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (_out, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    assert "(2 processes)" in outputs[0][0] and "'replica': 2, 'data': 4" in outputs[0][0]
+    assert "step" not in outputs[1][0]  # only process 0 prints progress (gloo talks on both)
+    assert (multi / "config.txt").exists()
+
+    one = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paxlite.main",
+            EXP,
+            f"--job_log_dir={single}",
+            *COMMON,
+            "--set=NUM_TRAIN_STEPS=6",
+            "--set=ICI_MESH_SHAPE=2,4,1",
+        ],
+        cwd=REPO,
+        env=_env(8),
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    assert one.returncode == 0, one.stderr[-3000:]
+    multi_losses = scalar_series(multi / "summaries" / "train", "train/loss")
+    single_losses = scalar_series(single / "summaries" / "train", "train/loss")
+    assert [s for s, _ in multi_losses] == [1, 2, 3, 4, 5, 6]
+    np.testing.assert_allclose(
+        [v for _, v in multi_losses], [v for _, v in single_losses], rtol=1e-5, atol=1e-5
+    )
+
+    # The 2-process checkpoint restores in a 1-process, 8-device run, which continues.
+    resumed = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paxlite.main",
+            EXP,
+            f"--job_log_dir={multi}",
+            *COMMON,
+            "--set=NUM_TRAIN_STEPS=6",
+            "--set=ICI_MESH_SHAPE=2,4,1",
+            "--mode=eval",
+        ],
+        cwd=REPO,
+        env=_env(8),
+        capture_output=True,
+        text=True,
+        timeout=400,
+        check=False,
+    )
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Restored checkpoint at step 6" in resumed.stdout

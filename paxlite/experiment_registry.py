@@ -17,7 +17,9 @@ from __future__ import annotations
 
 import difflib
 import importlib
+import pkgutil
 import sys
+from collections.abc import Sequence
 from typing import TypeVar
 
 _T = TypeVar("_T", bound=type)
@@ -62,11 +64,13 @@ def get_all() -> dict[str, type]:
     return dict(_REGISTRY)
 
 
-def get(name: str) -> type:
+def get(name: str, search_packages: Sequence[str] = ()) -> type:
     """Returns the experiment class registered as ``name`` or as a unique suffix of it.
 
     A dotted ``name`` whose module is not imported yet is imported first, e.g.
-    ``get("tasks.lm.c4.C4Spmd1B")`` imports ``tasks.lm.c4``.
+    ``get("tasks.lm.c4.C4Spmd1B")`` imports ``tasks.lm.c4``. A short name that
+    matches nothing registered yet is looked for again after importing every
+    module of ``search_packages`` (e.g. ``("tasks",)`` from the command line).
 
     Raises:
       ExperimentRegistryError: ``name`` is unknown, ambiguous, or its module
@@ -78,6 +82,15 @@ def get(name: str) -> type:
     if name in _REGISTRY:
         return _REGISTRY[name]
     matches = sorted(key for key in _REGISTRY if key.endswith("." + name))
+    if not matches and search_packages:
+        failures = [f for package in search_packages for f in _import_package_modules(package)]
+        matches = sorted(key for key in _REGISTRY if key.endswith("." + name))
+        if not matches and failures:
+            listed = "\n  ".join(failures)
+            raise ExperimentRegistryError(
+                f"unknown experiment {name!r}; these modules failed to import and may define "
+                f"it:\n  {listed}\nFix the import error or pass the full dotted name."
+            )
     if len(matches) == 1:
         return _REGISTRY[matches[0]]
     if matches:
@@ -87,6 +100,21 @@ def get(name: str) -> type:
             "Pass a longer suffix or the full name."
         )
     raise ExperimentRegistryError(_unknown_message(name, module_name))
+
+
+def _import_package_modules(package_name: str) -> list[str]:
+    """Imports ``package_name`` and its submodules; returns "module: error" per failure."""
+    try:
+        package = importlib.import_module(package_name)
+    except ModuleNotFoundError:
+        return []
+    failures = []
+    for info in pkgutil.walk_packages(package.__path__, prefix=package_name + "."):
+        try:
+            importlib.import_module(info.name)
+        except ImportError as e:
+            failures.append(f"{info.name}: {e}")
+    return failures
 
 
 def _import_module_of(name: str) -> str | None:

@@ -37,6 +37,11 @@ from fiddle.absl_flags import utils as fdl_flag_utils  # noqa: E402  (defines --
 FLAGS = flags.FLAGS
 flags.DEFINE_string("exp", None, "Registered experiment, e.g. tasks.lm.synthetic.LmSyntheticTiny.")
 flags.DEFINE_string("job_log_dir", None, "Directory for checkpoints, summaries and config.")
+flags.DEFINE_list(
+    "exp_search_packages",
+    ["tasks"],
+    "Packages whose modules are imported to resolve a short --exp name (e.g. LmSyntheticTiny).",
+)
 flags.DEFINE_enum(
     "mode",
     "train",
@@ -68,11 +73,13 @@ class UsageError(Exception):
     """A problem with the command line; printed without a traceback."""
 
 
-def resolve_experiment(name: str, knob_overrides: Sequence[str]) -> Any:
+def resolve_experiment(
+    name: str, knob_overrides: Sequence[str], search_packages: Sequence[str] = ()
+) -> Any:
     """The experiment instance for ``name`` with ``KNOB=VALUE`` overrides applied."""
     from paxlite import base_experiment, experiment_registry
 
-    cls = experiment_registry.get(name)
+    cls = experiment_registry.get(name, search_packages)
     cls = base_experiment.apply_knob_overrides(cls, list(knob_overrides))
     return cls()
 
@@ -169,7 +176,7 @@ def main(argv: Sequence[str]) -> None:
 
         seqio.set_tfds_data_dir_override(FLAGS.tfds_data_dir)
     try:
-        experiment = resolve_experiment(FLAGS.exp, FLAGS.set)
+        experiment = resolve_experiment(FLAGS.exp, FLAGS.set, FLAGS.exp_search_packages)
         if FLAGS.mode == "compile":
             distributed.use_fake_cpu_devices(_mesh_size(experiment))
         else:

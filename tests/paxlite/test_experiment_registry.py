@@ -109,3 +109,16 @@ def test_register_different_class_under_same_name_raises():
 
 def test_errors_are_lookup_errors():
     assert issubclass(ExperimentRegistryError, LookupError)
+
+
+def test_short_name_found_by_searching_packages():
+    assert _MY_EXPS not in sys.modules
+    with pytest.raises(ExperimentRegistryError):
+        experiment_registry.get("MyTinyLm")
+    cls = experiment_registry.get("MyTinyLm", search_packages=(_PKG,))
+    assert cls is sys.modules[_MY_EXPS].MyTinyLm
+
+
+def test_search_reports_modules_that_failed_to_import():
+    with pytest.raises(ExperimentRegistryError, match=r"broken_exps: .*failed to import|broken"):
+        experiment_registry.get("NoSuchExperiment", search_packages=(_PKG,))

@@ -19,6 +19,31 @@ from paxlite import train, trainer_lib
 from praxis_lite.py_utils import NestedMap
 
 
+def stand_in_inputs(experiment: Any, dataset_cfgs: list[Any]) -> list[Any]:
+    """The training input replaced by random tokens of the same batch and sequence length.
+
+    A dry run must not need the data: for LM experiments (with MAX_SEQ_LEN and
+    VOCAB_SIZE knobs) the train input becomes a ``SyntheticLmInput`` of the same
+    per-host batch size. Other experiments keep their inputs.
+    """
+    from praxis_lite import config as config_lib
+    from praxis_lite.synthetic_input import SyntheticLmInput
+
+    if not (hasattr(experiment, "MAX_SEQ_LEN") and hasattr(experiment, "VOCAB_SIZE")):
+        return dataset_cfgs
+    train_cfgs = [c for c in dataset_cfgs if getattr(c, "is_training", True)]
+    return [
+        config_lib.Config(
+            SyntheticLmInput,
+            batch_size=cfg.batch_size,
+            seq_len=experiment.MAX_SEQ_LEN,
+            vocab_size=experiment.VOCAB_SIZE,
+            random_tokens=True,
+        )
+        for cfg in train_cfgs
+    ]
+
+
 def _per_device_bytes(abstract_tree: Any) -> int:
     """Bytes one device holds of a tree of sharded ShapeDtypeStructs."""
     total = 0

@@ -193,7 +193,8 @@ def main(argv: Sequence[str]) -> None:
         if FLAGS.mode == "compile":
             from paxlite import aot
 
-            job = train.build_job(experiment, task_cfg, dataset_cfgs, pathlib.Path("/nonexistent"))
+            inputs = aot.stand_in_inputs(experiment, dataset_cfgs)
+            job = train.build_job(experiment, task_cfg, inputs, pathlib.Path("/nonexistent"))
             print(aot.format_report(FLAGS.exp, aot.compile_train_step(job)))
             return
         if not FLAGS.job_log_dir:

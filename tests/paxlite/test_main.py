@@ -186,17 +186,15 @@ def test_fiddler_edits_the_task_config():
     assert bad.returncode == 2 and "no_such_fiddler" in bad.stderr
 
 
-def test_compile_dry_run_of_a_2b_experiment_on_fake_devices(tmp_path):
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
+@pytest.mark.parametrize(
+    "exp, params",
+    [("LmCloudSpmd2B", "2,137,239,552"), ("C4Spmd1BAdam4Replicas", "1,104,586,240")],
+)
+def test_compile_dry_run_on_fake_devices_needs_no_data(tmp_path, exp, params):
+    env = dict(os.environ, JAX_PLATFORMS="cpu", TFDS_DATA_DIR=str(tmp_path / "no_data"))
     env.pop("XLA_FLAGS", None)
     proc = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "paxlite.main",
-            "--exp=tasks.lm.lm_cloud.LmCloudSpmd2B",
-            "--mode=compile",
-        ],
+        [sys.executable, "-m", "paxlite.main", f"--exp={exp}", "--mode=compile"],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -205,7 +203,7 @@ def test_compile_dry_run_of_a_2b_experiment_on_fake_devices(tmp_path):
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "(4 devices)" in proc.stdout and "parameters:             2,137,239,552" in proc.stdout
+    assert "(4 devices)" in proc.stdout and f"parameters:             {params}" in proc.stdout
     assert "XLA temp per device" in proc.stdout and "XLA FLOPs per step" in proc.stdout
 
 

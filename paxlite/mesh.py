@@ -56,19 +56,22 @@ def create_mesh(
 
 
 def _hybrid_device_array(ici: tuple[int, ...], dcn: tuple[int, ...], devices) -> np.ndarray:
-    """Slices become contiguous blocks: axis i = dcn[i] blocks of ici[i] devices."""
-    by_slice: dict[int, list[jax.Device]] = {}
-    if len({getattr(d, "slice_index", 0) for d in devices}) > 1:
-        for d in devices:
-            by_slice.setdefault(d.slice_index, []).append(d)
-        granules = [by_slice[k] for k in sorted(by_slice)]
-    elif jax.process_count() > 1 and jax.process_count() == math.prod(dcn):
-        for d in devices:
-            by_slice.setdefault(d.process_index, []).append(d)
-        granules = [by_slice[k] for k in sorted(by_slice)]
-    else:  # One process with fake devices: split them in order.
-        per_slice = len(devices) // math.prod(dcn)
-        granules = [devices[i * per_slice : (i + 1) * per_slice] for i in range(math.prod(dcn))]
+    """Slices become contiguous blocks: axis i = dcn[i] blocks of ici[i] devices.
+
+    TPU slices are JAX's granules (``slice_index``); on CPU and GPU each process
+    is one; one process with fake devices splits them in order.
+    """
+    num_slices = math.prod(dcn)
+    if len({getattr(d, "slice_index", 0) for d in devices}) == num_slices > 1:
+        return mesh_utils.create_hybrid_device_mesh(
+            ici, dcn, devices, allow_split_physical_axes=True
+        )
+    if jax.process_count() == num_slices:
+        return mesh_utils.create_hybrid_device_mesh(
+            ici, dcn, devices, process_is_granule=True, allow_split_physical_axes=True
+        )
+    per_slice = len(devices) // num_slices
+    granules = [devices[i * per_slice : (i + 1) * per_slice] for i in range(num_slices)]
     blocks = np.empty(dcn, dtype=object)
     for idx, granule in zip(np.ndindex(*dcn), granules, strict=True):
         blocks[idx] = mesh_utils.create_device_mesh(ici, granule, allow_split_physical_axes=True)

@@ -14,6 +14,7 @@ was looked for.
 
 from __future__ import annotations
 
+import enum
 from typing import Any
 
 import jax
@@ -23,15 +24,14 @@ import seqio
 from paxlite import experiment_registry
 from praxis_lite import config as config_lib
 from praxis_lite import schedules
-from praxis_lite.layers.embedding_softmax import PositionalEmbedding
+from praxis_lite.layers.embedding_softmax import PositionalEmbedding, TrainablePositionalEmbedding
 from praxis_lite.seqio_input import (
     SeqIOInput,
     lm_preprocessors,
     make_vocabulary,
     register_task_once,
 )
-from praxis_lite.sharding import FSDP_AND_TENSOR_PARALLEL_RULES
-from tasks.lm.lm_cloud import LmCloudSpmd
+from tasks.lm.lm_cloud import PaxTransformerLm
 
 C4_TFDS_NAME = "c4/en:3.0.1"
 C4_TASK_NAME = "c4_lm_v301_gpt"
@@ -74,24 +74,32 @@ def register_c4_task(
     return register_task_once(name, settings, make_task)
 
 
-class C4SpmdLmBase(LmCloudSpmd):
-    """Family base of decoder-only LMs on C4 with Adam (Pax's ``C4SpmdAdam``).
+class LrSchedule(enum.Enum):
+    """Learning-rate shapes after the linear warmup (both take the LR_DECAY_* knobs)."""
 
-    Pax's architecture choices: GELU, sinusoidal absolute positions (no RoPE),
-    128 dims per head, one combined q/k/v weight, no attention biases
-    (feed-forward biases kept), attention logits capped at 50 and softmax logits
-    at 30, weights split over 'data' (FSDP) and 'mdl' (tensor parallelism).
+    EXPONENTIAL_DECAY = schedules.LinearRampupExponentialDecay
+    COSINE_DECAY = schedules.LinearRampupCosineDecay
+
+
+class C4SpmdLmBase(PaxTransformerLm):
+    """Family base of Pax's decoder-only LMs on C4 with Adam (Pax's ``C4SpmdAdam``).
+
+    Beyond PaxTransformerLm: sinusoidal absolute positions and, by default,
+    Pax's Adam recipe: learning rate 1e-3 (betas 0.9/0.99, epsilon 1e-6,
+    gradients clipped at 1: the family defaults), ramped up linearly for
+    LR_WARMUP_STEPS, then decayed exponentially from LR_DECAY_START to
+    LR_DECAY_MIN_RATIO x peak at LR_DECAY_END (Pax's
+    ``linear_rampup_exponential_decay``; LR_COS_MIN_RATIO is not used).
     Training reads the 'train' split (shuffled, packed if PACKED_INPUT); eval
     reads one epoch of 'validation' (not packed), padded so every host stops
-    after the same batch. The learning rate ramps up linearly for
-    LR_WARMUP_STEPS, then decays exponentially (Pax's
-    ``linear_rampup_exponential_decay``); LR_COS_MIN_RATIO is not used.
+    after the same batch.
 
     Attributes (knobs, beyond LmCloudSpmd's):
       VOCAB_PATH: the SentencePiece model (Pax's, on GCS, by default; a local path works).
       C4_TASK_NAME: the SeqIO task name the C4 task is registered under.
       PACKED_INPUT: pack several documents' pieces into each training row.
-      LR_DECAY_START: step at which the exponential decay starts (>= LR_WARMUP_STEPS).
+      LR_SCHEDULE: the decay after the warmup (exponential, or cosine as in GPT-3).
+      LR_DECAY_START: step at which the decay starts (>= LR_WARMUP_STEPS).
       LR_DECAY_END: step at which it reaches LR_DECAY_MIN_RATIO of the peak.
       LR_DECAY_MIN_RATIO: the final learning rate as a fraction of LEARNING_RATE.
     """
@@ -99,26 +107,13 @@ class C4SpmdLmBase(LmCloudSpmd):
     VOCAB_PATH: str = GPT_SPM_PATH
     C4_TASK_NAME: str = C4_TASK_NAME
     PACKED_INPUT: bool = True
+    LR_SCHEDULE: LrSchedule = LrSchedule.EXPONENTIAL_DECAY
     LR_DECAY_START: int = 4001
     LR_DECAY_END: int = 300_000
     LR_DECAY_MIN_RATIO: float = 0.1
 
-    VOCAB_SIZE = 32000
-    MAX_SEQ_LEN = 1024
-    DIMS_PER_HEAD = 128
-    USE_ROTARY_POSITION_EMB = False
-    COMBINE_QKV = True
-    USE_ATTENTION_BIAS = False
-    ATTEN_LOGIT_CAP = 50.0
-    SOFT_CAP_LOGITS = 30.0
-    USE_REPEATED_LAYER = True
-    LOGICAL_AXIS_RULES = FSDP_AND_TENSOR_PARALLEL_RULES
     LEARNING_RATE = 1e-3
-    ADAM_BETA1 = 0.9
-    ADAM_BETA2 = 0.99
-    ADAM_EPSILON = 1e-6
-    CLIP_GRADIENT_NORM_TO_VALUE = 1.0
-    LR_WARMUP_STEPS = 4000
+    SUMMARY_INTERVAL_STEPS = 10
 
     def model(self) -> Any:
         model = super().model()
@@ -129,7 +124,7 @@ class C4SpmdLmBase(LmCloudSpmd):
     def task(self) -> Any:
         task_cfg = super().task()
         task_cfg.learner.optimizer.lr_schedule = config_lib.Config(
-            schedules.LinearRampupExponentialDecay,
+            self.LR_SCHEDULE.value,
             warmup_steps=self.LR_WARMUP_STEPS,
             decay_start=self.LR_DECAY_START,
             decay_end=self.LR_DECAY_END,
@@ -162,17 +157,127 @@ class C4SpmdLmBase(LmCloudSpmd):
         return [train, evaluation]
 
 
+# Pax's C4 catalogue (paxml/tasks/lm/params/c4.py), names and sizes kept so step times and MFU
+# compare with Pax's published runs. Global batch: PERCORE_BATCH_SIZE x chips.
+
+
 @experiment_registry.register
 class C4Spmd1BAdam4Replicas(C4SpmdLmBase):
     """GPT-3-style 1B-parameter LM on 4 chips: global batch 1 x 4 x 1 x 32 = 128."""
 
     NUM_LAYERS = 13
     MODEL_DIMS = 2560
-    HIDDEN_DIMS = 2560 * 4
+    HIDDEN_DIMS = MODEL_DIMS * 4
     NUM_HEADS = 20
     PERCORE_BATCH_SIZE = 32
-    MAX_SEQ_LEN = 1024
-    VOCAB_SIZE = 32000
-    FPROP_DTYPE = jnp.bfloat16
-    SUMMARY_INTERVAL_STEPS = 10
     ICI_MESH_SHAPE = (1, 4, 1)
+
+
+@experiment_registry.register
+class C4Spmd2BAdam4Replicas(C4SpmdLmBase):
+    """GPT-3-style 2B-parameter LM on 4 chips: global batch 1 x 4 x 1 x 32 = 128."""
+
+    NUM_LAYERS = 18
+    MODEL_DIMS = 3072
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = 24
+    PERCORE_BATCH_SIZE = 32
+    ICI_MESH_SHAPE = (1, 4, 1)
+
+
+@experiment_registry.register
+class C4Spmd16BAdam32Replicas(C4SpmdLmBase):
+    """GPT-3-style 16B-parameter LM on 32 chips: global batch 1 x 16 x 2 x 16 = 512."""
+
+    NUM_LAYERS = 36
+    MODEL_DIMS = 6144
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = 48
+    PERCORE_BATCH_SIZE = 16
+    ICI_MESH_SHAPE = (1, 16, 2)
+
+
+@experiment_registry.register
+class C4Spmd32BAdam64Replicas(C4SpmdLmBase):
+    """GPT-3-style 32B-parameter LM on 64 chips: global batch 1 x 16 x 4 x 8 = 512."""
+
+    NUM_LAYERS = 40
+    MODEL_DIMS = 8192
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = 64
+    PERCORE_BATCH_SIZE = 8
+    ICI_MESH_SHAPE = (1, 16, 4)
+
+
+class C4SpmdGpt3AdamOrgHP(C4SpmdLmBase):
+    """GPT-3 175B with the paper's hyperparameters (Pax's ``C4SpmdGpt3AdamOrgHP``).
+
+    As in Pax (matched against Megatron-LM): 96 layers of 96 heads x 128, a
+    learned position table of TRAINABLE_PE_MAX_SEQ_LEN rows and unscaled token
+    embeddings, attention biases, no logit caps, tanh-approximated GELU, layer
+    norms with epsilon LAYERNORM_EPSILON; Adam(W) with learning rate 6e-5,
+    betas 0.9/0.95, epsilon 1e-8, weight decay 0.1, gradients clipped at 1, and
+    a cosine decay to 0.1 x peak over steps 266..108600 after 265 warmup steps
+    (steps of a 1.5k global batch). Pax's Gaussian(0.006) weight init is not a
+    knob here: the layers keep their own initializers.
+
+    Attributes (knobs, beyond C4SpmdLmBase's):
+      TRAINABLE_PE_MAX_SEQ_LEN: rows of the learned position table.
+      LAYERNORM_EPSILON: epsilon of every layer norm.
+    """
+
+    TRAINABLE_PE_MAX_SEQ_LEN: int = 16384
+    LAYERNORM_EPSILON: float = 1e-5
+
+    MAX_SEQ_LEN = 2048
+    NUM_LAYERS = 96
+    MODEL_DIMS = 12288
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = 96
+    VOCAB_SIZE = 50257
+    USE_ATTENTION_BIAS = True
+    ATTEN_LOGIT_CAP = 0.0
+    SOFT_CAP_LOGITS = 0.0
+
+    LEARNING_RATE = 6e-5
+    WEIGHT_DECAY = 0.1
+    ADAM_BETA2 = 0.95
+    ADAM_EPSILON = 1e-8
+    LR_SCHEDULE = LrSchedule.COSINE_DECAY
+    LR_WARMUP_STEPS = 265
+    LR_DECAY_START = 266
+    LR_DECAY_END = 108_600
+
+    EVAL_INTERVAL_STEPS = 100
+    SAVE_INTERVAL_STEPS = 100
+
+    def model(self) -> Any:
+        model = super().model()
+        lm = model.lm_tpl
+        lm.position_emb_tpl = TrainablePositionalEmbedding.HParams.config(
+            max_seq_length=self.TRAINABLE_PE_MAX_SEQ_LEN
+        )
+        lm.softmax_tpl.scale_sqrt_depth = False
+        block = lm.stacked_transformer_tpl.block_tpl
+        block.tr_fflayer_tpl.activation_tpl.approximate = True
+        for norm in (block.ln_tpl, block.tr_fflayer_tpl.ln_tpl, lm.final_ln_tpl):
+            norm.epsilon = self.LAYERNORM_EPSILON
+        return model
+
+
+@experiment_registry.register
+class C4SpmdGpt3AdamOrgHPBS1p5k1536Replicas(C4SpmdGpt3AdamOrgHP):
+    """GPT-3 175B in float32 on 1536 chips: global batch 1 x 64 x 24 x 1 = 1536.
+
+    Pax pads the vocabulary to 51200, which GSPMD splits unevenly over the
+    24-way 'mdl' axis (shards of 2134 rows); jit here wants even splits, so the
+    vocabulary is 24 x 2134 = 51216: Pax's shard shape.
+    """
+
+    VOCAB_SIZE = 51216
+    PERCORE_BATCH_SIZE = 1
+    ICI_MESH_SHAPE = (1, 64, 24)
+    FPROP_DTYPE = jnp.float32
+    MAX_TO_KEEP = 100
+    EVAL_INTERVAL_STEPS = 25
+    SUMMARY_INTERVAL_STEPS = 1

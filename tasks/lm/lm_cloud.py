@@ -130,24 +130,18 @@ def bfloat16_compute(task_cfg: Any) -> None:
     config_lib.set_dtypes(task_cfg.model, fprop_dtype=jnp.bfloat16)
 
 
-# Pax's LmCloudSpmd catalogue (paxml/tasks/lm/params/lm_cloud.py), names and sizes kept so step
-# times and MFU compare with Pax's published runs. Sizes: 12 * NUM_LAYERS * MODEL_DIMS**2 params
-# in the stack plus the 32000 x MODEL_DIMS shared embedding.
+class PaxTransformerLm(LmCloudSpmd):
+    """Pax's decoder-only Transformer (``TransformerLmSpmdAdafactor``), shared by its catalogues.
 
-
-class LmCloudSpmdSynthetic(LmCloudSpmd):
-    """Pax's LmCloudSpmd settings on uniform random tokens (a fixed-shape benchmark input).
-
-    Pax's choices: GELU, no position embedding, 128 dims per head, one combined
-    q/k/v weight without biases (feed-forward biases kept), attention logits
-    capped at 50 and softmax logits at 30, gradients clipped at 5, weights split
-    over 'data' (FSDP) and 'mdl' (tensor parallelism). Leaves set the sizes,
-    PERCORE_BATCH_SIZE and mesh shapes.
+    Pax's choices: GELU, no RoPE (a subclass picks the absolute position
+    embedding, none by default), 128 dims per head with NUM_HEADS x DIMS_PER_HEAD
+    == MODEL_DIMS, one combined q/k/v weight without biases (feed-forward biases
+    kept), attention logits capped at 50 and softmax logits at 30, repeated
+    layers, weights split over 'data' (FSDP) and 'mdl' (tensor parallelism).
+    Subclasses set the input, the optimizer details, the sizes and the mesh.
     """
 
     DIMS_PER_HEAD = 128
-    VOCAB_SIZE = 32000
-    MAX_SEQ_LEN = 1024
     ACTIVATION = Activation.GELU
     USE_ROTARY_POSITION_EMB = False
     COMBINE_QKV = True
@@ -155,7 +149,6 @@ class LmCloudSpmdSynthetic(LmCloudSpmd):
     ATTEN_LOGIT_CAP = 50.0
     SOFT_CAP_LOGITS = 30.0
     USE_REPEATED_LAYER = True
-    CLIP_GRADIENT_NORM_TO_VALUE = 5.0
     LOGICAL_AXIS_RULES = FSDP_AND_TENSOR_PARALLEL_RULES
 
     def validate(self) -> None:
@@ -169,6 +162,21 @@ class LmCloudSpmdSynthetic(LmCloudSpmd):
                 f"{self.DIMS_PER_HEAD} != MODEL_DIMS={self.MODEL_DIMS}; set NUM_HEADS to "
                 "MODEL_DIMS // DIMS_PER_HEAD."
             )
+
+
+# Pax's LmCloudSpmd catalogue (paxml/tasks/lm/params/lm_cloud.py), names and sizes kept so step
+# times and MFU compare with Pax's published runs. Sizes: 12 * NUM_LAYERS * MODEL_DIMS**2 params
+# in the stack plus the 32000 x MODEL_DIMS shared embedding.
+
+
+class LmCloudSpmdSynthetic(PaxTransformerLm):
+    """Pax's LmCloudSpmd settings on uniform random tokens (a fixed-shape benchmark input).
+
+    Beyond PaxTransformerLm: no position embedding at all and gradients clipped
+    at 5. Leaves set the sizes, PERCORE_BATCH_SIZE and mesh shapes.
+    """
+
+    CLIP_GRADIENT_NORM_TO_VALUE = 5.0
 
     def datasets(self) -> list[Any]:
         """One training input: this host's share of PERCORE_BATCH_SIZE x devices."""

@@ -66,13 +66,18 @@ def _abstract_params(cls: type) -> Any:
     return variables["params"]
 
 
+def _param_count(cls: type) -> int:
+    """The number of parameters; the stack's weights are stacked NUM_LAYERS deep."""
+    params = jax.tree_util.tree_leaves(_abstract_params(cls), is_leaf=_is_box)
+    stacked = [p for p in params if LAYERS in p.names]
+    assert stacked and all(p.value.shape[0] == cls.NUM_LAYERS for p in stacked)
+    return sum(math.prod(p.value.shape) for p in params)
+
+
 @pytest.mark.parametrize("cls", CATALOGUE, ids=_ids)
 def test_param_count_matches_name(cls: type):
     exp = cls()
-    params = jax.tree_util.tree_leaves(_abstract_params(cls), is_leaf=_is_box)
-    stacked = [p for p in params if LAYERS in p.names]
-    assert stacked and all(p.value.shape[0] == exp.NUM_LAYERS for p in stacked)
-    count = sum(math.prod(p.value.shape) for p in params)
+    count = _param_count(cls)
     named = int(re.search(r"(\d+)B$", cls.__name__).group(1)) * 1e9
     assert abs(count / named - 1) < 0.15, f"{count / 1e9:.1f}B params"
     # The stack is 12 * L * D^2 (q, k, v, post: 4 D^2; feed-forward: 8 D^2) plus V x D.
@@ -80,14 +85,14 @@ def test_param_count_matches_name(cls: type):
     assert abs(count / dense - 1) < 1e-3
 
 
-@pytest.mark.parametrize("cls", CATALOGUE, ids=_ids)
-def test_global_batch_splits_over_data_parallel_axes(cls: type):
+def _assert_global_batch(cls: type, expected: int) -> None:
+    """PERCORE_BATCH_SIZE x ICI x DCN chips == expected, split evenly over ('replica', 'data')."""
     exp = cls()
     mesh = _mesh(exp)
     devices = math.prod(mesh.axis_sizes)
     assert devices == math.prod(exp.ICI_MESH_SHAPE) * math.prod(exp.DCN_MESH_SHAPE or (1,))
     global_batch = exp.global_batch_size(devices)
-    assert global_batch == exp.PERCORE_BATCH_SIZE * devices == GLOBAL_BATCH[cls.__name__]
+    assert global_batch == exp.PERCORE_BATCH_SIZE * devices == expected
     (batch_axes,) = nn.logical_to_mesh_axes(
         (BATCH,), filter_rules_for_mesh(exp.logical_axis_rules(), mesh)
     )
@@ -96,7 +101,12 @@ def test_global_batch_splits_over_data_parallel_axes(cls: type):
 
 
 @pytest.mark.parametrize("cls", CATALOGUE, ids=_ids)
-def test_params_shard_evenly_on_its_mesh(cls: type):
+def test_global_batch_splits_over_data_parallel_axes(cls: type):
+    _assert_global_batch(cls, GLOBAL_BATCH[cls.__name__])
+
+
+def _assert_params_shard_evenly(cls: type) -> None:
+    """Every sharded dim of every weight divides by its mesh axes; 'mdl' is used if it exists."""
     exp = cls()
     mesh = _mesh(exp)
     params = _abstract_params(cls)
@@ -114,6 +124,11 @@ def test_params_shard_evenly_on_its_mesh(cls: type):
                 uneven.append((value.shape, spec))
     assert not uneven
     assert model_split or mesh.shape["mdl"] == 1
+
+
+@pytest.mark.parametrize("cls", CATALOGUE, ids=_ids)
+def test_params_shard_evenly_on_its_mesh(cls: type):
+    _assert_params_shard_evenly(cls)
 
 
 @pytest.mark.parametrize("cls", CATALOGUE, ids=_ids)

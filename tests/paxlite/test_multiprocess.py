@@ -8,7 +8,7 @@ import sys
 
 import numpy as np
 
-from tests.paxlite.test_main import scalar_series
+from tests.paxlite.test_main import run_main, scalar_series
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXP = "--exp=tasks.lm.synthetic.LmSyntheticTiny"
@@ -75,24 +75,8 @@ def test_two_processes_match_one_and_checkpoints_restore_across(tmp_path):
     assert "step" not in outputs[1][0]  # only process 0 prints progress (gloo talks on both)
     assert (multi / "config.txt").exists()
 
-    one = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "paxlite.main",
-            EXP,
-            f"--job_log_dir={single}",
-            *COMMON,
-            "--set=NUM_TRAIN_STEPS=6",
-            "--set=ICI_MESH_SHAPE=2,4,1",
-        ],
-        cwd=REPO,
-        env=_env(8),
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
-    )
+    single_args = [*COMMON, "--set=NUM_TRAIN_STEPS=6", "--set=ICI_MESH_SHAPE=2,4,1"]
+    one = run_main(f"--job_log_dir={single}", *single_args, devices=8)
     assert one.returncode == 0, one.stderr[-3000:]
     multi_losses = scalar_series(multi / "summaries" / "train", "train/loss")
     single_losses = scalar_series(single / "summaries" / "train", "train/loss")
@@ -101,25 +85,7 @@ def test_two_processes_match_one_and_checkpoints_restore_across(tmp_path):
         [v for _, v in multi_losses], [v for _, v in single_losses], rtol=1e-5, atol=1e-5
     )
 
-    # The 2-process checkpoint restores in a 1-process, 8-device run, which continues.
-    resumed = subprocess.run(
-        [
-            sys.executable,
-            "-m",
-            "paxlite.main",
-            EXP,
-            f"--job_log_dir={multi}",
-            *COMMON,
-            "--set=NUM_TRAIN_STEPS=6",
-            "--set=ICI_MESH_SHAPE=2,4,1",
-            "--mode=eval",
-        ],
-        cwd=REPO,
-        env=_env(8),
-        capture_output=True,
-        text=True,
-        timeout=400,
-        check=False,
-    )
+    # The 2-process checkpoint restores in a 1-process, 8-device run (and evaluates).
+    resumed = run_main(f"--job_log_dir={multi}", *single_args, "--mode=eval", devices=8)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Restored checkpoint at step 6" in resumed.stdout

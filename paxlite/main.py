@@ -216,10 +216,15 @@ def main(argv: Sequence[str]) -> None:
     if jax.process_index() == 0:
         write_config(job_log_dir, experiment, task_cfg, dataset_cfgs)
     try:
-        train.run(job, train.Mode(FLAGS.mode), stop_at_step=FLAGS.stop_at_step)
+        result = train.run(job, train.Mode(FLAGS.mode), stop_at_step=FLAGS.stop_at_step)
+    except train.DivergenceError as e:
+        print(f"paxlite: error: {e}", file=sys.stderr)
+        sys.exit(3)
     except FileNotFoundError as e:
         print(f"paxlite: error: {e}", file=sys.stderr)
         sys.exit(2)
+    if result.get("preempted"):
+        sys.exit(train.PREEMPTED_EXIT_CODE)
 
 
 def run() -> None:

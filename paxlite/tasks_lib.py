@@ -34,6 +34,10 @@ class SingleTask:
       summary_interval_steps: write TensorBoard scalars and a console line.
       eval_interval_steps: run the eval inputs every this many steps (0 = only at end).
       max_to_keep: checkpoints kept on disk (oldest deleted first).
+      skip_nonfinite_updates: on a non-finite loss or gradient, skip that update
+        and go on (counted in the ``nonfinite_steps`` summary); if False (default),
+        stop at the next summary or save point with an error naming the step,
+        keeping the last good checkpoint.
     """
 
     model: Any
@@ -43,6 +47,7 @@ class SingleTask:
     summary_interval_steps: int = 10
     eval_interval_steps: int = 0
     max_to_keep: int = 3
+    skip_nonfinite_updates: bool = False
 
     def __post_init__(self) -> None:
         for name in ("num_train_steps", "save_interval_steps", "summary_interval_steps"):

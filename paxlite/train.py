@@ -6,6 +6,8 @@ import dataclasses
 import enum
 import math
 import pathlib
+import signal
+import threading
 from collections.abc import Sequence
 from typing import Any
 
@@ -32,6 +34,41 @@ class Mode(enum.Enum):
 
 class BatchSizeError(ValueError):
     """The global batch does not split evenly over the data-parallel devices."""
+
+
+class DivergenceError(RuntimeError):
+    """The loss or gradient became non-finite and the task does not skip such updates."""
+
+
+PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM: "stopped by the scheduler, resumable".
+
+
+class _PreemptionWatch:
+    """Notices SIGTERM (and JAX's multi-host preemption sync point) during training."""
+
+    def __init__(self) -> None:
+        self.signalled = False
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self.signalled = True
+
+    def should_stop(self, step: int) -> bool:
+        """True at the step where every process should save and exit."""
+        if jax.process_count() > 1:
+            try:
+                from jax.experimental import multihost_utils
+
+                return multihost_utils.reached_preemption_sync_point(step)
+            except Exception:  # No preemption service: fall back to this process's signal.
+                pass
+        return self.signalled
+
+    def close(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)
 
 
 @dataclasses.dataclass
@@ -151,7 +188,11 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
     Returns:
       ``train``: the last summary's scalars; ``history``: ``(step, scalars)`` of
       every summary; ``eval``: the last eval metrics by input name; ``state``:
-      the final TrainState.
+      the final TrainState; ``preempted``: stopped by SIGTERM after saving.
+
+    Raises:
+      DivergenceError: a non-finite loss/gradient (unless the task skips them);
+        the checkpoints written before it stay, nothing after it is saved.
 
     ``stop_at_step`` ends training early at that step (checkpointed), as if the
     job had been preempted there; running again resumes to ``num_train_steps``.
@@ -226,6 +267,19 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
             return result
 
         progress = summaries.Progress(step, task.num_train_steps)
+        preemption = _PreemptionWatch()
+        result["preempted"] = False
+
+        def check_finite(state: Any) -> None:
+            if task.skip_nonfinite_updates or int(state.nonfinite_steps) == 0:
+                return
+            raise DivergenceError(
+                f"Non-finite loss or gradient at step {int(state.first_nonfinite_step) + 1}; "
+                f"training stopped. The last good checkpoint (step {ckpt.latest_step()}) is kept "
+                f"in {ckpt.directory}. Lower the learning rate or raise clipping, or set "
+                "task.skip_nonfinite_updates=True to skip such steps."
+            )
+
         if step >= task.num_train_steps:
             summaries.log(f"Already at step {step} >= num_train_steps; nothing to train.")
         last_step = min(task.num_train_steps, stop_at_step or task.num_train_steps)
@@ -234,13 +288,25 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
             state, metrics = train_step(state, batch, train_key)
             step += 1
             if step % task.summary_interval_steps == 0 or step == task.num_train_steps:
+                check_finite(state)
                 scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
                 scalars.update(progress.report(step, tokens_per_step=scalars["num_tokens"]))
                 summaries.write_scalars(train_writer, step, "train", scalars)
                 summaries.log(progress.line(step, scalars["loss"], scalars))
                 result["train"] = scalars
                 result["history"].append((step, scalars))
+            if preemption.should_stop(step):
+                check_finite(state)
+                ckpt.save(step, state, job.train_input.get_state())
+                ckpt.wait()
+                summaries.log(
+                    f"Preempted (SIGTERM) at step {step}: checkpoint saved in {ckpt.directory}. "
+                    "Run the same command again to resume."
+                )
+                result["preempted"] = True
+                break
             if step % task.save_interval_steps == 0 or step == last_step:
+                check_finite(state)
                 ckpt.save(step, state, job.train_input.get_state())
             if (
                 mode is Mode.TRAIN_AND_EVAL
@@ -251,6 +317,7 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
                 )
             ):
                 result["eval"] = evaluate(step)
+        preemption.close()
         ckpt.wait()
         ckpt.close()
         result["state"] = state

@@ -33,7 +33,13 @@ def make_init_fn(task: SingleTask) -> Callable[[jax.Array, NestedMap], TrainStat
     def init(key: jax.Array, sample_batch: NestedMap) -> TrainState:
         variables = task.model.init({"params": key, "dropout": key}, sample_batch)
         params = variables["params"]
-        return TrainState(step=jnp.zeros((), jnp.int32), params=params, opt_state=tx.init(params))
+        return TrainState(
+            step=jnp.zeros((), jnp.int32),
+            params=params,
+            opt_state=tx.init(params),
+            nonfinite_steps=jnp.zeros((), jnp.int32),
+            first_nonfinite_step=jnp.full((), -1, jnp.int32),
+        )
 
     return init
 
@@ -45,7 +51,11 @@ def make_train_step(
 
     The dropout RNG is ``fold_in(key, step)``, so a run is a pure function of the
     seed and the data: a resumed run takes the same steps as an uninterrupted one.
-    Metrics: loss, accuracy, log_pplx, grad_norm, learning_rate, num_tokens, aux_loss.
+    A step whose loss or gradient norm is not finite leaves params and optimizer
+    state unchanged and is counted in ``nonfinite_steps`` (checked on the host only
+    at summary/save points, so there is no extra sync per step).
+    Metrics: loss, accuracy, log_pplx, grad_norm, learning_rate, num_tokens,
+    aux_loss, nonfinite_steps.
     """
     model = task.model
     optimizer = task.learner.optimizer
@@ -68,16 +78,32 @@ def make_train_step(
         grads, (out, aux_loss) = jax.grad(loss_fn, has_aux=True)(state.params, batch, step_key)
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
+        grad_norm = optax.tree.norm(grads)
+        finite = jnp.isfinite(out[loss_name]) & jnp.isfinite(grad_norm)
+        only_if_finite = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
+        params = jax.tree_util.tree_map(only_if_finite, params, state.params)
+        opt_state = jax.tree_util.tree_map(only_if_finite, opt_state, state.opt_state)
+        nonfinite_steps = state.nonfinite_steps + (~finite).astype(jnp.int32)
+        first_bad = jnp.where(
+            (state.first_nonfinite_step < 0) & ~finite, state.step, state.first_nonfinite_step
+        )
         metrics = {
             "loss": out[loss_name],
             "accuracy": out.get("accuracy", jnp.zeros(())),
             "log_pplx": out.get("log_pplx", jnp.zeros(())),
             "num_tokens": out.get("num_tokens", jnp.zeros(())),
             "aux_loss": aux_loss,
-            "grad_norm": optax.tree.norm(grads),
+            "grad_norm": grad_norm,
+            "nonfinite_steps": nonfinite_steps,
             "learning_rate": optimizer.learning_rate_at(state.step),
         }
-        new_state = TrainState(step=state.step + 1, params=params, opt_state=opt_state)
+        new_state = TrainState(
+            step=state.step + 1,
+            params=params,
+            opt_state=opt_state,
+            nonfinite_steps=nonfinite_steps,
+            first_nonfinite_step=first_bad,
+        )
         return new_state, metrics
 
     return train_step

@@ -1,0 +1,104 @@
+"""Preemption (SIGTERM) and divergence handling, end to end through main.py."""
+
+import os
+import re
+import signal
+import subprocess
+import sys
+
+import jax
+import numpy as np
+
+from tests.paxlite.test_main import EXP, REPO, restore_params, run_main, scalar_series
+
+LOOP = [
+    "--set=SUMMARY_INTERVAL_STEPS=5",
+    "--set=SAVE_INTERVAL_STEPS=10",
+    "--set=EVAL_INTERVAL_STEPS=0",
+]
+
+
+def _checkpoint_steps(job) -> list[int]:
+    return sorted(int(p.name) for p in (job / "checkpoints").iterdir() if p.name.isdigit())
+
+
+def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path):
+    job = tmp_path / "job"
+    good = run_main(f"--job_log_dir={job}", *LOOP, "--set=NUM_TRAIN_STEPS=10")
+    assert good.returncode == 0, good.stderr[-2000:]
+    before = {p: p.stat().st_mtime_ns for p in (job / "checkpoints").rglob("*") if p.is_file()}
+
+    bad = run_main(
+        f"--job_log_dir={job}",
+        *LOOP,
+        "--set=NUM_TRAIN_STEPS=40",
+        "--set=LEARNING_RATE=1e30",
+    )
+    assert bad.returncode == 3, bad.stderr[-2000:]
+    assert re.search(r"Non-finite loss or gradient at step 1[1-9]\b", bad.stderr)
+    assert "last good checkpoint (step 10)" in bad.stderr and "Traceback" not in bad.stderr
+    assert _checkpoint_steps(job) == [10]
+    after = {p: p.stat().st_mtime_ns for p in (job / "checkpoints").rglob("*") if p.is_file()}
+    assert after == before
+
+
+def test_skipping_nonfinite_updates_counts_them_and_goes_on(tmp_path):
+    job = tmp_path / "job"
+    proc = run_main(
+        f"--job_log_dir={job}",
+        *LOOP,
+        "--set=NUM_TRAIN_STEPS=10",
+        "--set=LEARNING_RATE=1e30",
+        "--fdl_set=task.skip_nonfinite_updates=True",
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    skipped = scalar_series(job / "summaries" / "train", "train/nonfinite_steps")
+    assert skipped[-1][1] > 0
+    params = restore_params(job, 10)
+    assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree_util.tree_leaves(params))
+
+
+def test_sigterm_saves_and_the_same_command_resumes_exactly(tmp_path):
+    straight, preempted = tmp_path / "straight", tmp_path / "preempted"
+    args = [*LOOP, "--set=NUM_TRAIN_STEPS=400", "--set=DROPOUT_PROB=0.1"]
+    full = run_main(f"--job_log_dir={straight}", *args)
+    assert full.returncode == 0, full.stderr[-2000:]
+
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        JAX_PLATFORMS="cpu",
+        PYTHONUNBUFFERED="1",
+    )
+    command = [
+        sys.executable,
+        "-m",
+        "paxlite.main",
+        f"--exp={EXP}",
+        f"--job_log_dir={preempted}",
+        *args,
+    ]
+    proc = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
+    )
+    try:
+        for line in proc.stdout:
+            if line.startswith("step") and "/400" in line:
+                proc.send_signal(signal.SIGTERM)
+                break
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    assert proc.returncode == 143, err[-2000:]
+    assert "Preempted (SIGTERM) at step" in out
+    saved = _checkpoint_steps(preempted)
+    assert saved and saved[-1] < 400
+
+    again = subprocess.run(
+        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
+    )
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert f"Restored checkpoint at step {saved[-1]}" in again.stdout
+    a, b = restore_params(straight, 400), restore_params(preempted, 400)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))

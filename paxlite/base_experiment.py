@@ -32,6 +32,7 @@ import re
 import sys
 import types
 import typing
+import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
@@ -113,6 +114,21 @@ class BaseExperiment(abc.ABC):
                     f"{type(self).__qualname__}.{name} = {shape!r} has {len(shape)} entries but "
                     f"MESH_AXIS_NAMES = {self.MESH_AXIS_NAMES!r} has {axes}; give one entry per "
                     "mesh axis."
+                )
+            if shape is not None and any(size < 1 for size in shape):
+                raise KnobError(
+                    f"{type(self).__qualname__}.{name} = {shape!r}: every entry is a number of "
+                    "devices (or slices) and must be at least 1."
+                )
+        for logical, mesh_axes in self.logical_axis_rules():
+            names = (mesh_axes,) if isinstance(mesh_axes, str) else mesh_axes
+            if names is not None and not (
+                isinstance(names, (tuple, list)) and all(isinstance(n, str) for n in names)
+            ):
+                raise KnobError(
+                    f"{type(self).__qualname__}: LOGICAL_AXIS_RULES maps {logical!r} to "
+                    f"{mesh_axes!r}; map each logical axis to a mesh axis name, a tuple of "
+                    "names, or None."
                 )
 
     @abc.abstractmethod
@@ -251,13 +267,20 @@ def parse_knob_value(text: str, tp: Any) -> Any:
         candidates.append(lowered == "true")
     if lowered in ("none", "null"):
         candidates.append(None)
-    with contextlib.suppress(ValueError, TypeError, SyntaxError, MemoryError, RecursionError):
+    with (
+        contextlib.suppress(ValueError, TypeError, SyntaxError, MemoryError, RecursionError),
+        warnings.catch_warnings(),
+    ):
+        warnings.simplefilter("ignore")  # e.g. "invalid escape sequence" in arbitrary text
         candidates.append(ast.literal_eval(stripped))
     if "," in stripped:  # Bare words for a tuple of str: data,mdl or (data, mdl).
         parts = [part.strip() for part in stripped.strip("()[]").split(",")]
         candidates.append(tuple(parts[:-1] if parts[-1] == "" else parts))
     for candidate in candidates:
-        value = _coerce(candidate, tp)
+        try:
+            value = _coerce(candidate, tp)
+        except OverflowError:  # An int too large for a float knob: not a float.
+            continue
         if matches_type(value, tp):
             return value
     if matches_type(text, tp):

@@ -2,7 +2,12 @@
 
 from __future__ import annotations
 
+import asyncio
+import contextlib
+import json
 import pathlib
+import re
+from collections.abc import Iterator
 from typing import Any
 
 import jax
@@ -12,6 +17,16 @@ from paxlite.train_state import TrainState
 
 STATE = "state"
 INPUT = "input"
+_MAX_LISTED = 20  # Mismatched arrays listed in a CheckpointMismatchError.
+_STATUS = re.compile(r"[A-Z_]+: ")  # How tensorstore's errors start: 'DATA_LOSS: ...'.
+
+
+class CheckpointMismatchError(ValueError):
+    """The checkpoint was written by a different model: its arrays' paths or shapes differ."""
+
+
+class CheckpointCorruptError(ValueError):
+    """A checkpoint's files cannot be read (truncated, overwritten or partly deleted)."""
 
 
 class Checkpointer:
@@ -27,7 +42,11 @@ class Checkpointer:
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep, enable_async_checkpointing=async_save, create=True
         )
-        self._manager = ocp.CheckpointManager(self.directory, options=options)
+        # Handlers named up front, so the metadata of a step saved by an earlier run is readable.
+        handlers = {STATE: ocp.StandardCheckpointHandler(), INPUT: ocp.JsonCheckpointHandler()}
+        self._manager = ocp.CheckpointManager(
+            self.directory, options=options, item_handlers=handlers
+        )
 
     def latest_step(self) -> int | None:
         return self._manager.latest_step()
@@ -46,14 +65,61 @@ class Checkpointer:
         )
 
     def restore(self, step: int, abstract_state: TrainState) -> tuple[TrainState, dict[str, Any]]:
-        """Restores onto the shardings of ``abstract_state`` (ShapeDtypeStructs)."""
-        restored = self._manager.restore(
-            step,
-            args=ocp.args.Composite(
-                **{STATE: ocp.args.StandardRestore(abstract_state), INPUT: ocp.args.JsonRestore()}
-            ),
+        """Restores onto the shardings of ``abstract_state`` (ShapeDtypeStructs).
+
+        The saved arrays' paths and shapes are checked against ``abstract_state``
+        before any array is read; nothing on disk is changed.
+
+        Raises:
+          CheckpointMismatchError: the checkpoint holds a different model.
+          CheckpointCorruptError: the checkpoint's files cannot be read.
+        """
+        with self._reading(step):
+            saved = self._manager.item_metadata(step)[STATE]
+        if saved is None:
+            raise CheckpointCorruptError(self._corrupt_message(step, f"no readable {STATE!r} item"))
+        problems = shape_mismatches(saved, abstract_state)
+        if problems:
+            shown = problems[:_MAX_LISTED]
+            if len(problems) > len(shown):
+                shown.append(f"... and {len(problems) - len(shown)} more")
+            raise CheckpointMismatchError(
+                f"the checkpoint at step {step} in {self.directory} was written by a different "
+                f"model: {len(problems)} arrays differ from this experiment's (saved vs "
+                "expected shape):\n  " + "\n  ".join(shown) + "\nTrain this configuration "
+                "with a new --job_log_dir, or rerun with the knobs that wrote the checkpoint "
+                f"(see {self.directory.parent / 'config.txt'})."
+            )
+        args = ocp.args.Composite(
+            **{STATE: ocp.args.StandardRestore(abstract_state), INPUT: ocp.args.JsonRestore()}
         )
+        with self._reading(step):
+            restored = self._manager.restore(step, args=args)
         return restored[STATE], restored[INPUT]
+
+    @contextlib.contextmanager
+    def _reading(self, step: int) -> Iterator[None]:
+        """Turns a failed read of ``step``'s files into a CheckpointCorruptError."""
+        try:
+            with _finish_reads_before_loop_close():
+                yield
+        except Exception as e:
+            if (cause := _read_error(e)) is None:
+                raise
+            raise CheckpointCorruptError(self._corrupt_message(step, cause)) from e
+
+    def _corrupt_message(self, step: int, cause: Any) -> str:
+        step_dir = self.directory / str(step)
+        detail = " ".join(str(cause).split())
+        if len(detail) > 300:
+            detail = detail[:300] + " ..."
+        earlier = [s for s in self.all_steps() if s < step]
+        fallback = f"to resume from step {max(earlier)}" if earlier else "to train from scratch"
+        return (
+            f"cannot read the checkpoint at step {step}: the files in {step_dir} look damaged "
+            f"(truncated or overwritten). Move or delete {step_dir} {fallback}, or pass a new "
+            f"--job_log_dir. (Read error: {detail})"
+        )
 
     def wait(self) -> None:
         """Blocks until pending asynchronous saves are on disk."""
@@ -68,3 +134,99 @@ def abstract_like(tree: Any, shardings: Any) -> Any:
     return jax.tree_util.tree_map(
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings
     )
+
+
+def _read_error(error: BaseException) -> BaseException | None:
+    """The failed file read in ``error``'s chain, if any.
+
+    A read fails with a tensorstore status (``ValueError('DATA_LOSS: ...')``), an
+    OSError, undecodable JSON, or a missing item (KeyError).
+    """
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, (OSError, json.JSONDecodeError, KeyError)) or (
+            isinstance(cause, ValueError) and _STATUS.match(str(cause))
+        ):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+class _DrainingLoopPolicy(asyncio.AbstractEventLoopPolicy):
+    """The current event loop policy, but its new loops finish their pending tasks on close()."""
+
+    def __init__(self, base: asyncio.AbstractEventLoopPolicy):
+        self._base = base
+
+    def get_event_loop(self) -> asyncio.AbstractEventLoop:
+        return self._base.get_event_loop()
+
+    def set_event_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        self._base.set_event_loop(loop)
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._base.new_event_loop()
+        close = loop.close
+
+        def finish_then_close() -> None:
+            pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+            if pending and not loop.is_running() and not loop.is_closed():
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            close()
+
+        loop.close = finish_then_close
+        return loop
+
+
+@contextlib.contextmanager
+def _finish_reads_before_loop_close() -> Iterator[None]:
+    """While active, event loops finish their pending tasks before they close.
+
+    When one array read of a restore fails, orbax closes its event loop with the
+    other reads still in flight; as they complete, tensorstore's threads hit the
+    closed loop and print tracebacks ('Event loop is closed'). Finishing them
+    first leaves the read error alone.
+    """
+    base = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(_DrainingLoopPolicy(base))
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop_policy(base)
+
+
+def shape_mismatches(saved: Any, expected: Any) -> list[str]:
+    """``'path: saved S, expected E'`` for each array whose path or shape differs.
+
+    ``saved`` is a checkpoint's metadata tree (leaves with ``.shape``); ``expected``
+    is the target (ShapeDtypeStructs or arrays). Parameters are listed first.
+    """
+    saved_shapes = dict(_leaf_shapes(saved))
+    expected_shapes = dict(_leaf_shapes(expected))
+    problems = []
+    for path in sorted(saved_shapes.keys() | expected_shapes.keys(), key=_params_first):
+        have, want = saved_shapes.get(path), expected_shapes.get(path)
+        if have != want:
+            problems.append(f"{path}: saved {_shape_text(have)}, expected {_shape_text(want)}")
+    return problems
+
+
+def _leaf_shapes(tree: Any) -> Iterator[tuple[str, tuple[int, ...]]]:
+    for keys, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        yield "/".join(_key_name(k) for k in keys), tuple(getattr(leaf, "shape", ()))
+
+
+def _key_name(key: Any) -> str:
+    """``params``, ``0``: a path key as orbax names it (attribute, dict key or index)."""
+    for attr in ("name", "key", "idx"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def _params_first(path: str) -> tuple[bool, str]:
+    return (not path.startswith("params/"), path)
+
+
+def _shape_text(shape: tuple[int, ...] | None) -> str:
+    return "(absent)" if shape is None else str(shape)

@@ -25,6 +25,7 @@ import math
 import os
 import pathlib
 import sys
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -152,6 +153,53 @@ def format_config(experiment: Any, task_cfg: Any, datasets: Any) -> str:
     return "\n".join(lines) + "\n"
 
 
+def check_job_dir_writable(job_log_dir: pathlib.Path) -> None:
+    """Raises :class:`UsageError` unless ``job_log_dir`` is (or can be made) a writable directory.
+
+    Creates nothing: the nearest existing directory is probed with a temporary
+    directory that is removed at once. Remote paths (``gs://...``) are not checked.
+    """
+    if "://" in str(job_log_dir):
+        return
+    path = job_log_dir.absolute()
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        if existing.is_symlink():  # A dangling link: the directory it names is gone.
+            break
+        existing = existing.parent
+    blockers = [existing] + [path / sub for sub in ("checkpoints", "summaries")]
+    for blocker in blockers:
+        if (blocker.exists() or blocker.is_symlink()) and not blocker.is_dir():
+            where = "is" if blocker == path else f"cannot be used: {blocker} is"
+            raise UsageError(
+                f"--job_log_dir {job_log_dir} {where} a file, not a directory; pass another "
+                "path, or move that file."
+            )
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".paxlite-write-check-", dir=existing))
+    except OSError as e:
+        where = "" if existing == path else f" (its nearest existing parent {existing} is not)"
+        raise UsageError(
+            f"--job_log_dir {job_log_dir} is not writable{where}: {e.strerror}; pass a "
+            "directory you can write to, or fix its permissions."
+        ) from None
+
+
+def _read_config_files(job_log_dir: pathlib.Path) -> dict[pathlib.Path, bytes]:
+    """The bytes of the config files already in the job dir (from an earlier run)."""
+    paths = (job_log_dir / "config.txt", job_log_dir / "config.json")
+    return {p: p.read_bytes() for p in paths if p.is_file()}
+
+
+def _write_config_files(job_log_dir: pathlib.Path, saved: dict[pathlib.Path, bytes]) -> None:
+    """Puts back the config files of :func:`_read_config_files` (or removes new ones)."""
+    for path in (job_log_dir / "config.txt", job_log_dir / "config.json"):
+        if path in saved:
+            path.write_bytes(saved[path])
+        else:
+            path.unlink(missing_ok=True)
+
+
 def _mesh_size(experiment: Any) -> int:
     dcn = experiment.DCN_MESH_SHAPE or (1,)
     return math.prod(experiment.ICI_MESH_SHAPE) * math.prod(dcn)
@@ -168,6 +216,7 @@ def main(argv: Sequence[str]) -> None:
 
     from paxlite import distributed, train
     from paxlite.base_experiment import KnobError
+    from paxlite.checkpoints import CheckpointCorruptError, CheckpointMismatchError
     from paxlite.experiment_registry import ExperimentRegistryError
     from paxlite.mesh import MeshShapeError
 
@@ -200,6 +249,7 @@ def main(argv: Sequence[str]) -> None:
         if not FLAGS.job_log_dir:
             raise UsageError("--job_log_dir is required (where checkpoints and summaries go).")
         job_log_dir = pathlib.Path(FLAGS.job_log_dir)
+        check_job_dir_writable(job_log_dir)
         job = train.build_job(experiment, task_cfg, dataset_cfgs, job_log_dir)
     except (
         UsageError,
@@ -213,13 +263,24 @@ def main(argv: Sequence[str]) -> None:
     ) as e:
         print(f"paxlite: error: {e}", file=sys.stderr)
         sys.exit(2)
-    if jax.process_index() == 0:
-        write_config(job_log_dir, experiment, task_cfg, dataset_cfgs)
+    previous_config = _read_config_files(job_log_dir)
+    try:
+        if jax.process_index() == 0:
+            write_config(job_log_dir, experiment, task_cfg, dataset_cfgs)
+    except OSError as e:
+        print(f"paxlite: error: cannot write the job directory {job_log_dir}: {e}", file=sys.stderr)
+        sys.exit(2)
     try:
         result = train.run(job, train.Mode(FLAGS.mode), stop_at_step=FLAGS.stop_at_step)
     except train.DivergenceError as e:
         print(f"paxlite: error: {e}", file=sys.stderr)
         sys.exit(3)
+    except (CheckpointMismatchError, CheckpointCorruptError) as e:
+        # Nothing ran: the job dir keeps the config its checkpoints were written with.
+        if jax.process_index() == 0:
+            _write_config_files(job_log_dir, previous_config)
+        print(f"paxlite: error: {e}", file=sys.stderr)
+        sys.exit(2)
     except FileNotFoundError as e:
         print(f"paxlite: error: {e}", file=sys.stderr)
         sys.exit(2)

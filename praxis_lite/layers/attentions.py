@@ -89,6 +89,11 @@ class DotProductAttention(BaseLayer):
 
     def setup(self) -> None:
         n, k, h, d = self.num_heads, self.kv_heads, self.head_dim, self.input_dim
+        if self.dim_per_head is None and d % n:
+            raise ValueError(
+                f"input_dim={d} is not divisible by num_heads={n}; set dim_per_head or pick "
+                "num_heads dividing input_dim."
+            )
         if n % k:
             raise ValueError(f"num_heads={n} must be a multiple of num_kv_heads={k}.")
         if self.combine_qkv and k != n:

@@ -6,6 +6,7 @@ derived here through the pure builders of ``model_params``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax
@@ -15,7 +16,16 @@ from paxlite import experiment_registry
 from paxlite.base_experiment import BaseExperiment, KnobError
 from praxis_lite import config as config_lib
 from praxis_lite.layers.repeats import RematPolicy
-from praxis_lite.sharding import FSDP_AND_TENSOR_PARALLEL_RULES
+from praxis_lite.sharding import (
+    EMBED,
+    FSDP_AND_TENSOR_PARALLEL_RULES,
+    HEAD_DIM,
+    HEADS,
+    KV_HEADS,
+    LAYERS,
+    MLP,
+    VOCAB,
+)
 from praxis_lite.synthetic_input import SyntheticLmInput
 from tasks.lm import model_params
 from tasks.lm.model_params import Activation, Norm
@@ -74,6 +84,112 @@ class LmCloudSpmd(BaseExperiment):
     SUMMARY_INTERVAL_STEPS: int = 100
     EVAL_INTERVAL_STEPS: int = 0
     MAX_TO_KEEP: int = 10
+
+    def validate(self) -> None:
+        """Sizes are positive, heads divide the model dims, and weights split evenly on the mesh."""
+        super().validate()
+        self._check_ranges()
+        self._check_heads()
+        kv_heads = self.NUM_KV_HEADS or self.NUM_HEADS
+        self._check_even_split(
+            {
+                EMBED: ("MODEL_DIMS", self.MODEL_DIMS),
+                MLP: ("HIDDEN_DIMS", self.HIDDEN_DIMS),
+                HEADS: ("NUM_HEADS", self.NUM_HEADS),
+                KV_HEADS: ("NUM_KV_HEADS" if self.NUM_KV_HEADS else "NUM_HEADS", kv_heads),
+                HEAD_DIM: (self._head_dims_source(), self._head_dims()),
+                VOCAB: ("VOCAB_SIZE", self.VOCAB_SIZE),
+                LAYERS: ("NUM_LAYERS", self.NUM_LAYERS),
+            }
+        )
+
+    def _check_ranges(self) -> None:
+        name = type(self).__qualname__
+        at_least_one = (
+            "NUM_LAYERS",
+            "MODEL_DIMS",
+            "HIDDEN_DIMS",
+            "NUM_HEADS",
+            "VOCAB_SIZE",
+            "MAX_SEQ_LEN",
+            "SAVE_INTERVAL_STEPS",
+            "SUMMARY_INTERVAL_STEPS",
+            "MAX_TO_KEEP",
+        )
+        for knob in at_least_one:
+            if getattr(self, knob) < 1:
+                raise KnobError(f"{name}.{knob} = {getattr(self, knob)}; it must be at least 1.")
+        for knob in ("NUM_KV_HEADS", "DIMS_PER_HEAD"):
+            if getattr(self, knob) is not None and getattr(self, knob) < 1:
+                raise KnobError(
+                    f"{name}.{knob} = {getattr(self, knob)}; it must be at least 1 (or None)."
+                )
+        for knob in ("NUM_TRAIN_STEPS", "EVAL_INTERVAL_STEPS", "LR_WARMUP_STEPS"):
+            if getattr(self, knob) < 0:
+                raise KnobError(f"{name}.{knob} = {getattr(self, knob)}; it must be >= 0.")
+        if not 0.0 <= self.DROPOUT_PROB < 1.0:
+            raise KnobError(f"{name}.DROPOUT_PROB = {self.DROPOUT_PROB}; it must be in [0, 1).")
+
+    def _check_heads(self) -> None:
+        name = type(self).__qualname__
+        if self.DIMS_PER_HEAD is None and self.MODEL_DIMS % self.NUM_HEADS:
+            raise KnobError(
+                f"{name}: MODEL_DIMS={self.MODEL_DIMS} is not divisible by NUM_HEADS="
+                f"{self.NUM_HEADS} (each head gets MODEL_DIMS // NUM_HEADS dims); change "
+                "MODEL_DIMS or NUM_HEADS so NUM_HEADS divides MODEL_DIMS, or set DIMS_PER_HEAD."
+            )
+        if self.USE_ROTARY_POSITION_EMB and self._head_dims() % 2:
+            raise KnobError(
+                f"{name}: rotary position embeddings need an even number of dims per head, "
+                f"got {self._head_dims_source()}={self._head_dims()}; change MODEL_DIMS, "
+                "NUM_HEADS or DIMS_PER_HEAD, or set USE_ROTARY_POSITION_EMB=false."
+            )
+        kv_heads = self.NUM_KV_HEADS or self.NUM_HEADS
+        if self.NUM_HEADS % kv_heads:
+            raise KnobError(
+                f"{name}: NUM_HEADS={self.NUM_HEADS} is not a multiple of NUM_KV_HEADS="
+                f"{kv_heads}; each key/value head serves a whole group of query heads."
+            )
+        if self.COMBINE_QKV and kv_heads != self.NUM_HEADS:
+            raise KnobError(
+                f"{name}: COMBINE_QKV needs NUM_KV_HEADS equal to NUM_HEADS (or None), got "
+                f"NUM_KV_HEADS={self.NUM_KV_HEADS}; set COMBINE_QKV=false for grouped heads."
+            )
+
+    def _head_dims(self) -> int:
+        return self.DIMS_PER_HEAD or self.MODEL_DIMS // self.NUM_HEADS
+
+    def _head_dims_source(self) -> str:
+        if self.DIMS_PER_HEAD is not None:
+            return "DIMS_PER_HEAD"
+        return "MODEL_DIMS // NUM_HEADS"
+
+    def _check_even_split(self, sizes: dict[str, tuple[str, int]]) -> None:
+        """Each weight dimension divides by the mesh axes its logical axis maps to.
+
+        ``jit`` splits arrays only evenly. A logical axis maps to the mesh axes of its
+        first rule in ``logical_axis_rules()``; a mesh axis has ICI x DCN devices.
+        """
+        dcn = self.DCN_MESH_SHAPE or (1,) * len(self.ICI_MESH_SHAPE)
+        mesh = {
+            axis: ici * slices
+            for axis, ici, slices in zip(
+                self.MESH_AXIS_NAMES, self.ICI_MESH_SHAPE, dcn, strict=True
+            )
+        }
+        rules = dict(reversed(tuple(self.logical_axis_rules())))  # The first rule wins.
+        for logical, (knob, size) in sizes.items():
+            mesh_axes = rules.get(logical) or ()
+            mesh_axes = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes)
+            mesh_axes = tuple(a for a in mesh_axes if mesh.get(a, 1) > 1)
+            ways = math.prod(mesh[a] for a in mesh_axes)
+            if size % ways:
+                raise KnobError(
+                    f"{type(self).__qualname__}: {knob}={size} does not split evenly over the "
+                    f"{ways} devices of mesh axes {mesh_axes} that LOGICAL_AXIS_RULES map "
+                    f"'{logical}' onto (mesh {mesh}); make {knob} a multiple of {ways}, or "
+                    "change ICI_MESH_SHAPE / DCN_MESH_SHAPE."
+                )
 
     def model(self) -> Any:
         """The LanguageModel config from the model knobs."""

@@ -19,6 +19,7 @@ STATE = "state"
 INPUT = "input"
 _MAX_LISTED = 20  # Mismatched arrays listed in a CheckpointMismatchError.
 _STATUS = re.compile(r"[A-Z_]+: ")  # How tensorstore's errors start: 'DATA_LOSS: ...'.
+_INCOMPLETE = re.compile(r"(\d+)\.orbax-checkpoint-tmp.*")  # A save that never finished.
 
 
 class CheckpointMismatchError(ValueError):
@@ -33,14 +34,21 @@ class Checkpointer:
     """An orbax ``CheckpointManager`` under ``<job_log_dir>/checkpoints``.
 
     Saves are asynchronous (training continues while arrays are written) and the
-    oldest checkpoints beyond ``max_to_keep`` are deleted. A checkpoint holds the
+    oldest checkpoints beyond ``max_to_keep`` are deleted, only once a newer save
+    is complete. A checkpoint holds the
     :class:`TrainState` (sharded arrays) and the training input's position (JSON).
+    Saves that a killed process left unfinished are listed in ``interrupted_steps``
+    and removed; they are never restored.
     """
 
     def __init__(self, job_log_dir: pathlib.Path, *, max_to_keep: int, async_save: bool = True):
         self.directory = pathlib.Path(job_log_dir).absolute() / "checkpoints"
+        self.interrupted_steps = _interrupted_saves(self.directory)
         options = ocp.CheckpointManagerOptions(
-            max_to_keep=max_to_keep, enable_async_checkpointing=async_save, create=True
+            max_to_keep=max_to_keep,
+            enable_async_checkpointing=async_save,
+            create=True,
+            cleanup_tmp_directories=True,  # Removes what interrupted_steps found.
         )
         # Handlers named up front, so the metadata of a step saved by an earlier run is readable.
         handlers = {STATE: ocp.StandardCheckpointHandler(), INPUT: ocp.JsonCheckpointHandler()}
@@ -49,7 +57,9 @@ class Checkpointer:
         )
 
     def latest_step(self) -> int | None:
+        """The newest complete checkpoint's step (interrupted saves never count)."""
         return self._manager.latest_step()
+
 
     def all_steps(self) -> list[int]:
         return list(self._manager.all_steps())
@@ -127,6 +137,19 @@ class Checkpointer:
 
     def close(self) -> None:
         self._manager.close()
+
+
+def _interrupted_saves(directory: pathlib.Path) -> list[int]:
+    """Steps whose save was interrupted (process killed mid-write), oldest first.
+
+    Orbax writes a step into ``<step>.orbax-checkpoint-tmp...`` and renames it to
+    ``<step>`` only once every file is written, so such a directory is never
+    restored.
+    """
+    if not directory.is_dir():
+        return []
+    found = (_INCOMPLETE.fullmatch(p.name) for p in directory.iterdir())
+    return sorted(int(m.group(1)) for m in found if m)
 
 
 def abstract_like(tree: Any, shardings: Any) -> Any:

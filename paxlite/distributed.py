@@ -1,8 +1,12 @@
-"""Joining a multi-process job (jax.distributed) and faking devices for dry runs."""
+"""Joining a multi-process job (jax.distributed), watching its peers, faking CPU devices."""
 
 from __future__ import annotations
 
 import os
+import socket
+import sys
+import threading
+import time
 
 import jax
 
@@ -39,11 +43,15 @@ def initialize(
     num_processes: int | None,
     process_id: int | None,
     timeout_s: int = 300,
+    peer_timeout_s: float = 60.0,
 ) -> bool:
     """Initializes ``jax.distributed`` from flags, or from the cluster environment.
 
     With none of the flags and no cluster environment, does nothing (one process).
     On CPU, cross-process collectives use gloo so local processes form one job.
+    In a multi-process job a :class:`PeerWatch` then stops this process, naming
+    the lost peer, once another process has been silent for ``peer_timeout_s``
+    seconds or has failed.
 
     Returns:
       Whether this is a multi-process job.
@@ -58,6 +66,9 @@ def initialize(
     if not all(given) and not cluster_detected():
         return False
     jax.config.update("jax_cpu_collectives_implementation", "gloo")
+    # JAX's own heartbeat check aborts every process without saying which one died;
+    # it stays as a backstop behind PeerWatch, which notices (and names) first.
+    backstop = {"heartbeat_timeout_seconds": int(max(100, 2 * peer_timeout_s + 10))}
     if all(given):
         if not 0 <= process_id < num_processes:
             raise DistributedSetupError(
@@ -68,10 +79,122 @@ def initialize(
             num_processes=num_processes,
             process_id=process_id,
             initialization_timeout=timeout_s,
+            **backstop,
         )
     else:
-        jax.distributed.initialize(initialization_timeout=timeout_s)
-    return jax.process_count() > 1
+        jax.distributed.initialize(initialization_timeout=timeout_s, **backstop)
+    if jax.process_count() == 1:
+        return False
+    global _peer_watch
+    _peer_watch = PeerWatch(peer_timeout_s)
+    _peer_watch.start()
+    return True
+
+
+PEER_LOST_EXIT_CODE = 4  # Another process of the job died or failed; this one stopped.
+# Exit codes of a peer that are not failures: done, or preempted with a checkpoint.
+_ORDERLY_EXIT_CODES = (0, 143)
+_KEY = "paxlite/peer/{index}/{field}"
+_peer_watch: PeerWatch | None = None
+
+
+class PeerWatch:
+    """Stops this process when another process of the job is lost, and says which.
+
+    Every process beats (a counter in the coordination service's key-value
+    store) every ``interval_s``; a daemon thread reads the others' counters. A
+    peer whose counter has not moved for ``timeout_s`` seconds is lost (killed,
+    hung, or its host is gone), and a peer that published a failing exit code
+    (see :func:`report_exit`) has failed: either way this process prints one
+    line naming it and exits with :data:`PEER_LOST_EXIT_CODE` instead of waiting
+    forever in its next collective. When the coordinator (process 0) itself
+    dies, JAX stops the others at once with its own message ("the leader task
+    was preempted/died").
+    """
+
+    def __init__(self, timeout_s: float, interval_s: float | None = None):
+        from jax._src import distributed as jax_distributed  # The job's coordination client.
+
+        self._client = jax_distributed.global_state.client
+        self._index, self._count = jax.process_index(), jax.process_count()
+        self.timeout_s = timeout_s
+        self.interval_s = interval_s or min(1.0, timeout_s / 4)
+        self._beats = 0
+        self._about: dict[int, str] = {}
+        self._client.key_value_set(
+            _KEY.format(index=self._index, field="about"),
+            f"host {socket.gethostname()}, pid {os.getpid()}",
+            allow_overwrite=True,
+        )
+
+    def start(self) -> None:
+        threading.Thread(target=self._run, name="paxlite-peer-watch", daemon=True).start()
+
+    def _get(self, peer: int, field: str) -> str | None:
+        try:
+            return self._client.key_value_try_get(_KEY.format(index=peer, field=field))
+        except Exception:  # Not published yet (NOT_FOUND).
+            return None
+
+    def _run(self) -> None:
+        peers = [i for i in range(self._count) if i != self._index]
+        last_beat = dict.fromkeys(peers)
+        last_change = dict.fromkeys(peers, time.monotonic())
+        while True:
+            self._beats += 1
+            try:
+                self._client.key_value_set(
+                    _KEY.format(index=self._index, field="beat"),
+                    str(self._beats),
+                    allow_overwrite=True,
+                )
+            except Exception:  # The coordinator is gone: JAX itself stops this process.
+                return
+            now = time.monotonic()
+            for peer in peers:
+                code = self._get(peer, "exit")
+                if code is not None:
+                    if int(code) not in _ORDERLY_EXIT_CODES:
+                        self._stop(peer, f"exited with code {code} (see its log)")
+                    last_change[peer] = now  # Left in order: nothing more to hear from it.
+                    continue
+                beat = self._get(peer, "beat")
+                if beat != last_beat[peer]:
+                    last_beat[peer], last_change[peer] = beat, now
+                elif now - last_change[peer] > self.timeout_s:
+                    self._stop(peer, f"stopped responding: no heartbeat for {self.timeout_s:g} s")
+            time.sleep(self.interval_s)
+
+    def _stop(self, peer: int, what: str) -> None:
+        about = self._get(peer, "about") or "host unknown"
+        print(
+            f"paxlite: error: process {peer} of {self._count} ({about}) {what}. Stopping "
+            f"process {self._index} too; once every process can run again, rerun the same "
+            "command to resume from the latest checkpoint.",
+            file=sys.stderr,
+            flush=True,
+        )
+        os._exit(PEER_LOST_EXIT_CODE)
+
+    def report_exit(self, code: int) -> None:
+        """Publishes this process's exit code, so peers stop if it is a failure."""
+        self._client.key_value_set(
+            _KEY.format(index=self._index, field="exit"), str(code), allow_overwrite=True
+        )
+
+
+def report_exit(code: int | str | None) -> None:
+    """Tells the other processes how this one is exiting (no-op in a one-process job).
+
+    ``code`` as in ``sys.exit``: None is 0, a message string is 1.
+    """
+    if _peer_watch is None:
+        return
+    number = 0 if code is None else code if isinstance(code, int) else 1
+    try:
+        _peer_watch.report_exit(number)
+    except Exception:  # The coordinator may already be gone; peers then stop on their own.
+        pass
 
 
 def use_fake_cpu_devices(count: int) -> None:

@@ -14,6 +14,8 @@ Flags:
   --coordinator_address, --num_processes, --process_id
                     join a multi-process job (else JAX's cluster detection: TPU pods,
                     SLURM, Open MPI); on CPU, processes talk through gloo.
+  --peer_timeout_s  when another process of the job is silent this long (or fails),
+                    stop with a message naming it (exit 4) instead of hanging.
   --tfds_data_dir D read TFDS datasets (e.g. c4/en/3.0.1) from D (SeqIO's data dir override).
 Re-running with the same --job_log_dir resumes from the latest checkpoint.
 """
@@ -62,6 +64,12 @@ flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-
 flags.DEFINE_integer("num_processes", None, "Number of processes in the job.")
 flags.DEFINE_integer("process_id", None, "This process's index in [0, num_processes).")
 flags.DEFINE_integer("distributed_timeout_s", 300, "Seconds to wait for all processes to join.")
+flags.DEFINE_float(
+    "peer_timeout_s",
+    60.0,
+    "In a multi-process job, seconds without a heartbeat from another process after which "
+    "every other process stops (exit 4) with a message naming the lost one.",
+)
 flags.DEFINE_string(
     "tfds_data_dir",
     None,
@@ -234,6 +242,7 @@ def main(argv: Sequence[str]) -> None:
                 FLAGS.num_processes,
                 FLAGS.process_id,
                 FLAGS.distributed_timeout_s,
+                FLAGS.peer_timeout_s,
             )
         task_cfg, dataset_cfgs = resolve_configs(experiment, FLAGS.fdl_set, FLAGS.fiddler)
         if FLAGS.print_config:
@@ -289,8 +298,14 @@ def main(argv: Sequence[str]) -> None:
 
 
 def run() -> None:
-    """Console-script entry point."""
-    app.run(main)
+    """Console-script entry point; tells the job's other processes how this one ended."""
+    try:
+        app.run(main)
+    except BaseException as e:
+        from paxlite import distributed
+
+        distributed.report_exit(e.code if isinstance(e, SystemExit) else 1)
+        raise
 
 
 if __name__ == "__main__":

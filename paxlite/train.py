@@ -211,6 +211,11 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
 
         ckpt = checkpoints.Checkpointer(job.job_log_dir, max_to_keep=task.max_to_keep)
         latest = ckpt.latest_step()
+        for skipped in ckpt.interrupted_steps:
+            summaries.log(
+                f"Skipped the checkpoint at step {skipped} in {ckpt.directory}: its save was "
+                "interrupted before it completed; its partial files were removed."
+            )
         if latest is not None:
             state, input_state = ckpt.restore(latest, abstract_state)
             job.train_input.set_state(input_state)

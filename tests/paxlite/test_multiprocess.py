@@ -2,9 +2,11 @@
 
 import os
 import pathlib
+import signal
 import socket
 import subprocess
 import sys
+import time
 
 import numpy as np
 
@@ -34,26 +36,30 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
+def _two_process_command(job: pathlib.Path, port: int, i: int, *args: str) -> list[str]:
+    return [
+        sys.executable,
+        "-m",
+        "paxlite.main",
+        EXP,
+        f"--job_log_dir={job}",
+        *COMMON,
+        "--set=ICI_MESH_SHAPE=1,4,1",
+        "--set=DCN_MESH_SHAPE=2,1,1",
+        f"--coordinator_address=127.0.0.1:{port}",
+        "--num_processes=2",
+        f"--process_id={i}",
+        "--distributed_timeout_s=120",
+        *args,
+    ]
+
+
 def test_two_processes_match_one_and_checkpoints_restore_across(tmp_path):
     multi, single = tmp_path / "multi", tmp_path / "single"
     port = _free_port()
     procs = [
         subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "paxlite.main",
-                EXP,
-                f"--job_log_dir={multi}",
-                *COMMON,
-                "--set=NUM_TRAIN_STEPS=6",
-                "--set=ICI_MESH_SHAPE=1,4,1",
-                "--set=DCN_MESH_SHAPE=2,1,1",
-                f"--coordinator_address=127.0.0.1:{port}",
-                "--num_processes=2",
-                f"--process_id={i}",
-                "--distributed_timeout_s=120",
-            ],
+            _two_process_command(multi, port, i, "--set=NUM_TRAIN_STEPS=6"),
             cwd=REPO,
             env=_env(4),
             stdout=subprocess.PIPE,
@@ -89,3 +95,43 @@ def test_two_processes_match_one_and_checkpoints_restore_across(tmp_path):
     resumed = run_main(f"--job_log_dir={multi}", *single_args, "--mode=eval", devices=8)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Restored checkpoint at step 6" in resumed.stdout
+
+
+def test_a_dead_peer_stops_the_others_in_bounded_time_naming_it(tmp_path):
+    """Process 1 is killed mid-training; process 0 stops within the peer timeout, naming it."""
+    job, port, timeout_s = tmp_path / "job", _free_port(), 3
+    logs = [(tmp_path / f"err{i}.txt").open("w") for i in range(2)]
+    procs = [
+        subprocess.Popen(
+            _two_process_command(
+                job, port, i, "--set=NUM_TRAIN_STEPS=100000", f"--peer_timeout_s={timeout_s}"
+            ),
+            cwd=REPO,
+            env=_env(4),
+            stdout=subprocess.PIPE,
+            stderr=logs[i],
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        for line in procs[0].stdout:  # Wait until both train (process 0 prints each step).
+            if line.startswith("step"):
+                break
+        procs[1].send_signal(signal.SIGKILL)
+        killed_at = time.monotonic()
+        procs[0].stdout.close()
+        code = procs[0].wait(timeout=120)
+        stopped_after = time.monotonic() - killed_at
+    finally:
+        for p in procs:
+            p.kill()
+        for f in logs:
+            f.close()
+    err = (tmp_path / "err0.txt").read_text()
+    assert code == 4, err[-3000:]
+    assert "paxlite: error: process 1 of 2 (host " in err
+    assert f"stopped responding: no heartbeat for {timeout_s} s" in err
+    assert "Terminating process" not in err  # Not JAX's anonymous abort.
+    print(f"process 0 stopped {stopped_after:.1f} s after process 1 was killed")
+    assert stopped_after < timeout_s + 15

@@ -102,3 +102,59 @@ def test_sigterm_saves_and_the_same_command_resumes_exactly(tmp_path):
     a, b = restore_params(straight, 400), restore_params(preempted, 400)
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
+
+
+_KILL_DURING_SAVE = """
+import os, signal, sys
+from paxlite import checkpoints, main
+
+real_save = checkpoints.Checkpointer.save
+
+def save_then_die(self, step, *args):
+    real_save(self, step, *args)  # The asynchronous write starts ...
+    if step == int(os.environ["KILL_AT_SAVE"]):
+        os.kill(os.getpid(), signal.SIGKILL)  # ... and the process dies before it finishes.
+
+checkpoints.Checkpointer.save = save_then_die
+sys.argv = ["paxlite"] + sys.argv[1:]
+main.run()
+"""
+
+
+def test_a_save_killed_mid_write_is_skipped_and_older_checkpoints_survive(tmp_path):
+    job = tmp_path / "job"
+    args = [
+        f"--exp={EXP}",
+        f"--job_log_dir={job}",
+        *LOOP,
+        "--set=NUM_TRAIN_STEPS=30",
+        "--set=MAX_TO_KEEP=1",
+    ]
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        JAX_PLATFORMS="cpu",
+        KILL_AT_SAVE="20",
+    )
+    killed = subprocess.run(
+        [sys.executable, "-c", _KILL_DURING_SAVE, *args],
+        cwd=REPO,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=300,
+        check=False,
+    )
+    assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
+    names = sorted(p.name for p in (job / "checkpoints").iterdir())
+    # The unfinished step 20 did not replace step 10, although only one is kept.
+    assert names[0] == "10" and names[1].startswith("20.orbax-checkpoint-tmp"), names
+
+    again = run_main(f"--job_log_dir={job}", *args[2:])
+    assert again.returncode == 0, again.stderr[-2000:]
+    assert "Skipped the checkpoint at step 20" in again.stdout
+    assert "was interrupted before it completed" in again.stdout
+    assert "Restored checkpoint at step 10" in again.stdout
+    assert [p.name for p in (job / "checkpoints").iterdir()] == ["30"]
+    losses = dict(scalar_series(job / "summaries" / "train", "train/loss"))
+    assert max(losses) == 30 and np.isfinite(losses[30])

@@ -43,3 +43,26 @@ class LanguageModel(BaseLayer):
     def logits(self, batch: NestedMap) -> jax.Array:
         """``[B, T, V]`` next-token logits."""
         return self.lm(batch["ids"], paddings=batch.get("paddings")).logits
+
+    def prefill(
+        self, ids: jax.Array, *, paddings: jax.Array, positions: jax.Array, max_len: int
+    ) -> jax.Array:
+        """Runs a prompt and fills a fresh ``max_len``-slot KV cache.
+
+        Args:
+          ids: ``[B, P]`` prompt tokens (shorter prompts left-padded).
+          paddings: ``[B, P]``, 1.0 at the padding.
+          positions: ``[B, P]`` positions within each prompt.
+          max_len: cache slots (``P`` plus the decode steps).
+
+        Returns:
+          ``[B, P, V]`` logits; apply with ``mutable=['cache']`` to get the cache.
+        """
+        return self.lm.extend(ids, positions=positions, paddings=paddings, max_len=max_len)
+
+    def extend_step(self, ids: jax.Array, *, positions: jax.Array) -> jax.Array:
+        """One decode step: ``ids [B]`` at ``positions [B]`` -> next-token logits ``[B, V]``.
+
+        Reads and extends the ``'cache'`` collection written by :meth:`prefill`.
+        """
+        return self.lm.extend(ids[:, None], positions=positions[:, None])[:, 0]

@@ -3,6 +3,11 @@
 Shapes: ``B`` batch, ``T`` query time, ``S`` key time, ``D`` input dims,
 ``N`` query heads, ``K`` key/value heads (``N % K == 0``), ``G = N // K``,
 ``H`` dims per head.
+
+Incremental decoding: :meth:`DotProductAttention.extend` keeps the keys and
+values of every token seen so far in the ``cache`` variable collection (``S``
+slots, filled left to right) and attends new queries to them. ``__call__`` (the
+training path) never touches the cache.
 """
 
 from __future__ import annotations
@@ -17,6 +22,9 @@ from praxis_lite.base_layer import BaseLayer
 from praxis_lite.config import template_field
 from praxis_lite.layers.embedding_softmax import RotaryPositionalEmbedding
 from praxis_lite.sharding import BATCH, EMBED, HEAD_DIM, HEADS, KV_HEADS, LENGTH
+
+CACHE = "cache"  # The flax collection of decoding state (keys, values, paddings, index).
+CACHE_KV_AXES = (BATCH, LENGTH, KV_HEADS, HEAD_DIM)
 
 _MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
 
@@ -195,10 +203,81 @@ class DotProductAttention(BaseLayer):
             key_segment_ids=segment_ids,
         )
         encoded = self.attend(q, k, v, mask, train)
+        return self.post_project(encoded)
+
+    def post_project(self, encoded: jax.Array) -> jax.Array:
+        """Heads back to model dims: ``[B, T, N, H] -> [B, T, D]``."""
         out = jnp.einsum("btnh,nhd->btd", encoded, self.w_post)
         if self.use_bias:
             out = out + self.b_post
         return self.constrain(out, (BATCH, LENGTH, EMBED))
 
+    @nn.compact
+    def extend(
+        self,
+        x: jax.Array,
+        *,
+        positions: jax.Array,
+        paddings: jax.Array | None = None,
+        max_len: int | None = None,
+    ) -> jax.Array:
+        """Appends ``T`` tokens to the key/value cache and attends them to everything cached.
 
-__all__ = ["DotProductAttention", "RotaryPositionalEmbedding", "attention_mask"]
+        The first call (prefill: the whole prompt) creates the cache with
+        ``max_len`` slots; later calls (one token each while decoding) write the
+        next slots. Query ``t`` sees cached slots up to its own and never a slot
+        whose padding is 1 (e.g. the left padding of a shorter prompt). With the
+        same tokens, prefill plus steps give the logits of one ``__call__``.
+
+        Cache (collection ``'cache'``, pass it ``mutable``): ``key``/``value``
+        ``[B, S, K, H]`` (logical axes batch, length, kv_heads, head_dim),
+        ``paddings [B, S]`` (1.0 at padding and unwritten slots) and ``index``
+        (int32 scalar, slots written).
+
+        Args:
+          x: ``[B, T, D]`` inputs of the new tokens.
+          positions: ``[B, T]`` positions of the new tokens (for RoPE).
+          paddings: ``[B, T]``, 1.0 at padding tokens; default none.
+          max_len: ``S``, the cache size; needed on the first call only.
+
+        Returns:
+          ``[B, T, D]``.
+        """
+        b, t = x.shape[:2]
+        x = self.to_fprop(self.constrain(x, (BATCH, LENGTH, EMBED)))
+        q, k, v = self.project_qkv(x)
+        q = self.constrain(q, (BATCH, LENGTH, HEADS, HEAD_DIM))
+        if self.rotary is not None:
+            q, k = self.rotary(q, positions), self.rotary(k, positions)
+        if not self.has_variable(CACHE, "index") and max_len is None:
+            raise ValueError(
+                "DotProductAttention.extend: no cache yet; the first call (prefill) must pass "
+                "max_len, the number of cache slots."
+            )
+        kv_shape = (b, max_len or 0, self.kv_heads, self.head_dim)
+        zeros = nn.with_logical_partitioning(jnp.zeros, CACHE_KV_AXES)
+        ones = nn.with_logical_partitioning(jnp.ones, (BATCH, LENGTH))
+        cached_k = self.variable(CACHE, "key", zeros, kv_shape, self.fprop_dtype)
+        cached_v = self.variable(CACHE, "value", zeros, kv_shape, self.fprop_dtype)
+        cached_pad = self.variable(CACHE, "paddings", ones, kv_shape[:2], jnp.float32)
+        index = self.variable(CACHE, "index", lambda: jnp.zeros((), jnp.int32))
+        start = index.value
+        if paddings is None:
+            paddings = jnp.zeros((b, t), jnp.float32)
+
+        def write(cache: jax.Array, new: jax.Array) -> jax.Array:
+            at = (0, start) + (0,) * (cache.ndim - 2)
+            return jax.lax.dynamic_update_slice(cache, new.astype(cache.dtype), at)
+
+        keys = self.constrain(write(cached_k.value, k), CACHE_KV_AXES)
+        values = self.constrain(write(cached_v.value, v), CACHE_KV_AXES)
+        key_paddings = write(cached_pad.value, paddings)
+        cached_k.value, cached_v.value, cached_pad.value = keys, values, key_paddings
+        index.value = start + t
+        slots = jnp.arange(keys.shape[1])
+        visible = slots[None, :] <= start + jnp.arange(t)[:, None]  # [T, S]
+        mask = visible[None, None, None] & (key_paddings < 0.5)[:, None, None, None, :]
+        return self.post_project(self.attend(q, keys, values, mask, train=False))
+
+
+__all__ = ["CACHE", "DotProductAttention", "RotaryPositionalEmbedding", "attention_mask"]

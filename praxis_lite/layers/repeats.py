@@ -13,6 +13,7 @@ import jax
 
 from praxis_lite.base_layer import AUX_LOSS, PARAMS, SUMMARIES, BaseLayer
 from praxis_lite.config import template_field
+from praxis_lite.layers.attentions import CACHE
 from praxis_lite.layers.transformers import Transformer
 from praxis_lite.sharding import LAYERS
 
@@ -46,15 +47,24 @@ class RematPolicy(enum.Enum):
 
 
 class _ScanBody(BaseLayer):
-    """One scan step: ``(x, broadcast inputs) -> (block(x), None)``."""
+    """One scan step: ``(x, broadcast inputs) -> (block(x), None)``.
+
+    With ``extend`` the step is the block's incremental decoding (``Transformer.extend``,
+    ``max_len`` cache slots on the first call) instead of its training forward pass.
+    """
 
     block_tpl: object = template_field(Transformer)
     train: bool = False
+    extend: bool = False
+    max_len: int | None = None
 
     def setup(self) -> None:
         self.block = self.create_child(self.block_tpl)
 
     def __call__(self, x, paddings, segment_ids, positions):
+        if self.extend:
+            y = self.block.extend(x, positions=positions, paddings=paddings, max_len=self.max_len)
+            return y, None
         y = self.block(
             x, paddings=paddings, segment_ids=segment_ids, positions=positions, train=self.train
         )
@@ -79,7 +89,6 @@ class StackedTransformerRepeated(BaseLayer):
     block_tpl: object = template_field(Transformer)
     remat_policy: RematPolicy = RematPolicy.SAVE_NOTHING
 
-    @nn.compact
     def __call__(
         self,
         x: jax.Array,
@@ -90,18 +99,50 @@ class StackedTransformerRepeated(BaseLayer):
         train: bool = False,
     ) -> jax.Array:
         """``[B, T, D] -> [B, T, D]`` (arguments as in StackedTransformer)."""
+        return self._scan(x, paddings, segment_ids, positions, train=train)
+
+    def extend(
+        self,
+        x: jax.Array,
+        *,
+        positions: jax.Array,
+        paddings: jax.Array | None = None,
+        max_len: int | None = None,
+    ) -> jax.Array:
+        """Incremental decoding (see ``DotProductAttention.extend``), ``[B, T, D] -> [B, T, D]``.
+
+        The blocks' caches are stacked like their weights: collection ``'cache'``
+        scanned over a leading ``num_layers`` axis.
+        """
+        return self._scan(x, paddings, None, positions, extend=True, max_len=max_len)
+
+    @nn.compact
+    def _scan(
+        self,
+        x: jax.Array,
+        paddings: jax.Array | None,
+        segment_ids: jax.Array | None,
+        positions: jax.Array | None,
+        *,
+        train: bool = False,
+        extend: bool = False,
+        max_len: int | None = None,
+    ) -> jax.Array:
+        """The scan of the block over its stacked weights (and caches, when extending)."""
         body = _ScanBody
         policy = self.remat_policy.checkpoint_policy()
-        if self.remat_policy is not RematPolicy.NONE:
+        if self.remat_policy is not RematPolicy.NONE and not extend:
             body = nn.remat(body, policy=policy, prevent_cse=False)
         scanned = nn.scan(
             body,
-            variable_axes={PARAMS: 0, SUMMARIES: 0, AUX_LOSS: 0},
+            variable_axes={PARAMS: 0, SUMMARIES: 0, AUX_LOSS: 0, CACHE: 0},
             split_rngs={PARAMS: True, "dropout": True},
             in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
             length=self.num_layers,
             metadata_params={nn.PARTITION_NAME: LAYERS},
         )
-        repeat = scanned(block_tpl=self.block_tpl, train=train, name="repeat")
+        repeat = scanned(
+            block_tpl=self.block_tpl, train=train, extend=extend, max_len=max_len, name="repeat"
+        )
         x, _ = repeat(self.to_fprop(x), paddings, segment_ids, positions)
         return x

@@ -123,3 +123,30 @@ class TransformerLm(BaseLayer):
             accuracy=jnp.sum(correct * label_weights) / safe_weight,
             total_weight=out.total_weight,
         )
+
+    def extend(
+        self,
+        ids: jax.Array,
+        *,
+        positions: jax.Array,
+        paddings: jax.Array | None = None,
+        max_len: int | None = None,
+    ) -> jax.Array:
+        """Incremental decoding: ids ``[B, T]`` -> logits ``[B, T, V]`` (float32).
+
+        Prefill is one call over the whole (left-padded) prompt with ``max_len``
+        (the cache size: prompt plus decode steps); each decode step is a call
+        with ``T = 1``. Every attention layer keeps its keys and values in the
+        ``'cache'`` collection (apply with ``mutable=['cache']``). See
+        ``DotProductAttention.extend``.
+
+        Args:
+          ids: token ids ``[B, T]``.
+          positions: ``[B, T]`` position of each token within its sequence.
+          paddings: ``[B, T]``, 1.0 at padding tokens (never attended to).
+          max_len: cache slots, on the first call only.
+        """
+        x = self.embed(ids, positions)
+        x = self.transformer.extend(x, positions=positions, paddings=paddings, max_len=max_len)
+        logits = self.softmax.get_logits(self.final_ln(x)).astype(jnp.float32)
+        return self.constrain(logits, (BATCH, LENGTH, VOCAB))

@@ -151,6 +151,21 @@ class Transformer(BaseLayer):
         x = x + self.residual_dropout(atten, deterministic=not train)
         return self.ff_layer(x, train=train)
 
+    def extend(
+        self,
+        x: jax.Array,
+        *,
+        positions: jax.Array,
+        paddings: jax.Array | None = None,
+        max_len: int | None = None,
+    ) -> jax.Array:
+        """Incremental decoding, ``[B, T, D] -> [B, T, D]``: see DotProductAttention.extend."""
+        x = self.to_fprop(x)
+        atten = self.self_attention.extend(
+            self.layer_norm(x), positions=positions, paddings=paddings, max_len=max_len
+        )
+        return self.ff_layer(x + atten)
+
 
 class StackedTransformer(BaseLayer):
     """``num_layers`` blocks stamped from ``block_tpl``, applied in a Python loop.
@@ -183,4 +198,17 @@ class StackedTransformer(BaseLayer):
             x = layer(
                 x, paddings=paddings, segment_ids=segment_ids, positions=positions, train=train
             )
+        return x
+
+    def extend(
+        self,
+        x: jax.Array,
+        *,
+        positions: jax.Array,
+        paddings: jax.Array | None = None,
+        max_len: int | None = None,
+    ) -> jax.Array:
+        """Incremental decoding through every block (each keeps its own cache)."""
+        for layer in self.x_layers:
+            x = layer.extend(x, positions=positions, paddings=paddings, max_len=max_len)
         return x

@@ -7,6 +7,7 @@ import socket
 import sys
 import threading
 import time
+import traceback
 
 import jax
 
@@ -183,10 +184,13 @@ class PeerWatch:
         )
 
 
-def report_exit(code: int | str | None) -> None:
+def report_exit(code: int | str | None, error: BaseException | None = None) -> None:
     """Tells the other processes how this one is exiting (no-op in a one-process job).
 
-    ``code`` as in ``sys.exit``: None is 0, a message string is 1.
+    ``code`` as in ``sys.exit``: None is 0, a message string is 1. A failing
+    process leaves at once (printing ``error``'s traceback, if it is not a
+    ``SystemExit``): JAX's exit-time shutdown would wait at a barrier for peers
+    that stop because of this failure, then abort.
     """
     if _peer_watch is None:
         return
@@ -195,6 +199,15 @@ def report_exit(code: int | str | None) -> None:
         _peer_watch.report_exit(number)
     except Exception:  # The coordinator may already be gone; peers then stop on their own.
         pass
+    if number in _ORDERLY_EXIT_CODES:
+        return
+    if error is not None and not isinstance(error, SystemExit):
+        traceback.print_exception(error)
+    elif isinstance(code, str):
+        print(code, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(number)
 
 
 def use_fake_cpu_devices(count: int) -> None:

@@ -304,7 +304,7 @@ def run() -> None:
     except BaseException as e:
         from paxlite import distributed
 
-        distributed.report_exit(e.code if isinstance(e, SystemExit) else 1)
+        distributed.report_exit(e.code if isinstance(e, SystemExit) else 1, e)
         raise
 
 

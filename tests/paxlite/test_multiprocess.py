@@ -135,3 +135,32 @@ def test_a_dead_peer_stops_the_others_in_bounded_time_naming_it(tmp_path):
     assert "Terminating process" not in err  # Not JAX's anonymous abort.
     print(f"process 0 stopped {stopped_after:.1f} s after process 1 was killed")
     assert stopped_after < timeout_s + 15
+
+
+def test_a_failed_peer_stops_the_others_at_once_naming_it(tmp_path):
+    """Process 1 exits with an error (its job dir is a file); process 0 stops, naming it."""
+    job, port = tmp_path / "job", _free_port()
+    not_a_dir = tmp_path / "a_file"
+    not_a_dir.write_text("")
+    procs = [
+        subprocess.Popen(
+            _two_process_command(
+                job if i == 0 else not_a_dir, port, i, "--set=NUM_TRAIN_STEPS=100000"
+            ),
+            cwd=REPO,
+            env=_env(4),
+            stdout=subprocess.DEVNULL,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        errors = [p.communicate(timeout=120)[1] for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    assert procs[1].returncode == 2 and "is a file, not a directory" in errors[1]
+    assert procs[0].returncode == 4, errors[0][-3000:]
+    assert "paxlite: error: process 1 of 2 (host " in errors[0]
+    assert "exited with code 2 (see its log)" in errors[0]

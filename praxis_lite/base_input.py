@@ -22,6 +22,17 @@ False           False    --                       error: would run dry after a f
 
 ``get_state()`` / ``set_state()`` let a resumed run continue from the exact next
 batch (the trainer stores the state with each checkpoint).
+
+Decoder inputs (an experiment's ``decoder_datasets()``) yield prompt/target
+batches instead of LM batches, read like one-epoch eval inputs::
+
+    prefix_ids      [B, P] int32, prompts, right-padded with 0
+    prefix_lengths  [B]    int32, real prompt tokens (0 for a padding example)
+    target_ids      [B, T] int32, the reference continuations, right-padded
+    target_lengths  [B]    int32
+
+and score predictions with ``predict_metric_fns`` (SeqIO's
+``fn(targets, predictions) -> {name: value}`` on detokenized strings).
 """
 
 from __future__ import annotations
@@ -121,6 +132,15 @@ class BaseInput:
 
         ``targets`` are the detokenized labels of each real example and ``scores``
         its total log-likelihood. Empty unless the input's task defines some.
+        """
+        return ()
+
+    @property
+    def predict_metric_fns(self) -> Sequence[Callable[[list[str], list[str]], dict[str, Any]]]:
+        """SeqIO-style ``fn(targets, predictions) -> {name: value}`` metrics for decoding.
+
+        ``targets`` and ``predictions`` are the detokenized reference continuation
+        and decoded text of each real example. Empty unless the input defines some.
         """
         return ()
 

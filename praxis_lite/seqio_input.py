@@ -167,6 +167,14 @@ class SeqIOInput(BaseInput):
             fns += [fn for fn in task.score_metric_fns if fn not in fns]
         return fns
 
+    @property
+    def predict_metric_fns(self) -> Sequence[Callable[[list[str], list[str]], dict[str, Any]]]:
+        """The predict metric fns of the task (of every task of a Mixture)."""
+        fns: list[Callable] = []
+        for task in seqio.get_subtasks(self._provider):
+            fns += [fn for fn in task.predict_metric_fns if fn not in fns]
+        return fns
+
     def ids_to_strings(self, ids: np.ndarray, lengths: Sequence[int] | None = None) -> list[str]:
         """Detokenizes rows of ``ids [B, T]`` with the task's 'targets' vocabulary.
 

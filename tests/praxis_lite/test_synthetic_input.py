@@ -62,3 +62,36 @@ def test_eval_semantics_table():
 def test_ids_to_strings():
     inp = SyntheticLmInput(batch_size=1, seq_len=3)
     assert inp.ids_to_strings(np.array([[5, 6, 7]]), [2]) == ["5 6"]
+
+
+def test_decode_batches_are_prompts_and_their_continuations():
+    from praxis_lite.synthetic_input import continuation_metrics
+
+    inp = SyntheticLmInput(
+        batch_size=64,
+        seq_len=12,
+        vocab_size=50,
+        prompt_len=6,
+        min_prompt_len=2,
+        is_training=False,
+        reset_for_eval=True,
+        num_batches=1,
+    )
+    batch = inp.get_next()
+    assert batch.prefix_ids.shape == (64, 6) and batch.target_ids.shape == (64, 6)
+    assert set(batch.prefix_lengths.tolist()) == {2, 3, 4, 5, 6}
+    for prefix, n, target in zip(batch.prefix_ids, batch.prefix_lengths, batch.target_ids):
+        assert not prefix[n:].any()
+        seq = np.concatenate([prefix[:n], target])
+        assert len(set(np.diff(seq) % 50)) == 1  # one progression: prompt, then target
+    with pytest.raises(StopIteration):
+        inp.get_next()
+    assert continuation_metrics in inp.predict_metric_fns
+    targets = inp.ids_to_strings(batch.target_ids[:2])
+    three_right = " ".join(targets[1].split()[:3])  # a prediction that stops early
+    assert continuation_metrics(targets, [targets[0], three_right]) == {
+        "exact_match": 0.5,
+        "token_accuracy": (6 + 3) / 12,
+    }
+    with pytest.raises(ValueError, match="min_prompt_len"):
+        SyntheticLmInput(batch_size=2, seq_len=8, prompt_len=8)

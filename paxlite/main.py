@@ -17,6 +17,10 @@ Flags:
   --peer_timeout_s  when another process of the job is silent this long (or fails),
                     stop with a message naming it (exit 4) instead of hanging.
   --tfds_data_dir D read TFDS datasets (e.g. c4/en/3.0.1) from D (SeqIO's data dir override).
+  --peak_tflops P   peak TFLOP/s per device for MFU (default: table by device, or CPU calibration).
+  --mfu_definition  causal | palm | 6N: the model-FLOPs count behind MFU (paxlite/flops.py).
+  --mode=benchmark --bench_steps N --bench_warmup K
+                    time the train step, write benchmark.json/.md/.png (paxlite/bench.py).
 Re-running with the same --job_log_dir resumes from the latest checkpoint.
 """
 
@@ -48,10 +52,26 @@ flags.DEFINE_list(
 flags.DEFINE_enum(
     "mode",
     "train",
-    ["train", "eval", "train_and_eval", "compile"],
+    ["train", "eval", "train_and_eval", "compile", "benchmark"],
     "What to run. compile: a dry run that builds the experiment's mesh from fake CPU devices, "
-    "compiles the train step on abstract arrays and prints sizes and FLOPs.",
+    "compiles the train step on abstract arrays and prints sizes and FLOPs. benchmark: time "
+    "the train step on the experiment's data (fresh parameters, no checkpoints) and write "
+    "benchmark.json/.md/.png into --job_log_dir.",
 )
+flags.DEFINE_float(
+    "peak_tflops",
+    None,
+    "Peak TFLOP/s of one device for MFU; default: the table of paxlite/mfu.py by device kind "
+    "and dtype, or on CPU a timed matmul (cached in ~/.cache/paxlite).",
+)
+flags.DEFINE_enum(
+    "mfu_definition",
+    "causal",
+    ["causal", "palm", "6N"],
+    "Model-FLOPs count behind MFU (see paxlite/flops.py): causal (default), palm, 6N.",
+)
+flags.DEFINE_integer("bench_steps", 20, "--mode=benchmark: timed steps.")
+flags.DEFINE_integer("bench_warmup", 3, "--mode=benchmark: untimed warm-up steps first.")
 flags.DEFINE_multi_string("set", [], "KNOB=VALUE override of an UPPERCASE experiment knob.")
 flags.DEFINE_bool("print_config", False, "Print the resolved configuration and exit.")
 flags.DEFINE_integer(
@@ -279,8 +299,20 @@ def main(argv: Sequence[str]) -> None:
     except OSError as e:
         print(f"paxlite: error: cannot write the job directory {job_log_dir}: {e}", file=sys.stderr)
         sys.exit(2)
+    from paxlite.flops import FlopsDefinition
+
+    definition = FlopsDefinition(FLAGS.mfu_definition)
+    if FLAGS.mode == "benchmark":
+        _benchmark(job, job_log_dir, definition)
+        return
     try:
-        result = train.run(job, train.Mode(FLAGS.mode), stop_at_step=FLAGS.stop_at_step)
+        result = train.run(
+            job,
+            train.Mode(FLAGS.mode),
+            stop_at_step=FLAGS.stop_at_step,
+            peak_tflops=FLAGS.peak_tflops,
+            flops_definition=definition,
+        )
     except train.DivergenceError as e:
         print(f"paxlite: error: {e}", file=sys.stderr)
         sys.exit(3)
@@ -295,6 +327,29 @@ def main(argv: Sequence[str]) -> None:
         sys.exit(2)
     if result.get("preempted"):
         sys.exit(train.PREEMPTED_EXIT_CODE)
+
+
+def _benchmark(job: Any, job_log_dir: pathlib.Path, definition: Any) -> None:
+    """--mode=benchmark: times the train step and writes the report (see paxlite/bench.py)."""
+    import jax
+
+    from paxlite import bench
+
+    try:
+        settings = bench.BenchSettings(
+            steps=FLAGS.bench_steps,
+            warmup=FLAGS.bench_warmup,
+            peak_tflops=FLAGS.peak_tflops,
+            definition=definition,
+        )
+    except ValueError as e:
+        print(f"paxlite: error: {e}", file=sys.stderr)
+        sys.exit(2)
+    figures = bench.run_benchmark(job, settings)
+    if jax.process_index() == 0:
+        paths = bench.write_report(figures, job_log_dir)
+        print(bench.summary_line(figures))
+        print("Wrote " + ", ".join(str(p) for p in paths))
 
 
 def run() -> None:

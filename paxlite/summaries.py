@@ -5,10 +5,14 @@ from __future__ import annotations
 import pathlib
 import time
 from collections.abc import Mapping
+from typing import TYPE_CHECKING
 
 import jax
 from absl import logging
 from clu import metric_writers
+
+if TYPE_CHECKING:
+    from paxlite.mfu import StepCost
 
 
 def create_writer(job_log_dir: pathlib.Path, name: str) -> metric_writers.MetricWriter:
@@ -31,28 +35,82 @@ def write_scalars(
 
 
 class Progress:
-    """Measures throughput between summary points and formats the console line."""
+    """Measures throughput between summary points and formats the console line.
 
-    def __init__(self, start_step: int, total_steps: int):
+    The window starts at :meth:`start_window` (call it once the warm-up steps,
+    which include compilation, are done and their results are ready), so the
+    first interval's rates exclude them. With ``cost`` (a
+    :class:`paxlite.mfu.StepCost`), reports also carry TFLOP/s per device and
+    MFU under ``cost.definition``.
+    """
+
+    def __init__(self, start_step: int, total_steps: int, cost: StepCost | None = None):
         self._total = total_steps
+        self._cost = cost
         self._last_step = start_step
         self._last_time = time.perf_counter()
+        self._warmup: tuple[int, float] | None = None
+
+    def start_window(self, step: int) -> None:
+        """Rates from now on count steps after ``step`` (whose results are ready).
+
+        A report at ``step`` itself (nothing timed yet) gives the warm-up's rates.
+        """
+        now = time.perf_counter()
+        self._warmup = (step - self._last_step, now - self._last_time)
+        self._last_step, self._last_time = step, now
 
     def report(self, step: int, tokens_per_step: float) -> dict[str, float]:
-        """steps/s and tokens/s since the last report (and resets the window)."""
+        """Rates since the last report (and resets the window).
+
+        Returns ``steps_per_sec``, ``step_time_ms``, ``tokens_per_sec`` (global,
+        counted tokens: ``tokens_per_step`` is the batch's non-padding tokens),
+        ``tokens_per_sec_per_device`` and, with a cost, ``tflops_per_sec_per_device``
+        (model FLOPs) and ``mfu`` (a fraction of the peak).
+        """
         now = time.perf_counter()
-        steps_per_sec = (step - self._last_step) / max(now - self._last_time, 1e-9)
+        steps = step - self._last_step
+        seconds = max(now - self._last_time, 1e-9)
+        if steps == 0 and self._warmup is not None:
+            steps, seconds = self._warmup
         self._last_step, self._last_time = step, now
-        return {"steps_per_sec": steps_per_sec, "tokens_per_sec": steps_per_sec * tokens_per_step}
+        return rates(steps, seconds, tokens_per_step, self._cost)
 
     def line(self, step: int, loss: float, rates: Mapping[str, float]) -> str:
         remaining = (self._total - step) / max(rates["steps_per_sec"], 1e-9)
         eta = time.strftime("%H:%M:%S", time.gmtime(remaining))
-        return (
+        text = (
             f"step {step:>7d}/{self._total} | loss {loss:8.4f} | "
-            f"{rates['steps_per_sec']:7.2f} steps/s | {rates['tokens_per_sec']:10.0f} tokens/s | "
-            f"ETA {eta}"
+            f"{rates['step_time_ms']:8.1f} ms/step | {rates['steps_per_sec']:7.2f} steps/s | "
+            f"{rates['tokens_per_sec']:10.0f} tokens/s "
+            f"({rates['tokens_per_sec_per_device']:.0f}/device)"
         )
+        if "mfu" in rates:
+            text += (
+                f" | {rates['tflops_per_sec_per_device']:.4g} TFLOP/s/device | "
+                f"MFU {100 * rates['mfu']:.2f}% ({self._cost.definition.value})"
+            )
+        return text + f" | ETA {eta}"
+
+
+def rates(
+    steps: int, seconds: float, tokens_per_step: float, cost: StepCost | None
+) -> dict[str, float]:
+    """Throughput of ``steps`` steps in ``seconds`` (see :meth:`Progress.report`)."""
+    steps_per_sec = steps / seconds if steps > 0 else 0.0
+    num_devices = cost.num_devices if cost is not None else jax.device_count()
+    out = {
+        "steps_per_sec": steps_per_sec,
+        "step_time_ms": 1000.0 * seconds / steps if steps > 0 else 0.0,
+        "tokens_per_sec": steps_per_sec * tokens_per_step,
+        "tokens_per_sec_per_device": steps_per_sec * tokens_per_step / num_devices,
+    }
+    if cost is not None and cost.model_flops_per_step > 0:
+        flops_per_device = steps_per_sec * cost.model_flops_per_step / num_devices
+        out["tflops_per_sec_per_device"] = flops_per_device / 1e12
+        if cost.peak is not None:
+            out["mfu"] = flops_per_device / cost.peak.flops
+    return out
 
 
 def log(message: str) -> None:

@@ -8,6 +8,7 @@ import math
 import pathlib
 import signal
 import threading
+import time
 from collections.abc import Sequence
 from typing import Any
 
@@ -16,7 +17,7 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from paxlite import checkpoints, eval_lib, summaries, trainer_lib
+from paxlite import checkpoints, decode_lib, eval_lib, mfu, prefetch, summaries, trainer_lib
 from paxlite.base_experiment import BaseExperiment
 from paxlite.mesh import create_mesh
 from paxlite.tasks_lib import SingleTask
@@ -30,6 +31,7 @@ class Mode(enum.Enum):
     TRAIN = "train"
     EVAL = "eval"
     TRAIN_AND_EVAL = "train_and_eval"
+    DECODE = "decode"
 
 
 class BatchSizeError(ValueError):
@@ -182,7 +184,27 @@ def jit_train_step(job: Job, state_shardings: Any, batch_sharding: NamedSharding
     )
 
 
-def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]:
+def compile_train_step(
+    train_step: Any, state: Any, batch: Any, key: jax.Array
+) -> tuple[Any, float]:
+    """``(compiled step, seconds)``: the jitted step compiled ahead of the loop.
+
+    The loop calls the compiled executable, so it cannot silently recompile:
+    arguments of another shape or sharding are an error.
+    """
+    start = time.perf_counter()
+    compiled = train_step.lower(state, batch, key).compile()
+    return compiled, time.perf_counter() - start
+
+
+def run(
+    job: Job,
+    mode: Mode,
+    stop_at_step: int | None = None,
+    *,
+    peak_tflops: float | None = None,
+    flops_definition: Any = None,
+) -> dict[str, Any]:
     """Trains and/or evaluates.
 
     Returns:
@@ -196,7 +218,10 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
 
     ``stop_at_step`` ends training early at that step (checkpointed), as if the
     job had been preempted there; running again resumes to ``num_train_steps``.
+    ``peak_tflops`` (per device) overrides the peak MFU is measured against;
+    ``flops_definition`` (a ``flops.FlopsDefinition``) picks the model-FLOPs count.
     """
+    run_start = time.perf_counter()
     task, mesh = job.task, job.mesh
     batch_sharding = batch_sharding_of(job)
     sample = job.train_input.get_next()
@@ -220,9 +245,10 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
             state, input_state = ckpt.restore(latest, abstract_state)
             job.train_input.set_state(input_state)
             summaries.log(f"Restored checkpoint at step {latest} from {ckpt.directory}")
-        elif mode is Mode.EVAL:
+        elif mode in (Mode.EVAL, Mode.DECODE):
             raise FileNotFoundError(
-                f"--mode=eval needs a checkpoint, but {ckpt.directory} has none; train first."
+                f"--mode={mode.value} needs a checkpoint, but {ckpt.directory} has none; "
+                "train first."
             )
         else:
             init = jax.jit(lambda k, b: nn.unbox(init_fn(k, b)), out_shardings=state_shardings)
@@ -270,8 +296,21 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
             result["eval"] = evaluate(step)
             ckpt.close()
             return result
+        decoder = None
+        if mode is Mode.DECODE or (mode is Mode.TRAIN_AND_EVAL and task.decode_interval_steps):
+            decoder = decode_lib.DecodeProgram(
+                task,
+                job.experiment.decoder_datasets(),
+                job.job_log_dir,
+                state_shardings.params,
+                batch_sharding,
+                to_global,
+            )
+        if mode is Mode.DECODE:
+            result["decode"] = decoder.run(state.params, step)
+            ckpt.close()
+            return result
 
-        progress = summaries.Progress(step, task.num_train_steps)
         preemption = _PreemptionWatch()
         result["preempted"] = False
 
@@ -288,10 +327,37 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
         if step >= task.num_train_steps:
             summaries.log(f"Already at step {step} >= num_train_steps; nothing to train.")
         last_step = min(task.num_train_steps, stop_at_step or task.num_train_steps)
+        train_key = jax.device_put(train_key, replicated)
+        if step < last_step:
+            train_step, compile_s = compile_train_step(train_step, state, global_sample, train_key)
+            cost = mfu.step_cost(
+                task.model,
+                global_sample,
+                train_step,
+                num_devices=mesh.size,
+                definition=flops_definition,
+                peak_tflops=peak_tflops,
+            )
+            summaries.log(f"Compiled the train step in {compile_s:.1f} s. {cost.describe()}")
+            result["cost"] = cost
+        progress = summaries.Progress(step, task.num_train_steps, result.get("cost"))
+        batches = prefetch.Prefetcher(job.train_input, to_global)
+        first_step = step
         while step < last_step:
-            batch = to_global(job.train_input.get_next())
+            batch = batches.next()
             state, metrics = train_step(state, batch, train_key)
             step += 1
+            if step == first_step + 1:  # Warm-up: excluded from the rates.
+                jax.block_until_ready(state)
+                progress.start_window(step)
+                since_start = time.perf_counter() - run_start
+                first = {"compile_time_s": compile_s, "time_to_first_step_s": since_start}
+                summaries.write_scalars(train_writer, step, "train", first)
+                summaries.log(
+                    f"First step done {first['time_to_first_step_s']:.1f} s after start "
+                    f"(compile {compile_s:.1f} s); rates below exclude it."
+                )
+                result["first_step"] = first
             if step % task.summary_interval_steps == 0 or step == task.num_train_steps:
                 check_finite(state)
                 scalars = {k: float(v) for k, v in jax.device_get(metrics).items()}
@@ -302,7 +368,7 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
                 result["history"].append((step, scalars))
             if preemption.should_stop(step):
                 check_finite(state)
-                ckpt.save(step, state, job.train_input.get_state())
+                ckpt.save(step, state, batches.input_state())
                 ckpt.wait()
                 summaries.log(
                     f"Preempted (SIGTERM) at step {step}: checkpoint saved in {ckpt.directory}. "
@@ -312,7 +378,7 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
                 break
             if step % task.save_interval_steps == 0 or step == last_step:
                 check_finite(state)
-                ckpt.save(step, state, job.train_input.get_state())
+                ckpt.save(step, state, batches.input_state())
             if (
                 mode is Mode.TRAIN_AND_EVAL
                 and job.eval_inputs
@@ -322,7 +388,12 @@ def run(job: Job, mode: Mode, stop_at_step: int | None = None) -> dict[str, Any]
                 )
             ):
                 result["eval"] = evaluate(step)
+            if decoder is not None and (
+                step % task.decode_interval_steps == 0 or step == task.num_train_steps
+            ):
+                result["decode"] = decoder.run(state.params, step)
         preemption.close()
+        batches.close()
         ckpt.wait()
         ckpt.close()
         result["state"] = state

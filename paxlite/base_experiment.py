@@ -139,6 +139,11 @@ class BaseExperiment(abc.ABC):
     def task(self) -> Any:
         """The Fiddle config of the task (model, optimizer, schedules)."""
 
+    def decoder_datasets(self) -> list[Any]:
+        """Input configs decoded by ``--mode=decode`` (and by train_and_eval when the
+        task's ``decode_interval_steps`` is set): prompt/target batches, see BaseInput."""
+        return []
+
     def logical_axis_rules(self) -> tuple[tuple[str, Any], ...]:
         """The logical-axis -> mesh-axis rules for this experiment's mesh."""
         return self.LOGICAL_AXIS_RULES

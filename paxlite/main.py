@@ -3,7 +3,8 @@
 Flags:
   --exp             registered experiment (dotted path or unique suffix).
   --job_log_dir     where checkpoints, summaries and the resolved config go.
-  --mode            train | eval | train_and_eval.
+  --mode            train | eval | train_and_eval | decode (decoder_datasets() with the
+                    latest checkpoint: JSONL in <job_log_dir>/decoder_out, decode metrics).
   --set KNOB=VALUE  override an UPPERCASE knob (repeatable; type-checked).
   --fdl_set P=V     override any config path, rooted at 'task' or 'datasets'
                     (e.g. task.learner.optimizer.learning_rate=0.01).
@@ -52,8 +53,9 @@ flags.DEFINE_list(
 flags.DEFINE_enum(
     "mode",
     "train",
-    ["train", "eval", "train_and_eval", "compile", "benchmark"],
-    "What to run. compile: a dry run that builds the experiment's mesh from fake CPU devices, "
+    ["train", "eval", "train_and_eval", "decode", "compile", "benchmark"],
+    "What to run. decode: decode the experiment's decoder_datasets() with the latest "
+    "checkpoint. compile: a dry run that builds the experiment's mesh from fake CPU devices, "
     "compiles the train step on abstract arrays and prints sizes and FLOPs. benchmark: time "
     "the train step on the experiment's data (fresh parameters, no checkpoints) and write "
     "benchmark.json/.md/.png into --job_log_dir.",
@@ -280,6 +282,11 @@ def main(argv: Sequence[str]) -> None:
         job_log_dir = pathlib.Path(FLAGS.job_log_dir)
         check_job_dir_writable(job_log_dir)
         job = train.build_job(experiment, task_cfg, dataset_cfgs, job_log_dir)
+        if FLAGS.mode == "decode" and not experiment.decoder_datasets():
+            raise UsageError(
+                f"--mode=decode: {type(experiment).__qualname__} has no decoder_datasets(); "
+                "define it in the experiment (prompt/target inputs, see README 'Decoding')."
+            )
     except (
         UsageError,
         KnobError,

@@ -5,6 +5,10 @@ from __future__ import annotations
 import dataclasses
 from typing import Any
 
+import fiddle as fdl
+
+from praxis_lite import config as config_lib
+from praxis_lite.decoding import DecoderParams
 from praxis_lite.optimizers import BaseOptimizer
 
 
@@ -38,6 +42,11 @@ class SingleTask:
         and go on (counted in the ``nonfinite_steps`` summary); if False (default),
         stop at the next summary or save point with an error naming the step,
         keeping the last good checkpoint.
+      decode_interval_steps: in train_and_eval, decode the experiment's
+        ``decoder_datasets()`` every this many steps and at the end (0 = never;
+        ``--mode=decode`` decodes a checkpoint).
+      decoder: how to decode: a ``DecoderParams`` config (``task.decoder.temperature``,
+        ``.top_k``, ``.top_p``, ``.eos_id``, ``.max_decode_steps``, ...).
     """
 
     model: Any
@@ -48,6 +57,8 @@ class SingleTask:
     eval_interval_steps: int = 0
     max_to_keep: int = 3
     skip_nonfinite_updates: bool = False
+    decode_interval_steps: int = 0
+    decoder: Any = config_lib.template_field(DecoderParams)
 
     def __post_init__(self) -> None:
         for name in ("num_train_steps", "save_interval_steps", "summary_interval_steps"):
@@ -55,3 +66,14 @@ class SingleTask:
                 raise ValueError(f"SingleTask.{name} must be > 0, got {getattr(self, name)}.")
         if self.eval_interval_steps < 0 or self.max_to_keep <= 0:
             raise ValueError("SingleTask.eval_interval_steps must be >= 0 and max_to_keep > 0.")
+        if self.decode_interval_steps < 0:
+            raise ValueError(
+                f"SingleTask.decode_interval_steps must be >= 0, got {self.decode_interval_steps}."
+            )
+
+    def decoder_params(self) -> DecoderParams:
+        """The built :class:`DecoderParams` (``decoder`` may be a config or a template)."""
+        value = (
+            self.decoder.value if isinstance(self.decoder, config_lib.Template) else self.decoder
+        )
+        return config_lib.instantiate(value) if isinstance(value, fdl.Buildable) else value

@@ -55,6 +55,23 @@ class LmSyntheticTiny(LmCloudSpmd):
         )
         return [train, evaluation]
 
+    def decoder_datasets(self) -> list[Any]:
+        """Prompts of 3..8 progression tokens; greedy decoding should continue them exactly."""
+        decode = config_lib.Config(
+            SyntheticLmInput,
+            batch_size=self.train_batch_size(),
+            name="progressions",
+            is_training=False,
+            reset_for_eval=True,
+            num_batches=1,
+            seq_len=16,
+            vocab_size=self.VOCAB_SIZE,
+            prompt_len=8,
+            min_prompt_len=3,
+            seed=self.SEED + 2,
+        )
+        return [decode]
+
     def train_batch_size(self) -> int:
         """This host's share of PERCORE_BATCH_SIZE x devices."""
         return self.per_host_batch_size(jax.device_count(), jax.process_count())

@@ -1,0 +1,245 @@
+"""The decode program: decode an experiment's ``decoder_datasets()`` with the current params.
+
+For each decoder input, one pass (one epoch, like a one-epoch eval) of jitted
+decoding (``praxis_lite.decoding``), sharded like training: the batch over the
+data axes, heads and the KV cache over 'mdl' (the cache's logical axes are mapped
+by the experiment's rules). Results go to::
+
+    <job_log_dir>/decoder_out/<input name>_step<N>.jsonl   one JSON object per example
+    <job_log_dir>/summaries/decode_<input name>/           TensorBoard: decode_<name>/<metric>
+
+JSONL fields: ``prompt``, ``prompt_ids``, ``decoded`` (text, via the input's
+``ids_to_strings``, an EOS left out), ``decoded_ids`` (an EOS kept), ``target``,
+``target_ids``, ``log_probs`` (per decoded token, under the model) and ``score``
+(their sum). Metrics: the input's ``predict_metric_fns`` on (targets, decoded
+texts), plus ``num_examples``, ``mean_score`` and ``mean_decode_length``.
+"""
+
+from __future__ import annotations
+
+import json
+import pathlib
+import time
+from collections.abc import Callable
+from typing import Any
+
+import jax
+import numpy as np
+from jax.sharding import NamedSharding, PartitionSpec
+
+from paxlite import summaries
+from paxlite.tasks_lib import SingleTask
+from praxis_lite import config as config_lib
+from praxis_lite import decoding
+from praxis_lite.base_input import BaseInput
+from praxis_lite.decoding import DecoderParams
+from praxis_lite.py_utils import NestedMap
+
+DecodeFn = Callable[[Any, NestedMap, jax.Array], dict[str, jax.Array]]
+_PASSED_THROUGH = ("prefix_ids", "prefix_lengths", "target_ids", "target_lengths")
+
+
+def make_decode_fn(task: SingleTask, params: DecoderParams, max_decode_steps: int) -> DecodeFn:
+    """``decode(model_params, batch, key) -> outputs`` (a pure function; jit it).
+
+    Outputs: ``tokens [B, N]``, ``lengths [B]``, ``log_probs [B, N]``, ``scores [B]``
+    (see ``decoding.decode``) and the batch's prompt/target arrays, passed through
+    so that a replicated output holds every host's examples.
+    """
+    model = task.model
+    if not hasattr(model, "prefill") or not hasattr(model, "extend_step"):
+        raise TypeError(
+            f"{type(model).__name__} cannot decode: it needs prefill() and extend_step() "
+            "(LanguageModel has them)."
+        )
+
+    def decode_fn(model_params: Any, batch: NestedMap, key: jax.Array) -> dict[str, jax.Array]:
+        out = decoding.decode_lm(
+            model,
+            {"params": model_params},
+            batch["prefix_ids"],
+            batch["prefix_lengths"],
+            key,
+            params,
+            max_decode_steps,
+        )
+        return {**out, **{k: batch[k] for k in _PASSED_THROUGH}}
+
+    return decode_fn
+
+
+def check_decode_batch(batch: NestedMap, name: str) -> None:
+    """Raises a ValueError naming what is missing if ``batch`` is not a decode batch."""
+    missing = [k for k in _PASSED_THROUGH if k not in batch]
+    if missing:
+        raise ValueError(
+            f"Decoder input '{name}' yields batches without {', '.join(missing)}; a decoder "
+            "dataset must yield prompt/target batches (see praxis_lite.base_input; e.g. "
+            "SyntheticLmInput with prompt_len > 0)."
+        )
+
+
+def example_rows(out: dict[str, np.ndarray], inp: BaseInput, eos_id: int | None) -> list[dict]:
+    """One JSON-ready dict per real example (prompt length > 0) of a decoded batch."""
+    real = np.flatnonzero(out["prefix_lengths"] > 0)
+    tokens, lengths = out["tokens"][real], out["lengths"][real]
+    ended = np.zeros(len(real), bool)
+    if eos_id is not None:
+        last = tokens[np.arange(len(real)), np.maximum(lengths - 1, 0)]
+        ended = (lengths > 0) & (last == eos_id)
+    prompts = inp.ids_to_strings(out["prefix_ids"][real], out["prefix_lengths"][real].tolist())
+    targets = inp.ids_to_strings(out["target_ids"][real], out["target_lengths"][real].tolist())
+    decoded = inp.ids_to_strings(tokens, (lengths - ended).tolist())
+    rows = []
+    for i, r in enumerate(real):
+        n, p, t = int(lengths[i]), int(out["prefix_lengths"][r]), int(out["target_lengths"][r])
+        rows.append(
+            {
+                "prompt": prompts[i],
+                "prompt_ids": out["prefix_ids"][r, :p].tolist(),
+                "decoded": decoded[i],
+                "decoded_ids": tokens[i, :n].tolist(),
+                "target": targets[i],
+                "target_ids": out["target_ids"][r, :t].tolist(),
+                "log_probs": [round(float(x), 6) for x in out["log_probs"][r, :n]],
+                "score": float(out["scores"][r]),
+            }
+        )
+    return rows
+
+
+def run_decode_pass(
+    decode_fn: Callable[[Any, NestedMap, jax.Array, int], dict[str, jax.Array]],
+    model_params: Any,
+    inp: BaseInput,
+    to_global: Callable[[NestedMap], Any],
+    params: DecoderParams,
+    step: int,
+) -> tuple[list[dict], dict[str, float]]:
+    """Decodes one pass of ``inp``: ``(rows, metrics)``.
+
+    ``decode_fn(model_params, global_batch, key, max_decode_steps)`` returns
+    replicated numpy-gettable outputs (see :func:`make_decode_fn`). The pass reads
+    until the input is exhausted (then rewinds it) with ``reset_for_eval``, else
+    ``eval_loop_num_batches`` batches.
+    """
+    rows: list[dict] = []
+    num_batches = 0
+    start = time.perf_counter()
+    base_key = jax.random.fold_in(jax.random.key(params.seed), step)
+    while inp.reset_for_eval or num_batches < inp.eval_loop_num_batches:
+        try:
+            batch = inp.get_next()
+        except StopIteration:
+            break
+        check_decode_batch(batch, inp.name)
+        steps = params.max_decode_steps or int(batch["target_ids"].shape[1])
+        key = jax.random.fold_in(base_key, num_batches)
+        out = jax.device_get(decode_fn(model_params, to_global(batch), key, steps))
+        rows += example_rows({k: np.asarray(v) for k, v in out.items()}, inp, params.eos_id)
+        num_batches += 1
+    if inp.reset_for_eval:
+        inp.reset()
+    if not rows:
+        raise ValueError(f"Decoder input '{inp.name}' produced no example to decode.")
+    metrics = {
+        "num_examples": float(len(rows)),
+        "num_batches": float(num_batches),
+        "mean_score": float(np.mean([r["score"] for r in rows])),
+        "mean_decode_length": float(np.mean([len(r["decoded_ids"]) for r in rows])),
+        "seconds": time.perf_counter() - start,
+    }
+    targets, predictions = [r["target"] for r in rows], [r["decoded"] for r in rows]
+    for metric_fn in inp.predict_metric_fns:
+        for name, value in metric_fn(targets, predictions).items():
+            metrics[name] = float(getattr(value, "value", value))
+    return rows, metrics
+
+
+def write_jsonl(path: pathlib.Path, rows: list[dict]) -> None:
+    """Writes ``rows`` one JSON object per line (process 0 only)."""
+    if jax.process_index() != 0:
+        return
+    path.parent.mkdir(parents=True, exist_ok=True)
+    with open(path, "w") as f:
+        for row in rows:
+            f.write(json.dumps(row) + "\n")
+
+
+def output_path(job_log_dir: pathlib.Path, name: str, step: int) -> pathlib.Path:
+    return pathlib.Path(job_log_dir) / "decoder_out" / f"{name}_step{step}.jsonl"
+
+
+class DecodeProgram:
+    """Decoder inputs, jitted decode functions and writers of one run (built once).
+
+    Args:
+      task: the task (its model and ``decoder`` settings).
+      input_cfgs: the experiment's ``decoder_datasets()``.
+      job_log_dir: where outputs and summaries go.
+      params_shardings: the shardings of the model params (as trained).
+      batch_sharding: the data-parallel sharding of a batch's leading axis.
+      to_global: host-local numpy batch -> global arrays on ``batch_sharding``.
+    """
+
+    def __init__(
+        self,
+        task: SingleTask,
+        input_cfgs: list[Any],
+        job_log_dir: pathlib.Path,
+        params_shardings: Any,
+        batch_sharding: NamedSharding,
+        to_global: Callable[[NestedMap], Any],
+    ):
+        self.task = task
+        self.params = task.decoder_params()
+        self.job_log_dir = pathlib.Path(job_log_dir)
+        self.inputs = [
+            config_lib.instantiate(
+                cfg, num_infeed_hosts=jax.process_count(), infeed_host_index=jax.process_index()
+            )
+            for cfg in input_cfgs
+        ]
+        self._to_global = to_global
+        self._in_shardings = (
+            params_shardings,
+            batch_sharding,
+            NamedSharding(batch_sharding.mesh, PartitionSpec()),
+        )
+        self._replicated = NamedSharding(batch_sharding.mesh, PartitionSpec())
+        self._jitted: dict[int, Any] = {}
+        self._writers = {
+            i.name: summaries.create_writer(self.job_log_dir, f"decode_{i.name}")
+            for i in self.inputs
+        }
+
+    def _decode(self, model_params: Any, batch: Any, key: jax.Array, steps: int) -> Any:
+        if steps not in self._jitted:
+            self._jitted[steps] = jax.jit(
+                make_decode_fn(self.task, self.params, steps),
+                in_shardings=self._in_shardings,
+                out_shardings=self._replicated,
+            )
+        return self._jitted[steps](model_params, batch, key)
+
+    def run(self, model_params: Any, step: int) -> dict[str, dict[str, float]]:
+        """Decodes every decoder input; writes JSONL and summaries; returns metrics by name."""
+        results = {}
+        for inp in self.inputs:
+            rows, metrics = run_decode_pass(
+                self._decode, model_params, inp, self._to_global, self.params, step
+            )
+            path = output_path(self.job_log_dir, inp.name, step)
+            write_jsonl(path, rows)
+            summaries.write_scalars(self._writers[inp.name], step, f"decode_{inp.name}", metrics)
+            shown = ", ".join(
+                f"{k} {v:.4f}"
+                for k, v in metrics.items()
+                if k not in ("num_examples", "num_batches", "seconds")
+            )
+            summaries.log(
+                f"decode '{inp.name}' at step {step}: {int(metrics['num_examples'])} examples "
+                f"in {metrics['seconds']:.1f} s; {shown}; wrote {path}"
+            )
+            results[inp.name] = metrics
+        return results

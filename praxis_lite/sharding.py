@@ -52,15 +52,17 @@ DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
 # Named strategies (experiments pick one or write their own). Flax assigns each
 # mesh axis at most once per array, in rule order, so with FSDP an activation
 # [batch, length, embed] keeps 'data' for its batch and leaves embed whole,
-# while weights with an 'embed' axis are split over 'data'.
-DATA_PARALLEL_RULES = ((BATCH, ("replica", "data")),)
-FSDP_RULES = ((BATCH, ("replica", "data")), (EMBED, "data"))
+# while weights with an 'embed' axis are split over 'data'. Each also puts a
+# pipeline's stages on a 'stage' mesh axis where the mesh has one.
+DATA_PARALLEL_RULES = ((BATCH, ("replica", "data")), (STAGES, "stage"))
+FSDP_RULES = ((BATCH, ("replica", "data")), (EMBED, "data"), (STAGES, "stage"))
 TENSOR_PARALLEL_RULES = (
     (BATCH, ("replica", "data")),
     (MLP, "mdl"),
     (HEADS, "mdl"),
     (KV_HEADS, "mdl"),
     (VOCAB, "mdl"),
+    (STAGES, "stage"),
 )
 FSDP_AND_TENSOR_PARALLEL_RULES = TENSOR_PARALLEL_RULES + ((EMBED, "data"),)
 

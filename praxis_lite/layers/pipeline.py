@@ -214,9 +214,7 @@ class LayerwiseShardablePipelined(BaseLayer):
         def run_stage(w, repeat, h, pad, seg, pos, key):
             """One device's virtual stage ``repeat`` on one microbatch ``h [mb, T, D]``."""
             if r > 1:
-                w = jax.tree_util.tree_map(
-                    lambda a: checkpoint_name(a[repeat], _REPEAT_WEIGHTS), w
-                )
+                w = jax.tree_util.tree_map(lambda a: checkpoint_name(a[repeat], _REPEAT_WEIGHTS), w)
             else:
                 w = jax.tree_util.tree_map(lambda a: a[0], w)
             rngs = {"dropout": key} if key is not None else {}

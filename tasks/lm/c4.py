@@ -31,6 +31,7 @@ from praxis_lite.seqio_input import (
     make_vocabulary,
     register_task_once,
 )
+from tasks.lm import model_params
 from tasks.lm.lm_cloud import PaxTransformerLm
 
 C4_TFDS_NAME = "c4/en:3.0.1"
@@ -258,7 +259,7 @@ class C4SpmdGpt3AdamOrgHP(C4SpmdLmBase):
             max_seq_length=self.TRAINABLE_PE_MAX_SEQ_LEN
         )
         lm.softmax_tpl.scale_sqrt_depth = False
-        block = lm.stacked_transformer_tpl.block_tpl
+        block = model_params.block_config(lm.stacked_transformer_tpl)
         block.tr_fflayer_tpl.activation_tpl.approximate = True
         for norm in (block.ln_tpl, block.tr_fflayer_tpl.ln_tpl, lm.final_ln_tpl):
             norm.epsilon = self.LAYERNORM_EPSILON
@@ -281,3 +282,57 @@ class C4SpmdGpt3AdamOrgHPBS1p5k1536Replicas(C4SpmdGpt3AdamOrgHP):
     MAX_TO_KEEP = 100
     EVAL_INTERVAL_STEPS = 25
     SUMMARY_INTERVAL_STEPS = 1
+
+
+# Pax's pipelined C4 experiments: mesh axes ('stage', 'replica', 'data', 'mdl').
+
+
+class C4SpmdPipelineGpt3AdamOrgHP(C4SpmdGpt3AdamOrgHP):
+    """GPT-3 with the paper's hyperparameters, its layers pipelined over a 'stage' mesh axis.
+
+    Leaves set NUM_STAGES (the devices on 'stage'), MICROBATCH_SIZE, the sizes and the mesh.
+    """
+
+    MESH_AXIS_NAMES = ("stage", "replica", "data", "mdl")
+    ICI_MESH_SHAPE = (1, 1, 1, 1)
+
+
+@experiment_registry.register
+class C4SpmdPipelineGpt3SmallAdam64Replicas(C4SpmdPipelineGpt3AdamOrgHP):
+    """Pax's "small GPT-3" (24 layers, model 3072, 24 heads of 128) on 64 chips, 4 stages.
+
+    Global batch 8 x 64 = 512 in 32 microbatches of 16 (4 per data shard): bubble
+    3 / 35 = 9%. Pax calls it GPT-3 XL (1.3B) but its sizes make 2.9B parameters
+    (2.7B in the stack, 0.2B in the 51200-row vocabulary and the 16384-row position
+    table). Pax's vocabulary of 50257 does not split over the 4-way 'mdl' axis;
+    51200 is Pax's own padding (its 8-chip successor uses it).
+    """
+
+    NUM_STAGES = 4
+    NUM_LAYERS = 24
+    NUM_HEADS = 24
+    MODEL_DIMS = 3072
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    DIMS_PER_HEAD = 128
+    VOCAB_SIZE = 51200
+    PERCORE_BATCH_SIZE = 8
+    MICROBATCH_SIZE = 16
+    FPROP_DTYPE = jnp.bfloat16
+    LEARNING_RATE = 2.0e-4
+    ICI_MESH_SHAPE = (4, 1, 4, 4)
+    MAX_TO_KEEP = 1000
+    EVAL_INTERVAL_STEPS = 100
+    SUMMARY_INTERVAL_STEPS = 1
+    SAVE_INTERVAL_STEPS = 200
+
+
+@experiment_registry.register
+class C4SpmdPipelineGpt3SmallAdam8Replicas(C4SpmdPipelineGpt3SmallAdam64Replicas):
+    """The same model on 8 chips, 2 stages: global batch 64 x 8 = 512 in 64 microbatches of 8."""
+
+    NUM_STAGES = 2
+    PERCORE_BATCH_SIZE = 64
+    MICROBATCH_SIZE = 8
+    ICI_MESH_SHAPE = (2, 1, 2, 2)
+    EVAL_INTERVAL_STEPS = 10
+    SUMMARY_INTERVAL_STEPS = 5

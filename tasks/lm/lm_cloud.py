@@ -17,6 +17,7 @@ from paxlite.base_experiment import BaseExperiment, KnobError
 from praxis_lite import config as config_lib
 from praxis_lite.layers.repeats import RematPolicy
 from praxis_lite.sharding import (
+    BATCH,
     EMBED,
     FSDP_AND_TENSOR_PARALLEL_RULES,
     HEAD_DIM,
@@ -24,6 +25,7 @@ from praxis_lite.sharding import (
     KV_HEADS,
     LAYERS,
     MLP,
+    STAGES,
     VOCAB,
 )
 from praxis_lite.synthetic_input import SyntheticLmInput
@@ -45,6 +47,13 @@ class LmCloudSpmd(BaseExperiment):
     CLIP_GRADIENT_NORM_TO_VALUE, LR_WARMUP_STEPS, LR_COS_MIN_RATIO) and loop
     (NUM_TRAIN_STEPS, SAVE_INTERVAL_STEPS, SUMMARY_INTERVAL_STEPS,
     EVAL_INTERVAL_STEPS, MAX_TO_KEEP).
+
+    Pipeline parallelism (``praxis_lite.layers.pipeline``): NUM_STAGES > 1 splits
+    the layers over that many stages along a 'stage' mesh axis (MESH_AXIS_NAMES
+    ('stage', 'replica', 'data', 'mdl'), ICI x DCN devices on 'stage' equal to
+    NUM_STAGES); the global batch is cut into microbatches of MICROBATCH_SIZE
+    examples, or into NUM_MICROBATCHES (default NUM_STAGES); CIRCULAR_REPEAT > 1
+    gives each device that many virtual stages (the circular schedule).
     """
 
     NUM_LAYERS: int
@@ -69,6 +78,10 @@ class LmCloudSpmd(BaseExperiment):
     COMBINE_QKV: bool = False
     ATTEN_LOGIT_CAP: float = 0.0
     USE_ATTENTION_BIAS: bool | None = None
+    NUM_STAGES: int = 1
+    MICROBATCH_SIZE: int | None = None
+    NUM_MICROBATCHES: int | None = None
+    CIRCULAR_REPEAT: int = 1
 
     LEARNING_RATE: float = 2.5e-4
     WEIGHT_DECAY: float = 1e-3
@@ -90,18 +103,125 @@ class LmCloudSpmd(BaseExperiment):
         super().validate()
         self._check_ranges()
         self._check_heads()
+        self._check_pipeline()
         kv_heads = self.NUM_KV_HEADS or self.NUM_HEADS
-        self._check_even_split(
-            {
-                EMBED: ("MODEL_DIMS", self.MODEL_DIMS),
-                MLP: ("HIDDEN_DIMS", self.HIDDEN_DIMS),
-                HEADS: ("NUM_HEADS", self.NUM_HEADS),
-                KV_HEADS: ("NUM_KV_HEADS" if self.NUM_KV_HEADS else "NUM_HEADS", kv_heads),
-                HEAD_DIM: (self._head_dims_source(), self._head_dims()),
-                VOCAB: ("VOCAB_SIZE", self.VOCAB_SIZE),
-                LAYERS: ("NUM_LAYERS", self.NUM_LAYERS),
-            }
-        )
+        sizes = {
+            EMBED: ("MODEL_DIMS", self.MODEL_DIMS),
+            MLP: ("HIDDEN_DIMS", self.HIDDEN_DIMS),
+            HEADS: ("NUM_HEADS", self.NUM_HEADS),
+            KV_HEADS: ("NUM_KV_HEADS" if self.NUM_KV_HEADS else "NUM_HEADS", kv_heads),
+            HEAD_DIM: (self._head_dims_source(), self._head_dims()),
+            VOCAB: ("VOCAB_SIZE", self.VOCAB_SIZE),
+        }
+        if self.NUM_STAGES > 1:  # Pipelined weights: [L, ...] or [R, L / R, ...] on 'stages'.
+            per_repeat = self.NUM_LAYERS // self.CIRCULAR_REPEAT
+            sizes[STAGES] = ("NUM_LAYERS / CIRCULAR_REPEAT", per_repeat)
+        else:
+            sizes[LAYERS] = ("NUM_LAYERS", self.NUM_LAYERS)
+        self._check_even_split(sizes)
+
+    def _check_pipeline(self) -> None:
+        """Stages, microbatches and circular repeats fit the layers, the batch and the mesh."""
+        name = type(self).__qualname__
+        for knob in ("NUM_STAGES", "CIRCULAR_REPEAT", "MICROBATCH_SIZE", "NUM_MICROBATCHES"):
+            value = getattr(self, knob)
+            if value is not None and value < 1:
+                raise KnobError(f"{name}.{knob} = {value}; it must be at least 1.")
+        stages, repeat = self.NUM_STAGES, self.CIRCULAR_REPEAT
+        mesh = self._mesh_sizes()
+        if stages == 1:
+            if mesh.get("stage", 1) > 1:
+                raise KnobError(
+                    f"{name}: the mesh has {mesh['stage']} devices on its 'stage' axis but "
+                    f"NUM_STAGES=1; set NUM_STAGES={mesh['stage']} to pipeline, or put those "
+                    "devices on another mesh axis."
+                )
+            if repeat > 1:
+                raise KnobError(
+                    f"{name}: CIRCULAR_REPEAT={repeat} needs a pipeline; set NUM_STAGES > 1 "
+                    "or CIRCULAR_REPEAT=1."
+                )
+            return
+        if "stage" not in self.MESH_AXIS_NAMES:
+            raise KnobError(
+                f"{name}: NUM_STAGES={stages} needs a 'stage' mesh axis, but MESH_AXIS_NAMES = "
+                f"{self.MESH_AXIS_NAMES}; set MESH_AXIS_NAMES=stage,replica,data,mdl and "
+                f"ICI_MESH_SHAPE/DCN_MESH_SHAPE with {stages} devices on 'stage'."
+            )
+        if mesh["stage"] != stages:
+            raise KnobError(
+                f"{name}: NUM_STAGES={stages} but the mesh has {mesh['stage']} devices on its "
+                f"'stage' axis (mesh {mesh}); make ICI_MESH_SHAPE x DCN_MESH_SHAPE give 'stage' "
+                f"{stages} devices, or set NUM_STAGES={mesh['stage']}."
+            )
+        if self._mesh_axes_of(STAGES, mesh) != ("stage",):
+            raise KnobError(
+                f"{name}: LOGICAL_AXIS_RULES must map '{STAGES}' to the 'stage' mesh axis to "
+                f"pipeline (its first rule for '{STAGES}' gives "
+                f"{self._mesh_axes_of(STAGES, mesh) or None}); add ('{STAGES}', 'stage')."
+            )
+        if self.NUM_LAYERS % (stages * repeat):
+            raise KnobError(
+                f"{name}: NUM_LAYERS={self.NUM_LAYERS} does not split into NUM_STAGES={stages} "
+                f"x CIRCULAR_REPEAT={repeat} stages of equal depth; make NUM_LAYERS a multiple "
+                f"of {stages * repeat}, or change NUM_STAGES / CIRCULAR_REPEAT."
+            )
+        self._check_microbatches(stages, repeat, mesh)
+
+    def _check_microbatches(self, stages: int, repeat: int, mesh: dict[str, int]) -> None:
+        name = type(self).__qualname__
+        if self.MICROBATCH_SIZE is not None and self.NUM_MICROBATCHES is not None:
+            raise KnobError(
+                f"{name}: set MICROBATCH_SIZE or NUM_MICROBATCHES, not both (got "
+                f"{self.MICROBATCH_SIZE} and {self.NUM_MICROBATCHES})."
+            )
+        batch = self.global_batch_size(math.prod(mesh.values()))
+        if self.MICROBATCH_SIZE is not None:
+            if batch % self.MICROBATCH_SIZE:
+                raise KnobError(
+                    f"{name}: the global batch {batch} (PERCORE_BATCH_SIZE x devices) does not "
+                    f"split into microbatches of MICROBATCH_SIZE={self.MICROBATCH_SIZE}; make "
+                    "the batch a multiple of MICROBATCH_SIZE."
+                )
+            count, knob = batch // self.MICROBATCH_SIZE, "MICROBATCH_SIZE"
+        else:
+            count, knob = self.NUM_MICROBATCHES or stages, "NUM_MICROBATCHES"
+            if batch % count:
+                raise KnobError(
+                    f"{name}: the global batch {batch} (PERCORE_BATCH_SIZE x devices) does not "
+                    f"split into NUM_MICROBATCHES={count} microbatches; make the batch a "
+                    "multiple of NUM_MICROBATCHES (it defaults to NUM_STAGES)."
+                )
+        batch_axes = self._mesh_axes_of(BATCH, mesh)
+        ways = math.prod(mesh[a] for a in batch_axes)
+        if (batch // count) % ways:
+            raise KnobError(
+                f"{name}: a microbatch of {batch // count} examples does not split over the "
+                f"{ways} data-parallel devices of mesh axes {batch_axes}; change {knob} so each "
+                f"microbatch is a multiple of {ways}."
+            )
+        if repeat > 1 and count < stages:
+            raise KnobError(
+                f"{name}: the circular schedule (CIRCULAR_REPEAT={repeat}) needs at least "
+                f"NUM_STAGES={stages} microbatches, got {count}; lower {knob} or raise the batch."
+            )
+
+    def _mesh_sizes(self) -> dict[str, int]:
+        """Mesh axis name -> devices on it (ICI x DCN)."""
+        dcn = self.DCN_MESH_SHAPE or (1,) * len(self.ICI_MESH_SHAPE)
+        return {
+            axis: ici * slices
+            for axis, ici, slices in zip(
+                self.MESH_AXIS_NAMES, self.ICI_MESH_SHAPE, dcn, strict=True
+            )
+        }
+
+    def _mesh_axes_of(self, logical: str, mesh: dict[str, int]) -> tuple[str, ...]:
+        """The mesh axes (of more than one device) that the first rule for ``logical`` names."""
+        rules = dict(reversed(tuple(self.logical_axis_rules())))  # The first rule wins.
+        mesh_axes = rules.get(logical) or ()
+        mesh_axes = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes)
+        return tuple(a for a in mesh_axes if mesh.get(a, 1) > 1)
 
     def _check_ranges(self) -> None:
         name = type(self).__qualname__
@@ -170,18 +290,9 @@ class LmCloudSpmd(BaseExperiment):
         ``jit`` splits arrays only evenly. A logical axis maps to the mesh axes of its
         first rule in ``logical_axis_rules()``; a mesh axis has ICI x DCN devices.
         """
-        dcn = self.DCN_MESH_SHAPE or (1,) * len(self.ICI_MESH_SHAPE)
-        mesh = {
-            axis: ici * slices
-            for axis, ici, slices in zip(
-                self.MESH_AXIS_NAMES, self.ICI_MESH_SHAPE, dcn, strict=True
-            )
-        }
-        rules = dict(reversed(tuple(self.logical_axis_rules())))  # The first rule wins.
+        mesh = self._mesh_sizes()
         for logical, (knob, size) in sizes.items():
-            mesh_axes = rules.get(logical) or ()
-            mesh_axes = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes)
-            mesh_axes = tuple(a for a in mesh_axes if mesh.get(a, 1) > 1)
+            mesh_axes = self._mesh_axes_of(logical, mesh)
             ways = math.prod(mesh[a] for a in mesh_axes)
             if size % ways:
                 raise KnobError(
@@ -211,6 +322,10 @@ class LmCloudSpmd(BaseExperiment):
             atten_logit_cap=self.ATTEN_LOGIT_CAP,
             use_repeated_layer=self.USE_REPEATED_LAYER,
             remat_policy=self.REMAT_POLICY,
+            num_stages=self.NUM_STAGES,
+            num_microbatches=self.NUM_MICROBATCHES,
+            microbatch_size=self.MICROBATCH_SIZE,
+            circular_repeat=self.CIRCULAR_REPEAT,
             dropout_prob=self.DROPOUT_PROB,
             soft_cap_logits=self.SOFT_CAP_LOGITS,
             z_loss_weight=self.Z_LOSS_WEIGHT,
@@ -407,3 +522,67 @@ class LmCloudSpmdMultislice2B(LmCloudSpmd2B):
 
     PERCORE_BATCH_SIZE = 16
     DCN_MESH_SHAPE = (2, 1, 1)
+
+
+# Pax's pipelined LmCloudSpmd experiments: the layers split over a 'stage' mesh axis.
+
+
+class LmCloudSpmdPipeline(LmCloudSpmdSynthetic):
+    """Pax's ``LmCloudSpmdPipeline``: mesh axes ('stage', 'replica', 'data', 'mdl').
+
+    Leaves set NUM_STAGES (the devices on 'stage'), MICROBATCH_SIZE, the sizes and the mesh.
+    """
+
+    MESH_AXIS_NAMES = ("stage", "replica", "data", "mdl")
+    ICI_MESH_SHAPE = (1, 1, 1, 1)
+
+
+@experiment_registry.register
+class LmCloudSpmdPipeline9B(LmCloudSpmdPipeline):
+    """9B params, 16 stages x 4-way data parallelism on 64 chips; global batch 8 x 64 = 512.
+
+    128 microbatches of 4 (one example per replica): bubble 15 / 143 = 10%.
+    """
+
+    NUM_STAGES = 16
+    MICROBATCH_SIZE = 4
+    PERCORE_BATCH_SIZE = 8
+    NUM_LAYERS = 48
+    MODEL_DIMS = 4096
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = MODEL_DIMS // 128
+    FPROP_DTYPE = jnp.float32
+    REMAT_POLICY = RematPolicy.SAVE_NOTHING
+    ICI_MESH_SHAPE = (16, 4, 1, 1)
+
+
+@experiment_registry.register
+class LmCloudSpmdPipelineMultislice2B(LmCloudSpmdPipeline):
+    """LmCloudSpmd2B pipelined over two 4-chip slices: the 2 stages cross DCN.
+
+    Global batch 16 x 8 = 128 in 32 microbatches of 4; each slice splits its
+    stage's work 4 ways over 'replica'. Only the activations of one microbatch
+    cross DCN per iteration (the gradient reduction stays inside each slice).
+    """
+
+    NUM_STAGES = 2
+    MICROBATCH_SIZE = 4
+    PERCORE_BATCH_SIZE = 16
+    NUM_LAYERS = 18
+    MODEL_DIMS = 3072
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = MODEL_DIMS // 128
+    REMAT_POLICY = RematPolicy.SAVE_NOTHING
+    ICI_MESH_SHAPE = (1, 4, 1, 1)
+    DCN_MESH_SHAPE = (2, 1, 1, 1)
+
+
+@experiment_registry.register
+class LmCloudSpmdPipelineMultislice2BCircular(LmCloudSpmdPipelineMultislice2B):
+    """LmCloudSpmdPipelineMultislice2B, circular: 3 virtual stages of 3 layers per slice.
+
+    16 microbatches of 8: bubble 1 / (3 x 16 + 1) = 2% instead of 1 / 17 = 6%.
+    """
+
+    MICROBATCH_SIZE = 8
+    CIRCULAR_REPEAT = 3

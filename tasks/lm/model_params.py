@@ -12,6 +12,7 @@ from praxis_lite import optimizers, schedules
 from praxis_lite.layers import activations
 from praxis_lite.layers.embedding_softmax import RotaryPositionalEmbedding, SharedEmbeddingSoftmax
 from praxis_lite.layers.normalizations import LayerNorm, RmsNorm
+from praxis_lite.layers.pipeline import LayerwiseShardablePipelined
 from praxis_lite.layers.repeats import RematPolicy, StackedTransformerRepeated
 from praxis_lite.layers.transformer_models import TransformerLm
 from praxis_lite.layers.transformers import StackedTransformer
@@ -52,6 +53,10 @@ def transformer_lm(
     atten_logit_cap: float = 0.0,
     use_repeated_layer: bool = False,
     remat_policy: RematPolicy = RematPolicy.SAVE_NOTHING,
+    num_stages: int = 1,
+    num_microbatches: int | None = None,
+    microbatch_size: int | None = None,
+    circular_repeat: int = 1,
     dropout_prob: float = 0.0,
     soft_cap_logits: float = 0.0,
     z_loss_weight: float = 0.0,
@@ -60,20 +65,32 @@ def transformer_lm(
     """A ``LanguageModel`` config around a decoder-only ``TransformerLm``.
 
     ``use_attention_bias=None`` follows ``use_bias``; the feed-forward always
-    follows ``use_bias``.
+    follows ``use_bias``. With ``num_stages > 1`` the stack is a
+    ``LayerwiseShardablePipelined`` of ``num_stages x circular_repeat`` virtual
+    stages, each a scanned stack of ``num_layers / (num_stages x circular_repeat)``
+    blocks (``use_repeated_layer`` is then implied).
     """
     lm = TransformerLm.HParams.config(model_dims=model_dims, vocab_size=vocab_size)
     lm.softmax_tpl = SharedEmbeddingSoftmax.HParams.config(
         soft_cap_logits=soft_cap_logits, z_loss_weight=z_loss_weight
     )
     lm.final_ln_tpl = norm.value.HParams.config()
-    if use_repeated_layer:
+    if num_stages > 1:
+        stack = LayerwiseShardablePipelined.HParams.config(
+            num_stages=num_stages,
+            num_microbatches=num_microbatches,
+            microbatch_size=microbatch_size,
+            circular_repeat=circular_repeat,
+        )
+        stack.stage_tpl.num_layers = num_layers // (num_stages * circular_repeat)
+        stack.stage_tpl.remat_policy = remat_policy
+    elif use_repeated_layer:
         stack = StackedTransformerRepeated.HParams.config(
             num_layers=num_layers, remat_policy=remat_policy
         )
     else:
         stack = StackedTransformer.HParams.config(num_layers=num_layers)
-    block = stack.block_tpl
+    block = block_config(stack)
     block.input_dims, block.hidden_dims = model_dims, hidden_dims
     block.num_heads, block.num_kv_heads, block.dim_per_head = num_heads, num_kv_heads, dims_per_head
     block.residual_dropout_prob = dropout_prob
@@ -94,6 +111,13 @@ def transformer_lm(
     lm.stacked_transformer_tpl = stack
     model = LanguageModel.HParams.config(lm_tpl=lm)
     return config_lib.set_dtypes(model, fprop_dtype=fprop_dtype)
+
+
+def block_config(stack: config_lib.Config) -> config_lib.Config:
+    """The Transformer block config of a stack config (plain, repeated or pipelined)."""
+    if stack.__fn_or_cls__ is LayerwiseShardablePipelined:
+        return stack.stage_tpl.block_tpl
+    return stack.block_tpl
 
 
 def adam_learner(

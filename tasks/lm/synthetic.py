@@ -75,3 +75,20 @@ class LmSyntheticTiny(LmCloudSpmd):
     def train_batch_size(self) -> int:
         """This host's share of PERCORE_BATCH_SIZE x devices."""
         return self.per_host_batch_size(jax.device_count(), jax.process_count())
+
+
+@experiment_registry.register
+class LmSyntheticTinyPipeline(LmSyntheticTiny):
+    """LmSyntheticTiny with 4 layers pipelined over 2 stages, 4 microbatches, on 2 devices.
+
+    ``XLA_FLAGS=--xla_force_host_platform_device_count=2`` gives a CPU its 2
+    devices. With NUM_STAGES=1 and ICI_MESH_SHAPE=1,1,2,1 it is the same model
+    unpipelined (same initial weights, same losses).
+    """
+
+    NUM_LAYERS = 4
+    NUM_STAGES = 2
+    NUM_MICROBATCHES = 4
+    MESH_AXIS_NAMES = ("stage", "replica", "data", "mdl")
+    ICI_MESH_SHAPE = (2, 1, 1, 1)
+    PERCORE_BATCH_SIZE = 8

@@ -40,8 +40,8 @@ GLOBAL_BATCH = {
 CATALOGUE = [
     cls
     for cls in experiment_registry.get_all().values()
-    if cls.__module__ in (c4.__name__, c4_multislice.__name__)
-]
+    if cls.__module__ in (c4.__name__, c4_multislice.__name__) and cls.NUM_STAGES == 1
+]  # Pipelined ones: tests/tasks/test_pipeline_catalogue.py.
 _ids = [cls.__name__ for cls in CATALOGUE]
 
 

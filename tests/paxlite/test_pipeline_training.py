@@ -1,0 +1,212 @@
+"""A pipelined experiment through main.py: 2 processes (stages over DCN) checkpoint, 1 process
+resumes, and the losses and weights equal the unpipelined model's; bad pipeline knobs get one line.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import os
+import pathlib
+import socket
+import subprocess
+import sys
+
+import jax
+import numpy as np
+import pytest
+from absl import flags
+
+from paxlite import base_experiment, main, train
+from tasks.lm.synthetic import LmSyntheticTinyPipeline
+from tests.paxlite.test_main import restore_params, run_main, scalar_series
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+EXP = "tasks.lm.synthetic.LmSyntheticTinyPipeline"
+STEPS = 6
+COMMON = [
+    f"--set=NUM_TRAIN_STEPS={STEPS}",
+    "--set=SUMMARY_INTERVAL_STEPS=1",
+    "--set=SAVE_INTERVAL_STEPS=3",
+    "--set=EVAL_INTERVAL_STEPS=0",
+]
+
+
+def _free_port() -> int:
+    with socket.socket() as s:
+        s.bind(("127.0.0.1", 0))
+        return s.getsockname()[1]
+
+
+def _two_processes(job: pathlib.Path, *args: str) -> list[tuple[int, str, str]]:
+    """Runs the experiment in 2 processes of 1 CPU device each; (returncode, stdout, stderr)."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    env["JAX_PLATFORMS"] = "cpu"
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "paxlite.main",
+                f"--exp={EXP}",
+                f"--job_log_dir={job}",
+                *args,
+                f"--coordinator_address=127.0.0.1:{port}",
+                "--num_processes=2",
+                f"--process_id={i}",
+                "--distributed_timeout_s=120",
+            ],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    results = []
+    try:
+        for p in procs:
+            out, err = p.communicate(timeout=500)
+            results.append((p.returncode, out, err))
+    finally:
+        for p in procs:
+            p.kill()
+    return results
+
+
+def _unpipelined(tmp_path: pathlib.Path) -> tuple[list[float], dict]:
+    """The same model without a pipeline, in this process on 2 devices: losses, final params."""
+    cls = base_experiment.with_overrides(
+        LmSyntheticTinyPipeline,
+        {
+            "NUM_STAGES": 1,
+            "NUM_MICROBATCHES": None,
+            "ICI_MESH_SHAPE": (1, 1, 2, 1),
+            "NUM_TRAIN_STEPS": STEPS,
+            "SUMMARY_INTERVAL_STEPS": 1,
+            "SAVE_INTERVAL_STEPS": 1000,
+            # 2 x this process's 8 devices = the global batch of 16 of the 2-device runs.
+            "PERCORE_BATCH_SIZE": 2,
+        },
+    )
+    exp = cls()
+    job = train.build_job(exp, exp.task(), exp.datasets(), tmp_path, devices=jax.devices()[:2])
+    assert job.train_input.batch_size == 16
+    result = train.run(job, train.Mode.TRAIN)
+    return [s["loss"] for _, s in result["history"]], jax.device_get(result["state"].params)
+
+
+def test_two_process_pipeline_checkpoints_resumes_and_matches_unpipelined(tmp_path):
+    job = tmp_path / "pipelined"
+    # Stages over DCN: process i holds stage i (DCN [2,1,1,1] x ICI [1,1,1,1]); stop at 3.
+    multi = _two_processes(
+        job,
+        *COMMON,
+        "--set=ICI_MESH_SHAPE=1,1,1,1",
+        "--set=DCN_MESH_SHAPE=2,1,1,1",
+        "--stop_at_step=3",
+    )
+    for returncode, _, err in multi:
+        assert returncode == 0, err[-3000:]
+    assert "'stage': 2" in multi[0][1] and "(2 processes)" in multi[0][1]
+    assert (job / "checkpoints" / "3").is_dir()
+
+    # One process with both stages on its 2 devices resumes the 2-process checkpoint.
+    resumed = run_main(f"--exp={EXP}", f"--job_log_dir={job}", *COMMON, devices=2)
+    assert resumed.returncode == 0, resumed.stderr[-3000:]
+    assert "Restored checkpoint at step 3" in resumed.stdout
+    assert "'stage': 2" in resumed.stdout
+
+    losses = scalar_series(job / "summaries" / "train", "train/loss")
+    assert [s for s, _ in losses] == list(range(1, STEPS + 1))
+    plain_losses, plain_params = _unpipelined(tmp_path / "plain")
+    np.testing.assert_allclose([v for _, v in losses], plain_losses, rtol=2e-5, atol=2e-5)
+    assert plain_losses[-1] < plain_losses[0]
+
+    # The pipelined weights are stored as the plain scanned stack's ([L, ...]), and agree.
+    params = restore_params(job, STEPS)
+    w_ours = params["lm"]["transformer"]["repeat"]["block"]["ff_layer"]["ffn_layer1"]["w"]
+    w_plain = plain_params["lm"]["transformer"]["repeat"]["block"]["ff_layer"]["ffn_layer1"]["w"]
+    assert w_ours.shape == w_plain.shape == (4, 64, 256)
+    for a, b in zip(
+        jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(plain_params), strict=True
+    ):
+        np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+
+
+def _main_in_process(*argv: str) -> tuple[int, str]:
+    """``paxlite.main.main`` in this process: (exit code, stderr)."""
+    flag_values = flags.FLAGS
+    stderr = io.StringIO()
+    try:
+        flag_values(["paxlite", f"--exp={EXP}", *argv])
+        with contextlib.redirect_stderr(stderr), pytest.raises(SystemExit) as exit_info:
+            main.main(["paxlite"])
+    finally:
+        flag_values.unparse_flags()
+    return exit_info.value.code, stderr.getvalue()
+
+
+@pytest.mark.parametrize(
+    "overrides, phrases",
+    [
+        (
+            ["--set=NUM_LAYERS=3"],
+            ["NUM_LAYERS=3", "NUM_STAGES=2 x CIRCULAR_REPEAT=1", "multiple of 2"],
+        ),
+        (
+            ["--set=NUM_LAYERS=4", "--set=CIRCULAR_REPEAT=4"],
+            ["NUM_LAYERS=4", "CIRCULAR_REPEAT=4", "multiple of 8"],
+        ),
+        (["--set=NUM_MICROBATCHES=3"], ["global batch 16", "NUM_MICROBATCHES=3"]),
+        (["--set=MICROBATCH_SIZE=5"], ["global batch 16", "MICROBATCH_SIZE=5"]),
+        (
+            ["--set=NUM_MICROBATCHES=8", "--set=ICI_MESH_SHAPE=2,1,2,1"],
+            ["microbatch of 4 examples", "4 data-parallel devices", "NUM_MICROBATCHES"],
+        ),
+        (
+            ["--set=MESH_AXIS_NAMES=replica,data,mdl", "--set=ICI_MESH_SHAPE=1,2,1"],
+            ["NUM_STAGES=2 needs a 'stage' mesh axis", "MESH_AXIS_NAMES=stage,replica,data,mdl"],
+        ),
+        (
+            ["--set=ICI_MESH_SHAPE=1,1,2,1"],
+            ["NUM_STAGES=2 but the mesh has 1 devices on its 'stage' axis"],
+        ),
+        (
+            ["--set=CIRCULAR_REPEAT=2", "--set=NUM_MICROBATCHES=1"],
+            ["circular schedule", "at least NUM_STAGES=2 microbatches"],
+        ),
+    ],
+    ids=[
+        "layers",
+        "layers_circular",
+        "microbatches",
+        "microbatch_size",
+        "data_shards",
+        "no_stage_axis",
+        "stage_size",
+        "circular_microbatches",
+    ],
+)
+def test_bad_pipeline_knobs_fail_in_one_line_and_write_nothing(tmp_path, overrides, phrases):
+    job = tmp_path / "job"
+    code, stderr = _main_in_process(f"--job_log_dir={job}", *overrides)
+    assert code == 2, stderr
+    assert "Traceback" not in stderr
+    message = stderr[stderr.index("paxlite: error:") :].rstrip()
+    assert "\n" not in message, message
+    for phrase in phrases:
+        assert phrase in message, message
+    assert not job.exists()
+
+
+def test_bad_pipeline_knob_from_the_command_line(tmp_path):
+    job = tmp_path / "job"
+    proc = run_main(f"--job_log_dir={job}", f"--exp={EXP}", "--set=NUM_LAYERS=3", devices=2)
+    assert proc.returncode == 2, proc.stderr[-2000:]
+    assert "Traceback" not in proc.stderr
+    message = proc.stderr[proc.stderr.index("paxlite: error:") :].rstrip()
+    assert "\n" not in message and "NUM_LAYERS=3" in message, message
+    assert not job.exists()

@@ -1,16 +1,12 @@
-"""A pipelined experiment through main.py: 2 processes (stages over DCN) checkpoint, 1 process
-resumes, and the losses and weights equal the unpipelined model's; bad pipeline knobs get one line.
+"""A pipelined experiment through main.py checkpoints and resumes, and its losses and weights
+equal the unpipelined model's; bad pipeline knobs get one line, exit 2, and nothing written.
 """
 
 from __future__ import annotations
 
 import contextlib
 import io
-import os
 import pathlib
-import socket
-import subprocess
-import sys
 
 import jax
 import numpy as np
@@ -21,7 +17,6 @@ from paxlite import base_experiment, main, train
 from tasks.lm.synthetic import LmSyntheticTinyPipeline
 from tests.paxlite.test_main import restore_params, run_main, scalar_series
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 EXP = "tasks.lm.synthetic.LmSyntheticTinyPipeline"
 STEPS = 6
 COMMON = [
@@ -30,50 +25,6 @@ COMMON = [
     "--set=SAVE_INTERVAL_STEPS=3",
     "--set=EVAL_INTERVAL_STEPS=0",
 ]
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
-
-
-def _two_processes(job: pathlib.Path, *args: str) -> list[tuple[int, str, str]]:
-    """Runs the experiment in 2 processes of 1 CPU device each; (returncode, stdout, stderr)."""
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
-    env["JAX_PLATFORMS"] = "cpu"
-    port = _free_port()
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "paxlite.main",
-                f"--exp={EXP}",
-                f"--job_log_dir={job}",
-                *args,
-                f"--coordinator_address=127.0.0.1:{port}",
-                "--num_processes=2",
-                f"--process_id={i}",
-                "--distributed_timeout_s=120",
-            ],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    results = []
-    try:
-        for p in procs:
-            out, err = p.communicate(timeout=500)
-            results.append((p.returncode, out, err))
-    finally:
-        for p in procs:
-            p.kill()
-    return results
 
 
 def _unpipelined(tmp_path: pathlib.Path) -> tuple[list[float], dict]:
@@ -98,26 +49,18 @@ def _unpipelined(tmp_path: pathlib.Path) -> tuple[list[float], dict]:
     return [s["loss"] for _, s in result["history"]], jax.device_get(result["state"].params)
 
 
-def test_two_process_pipeline_checkpoints_resumes_and_matches_unpipelined(tmp_path):
+def test_pipeline_trains_checkpoints_resumes_and_matches_unpipelined(tmp_path):
     job = tmp_path / "pipelined"
-    # Stages over DCN: process i holds stage i (DCN [2,1,1,1] x ICI [1,1,1,1]); stop at 3.
-    multi = _two_processes(
-        job,
-        *COMMON,
-        "--set=ICI_MESH_SHAPE=1,1,1,1",
-        "--set=DCN_MESH_SHAPE=2,1,1,1",
-        "--stop_at_step=3",
-    )
-    for returncode, _, err in multi:
-        assert returncode == 0, err[-3000:]
-    assert "'stage': 2" in multi[0][1] and "(2 processes)" in multi[0][1]
+    # Stages on the 2 devices of one process; stop (with a checkpoint) at step 3.
+    first = run_main(f"--exp={EXP}", f"--job_log_dir={job}", *COMMON, "--stop_at_step=3", devices=2)
+    assert first.returncode == 0, first.stderr[-3000:]
+    assert "'stage': 2" in first.stdout
     assert (job / "checkpoints" / "3").is_dir()
 
-    # One process with both stages on its 2 devices resumes the 2-process checkpoint.
+    # The same command resumes from step 3 to the end.
     resumed = run_main(f"--exp={EXP}", f"--job_log_dir={job}", *COMMON, devices=2)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
     assert "Restored checkpoint at step 3" in resumed.stdout
-    assert "'stage': 2" in resumed.stdout
 
     losses = scalar_series(job / "summaries" / "train", "train/loss")
     assert [s for s, _ in losses] == list(range(1, STEPS + 1))
@@ -161,10 +104,13 @@ def _main_in_process(*argv: str) -> tuple[int, str]:
             ["NUM_LAYERS=4", "CIRCULAR_REPEAT=4", "multiple of 8"],
         ),
         (["--set=NUM_MICROBATCHES=3"], ["global batch 16", "NUM_MICROBATCHES=3"]),
-        (["--set=MICROBATCH_SIZE=5"], ["global batch 16", "MICROBATCH_SIZE=5"]),
         (
-            ["--set=NUM_MICROBATCHES=8", "--set=ICI_MESH_SHAPE=2,1,2,1"],
-            ["microbatch of 4 examples", "4 data-parallel devices", "NUM_MICROBATCHES"],
+            ["--set=NUM_MICROBATCHES=None", "--set=MICROBATCH_SIZE=5"],
+            ["global batch 16", "MICROBATCH_SIZE=5"],
+        ),
+        (
+            ["--set=NUM_MICROBATCHES=32", "--set=ICI_MESH_SHAPE=2,1,4,1"],
+            ["microbatch of 2 examples", "4 data-parallel devices", "NUM_MICROBATCHES"],
         ),
         (
             ["--set=MESH_AXIS_NAMES=replica,data,mdl", "--set=ICI_MESH_SHAPE=1,2,1"],

@@ -136,6 +136,7 @@ class C4SpmdLmBase(PaxTransformerLm):
 
     def datasets(self) -> list[Any]:
         """Registers the C4 task with VOCAB_PATH; returns the train and validation inputs."""
+        self.check_pipeline_processes()
         register_c4_task(self.C4_TASK_NAME, vocab_path=self.VOCAB_PATH)
         common = dict(
             mixture_name=self.C4_TASK_NAME,

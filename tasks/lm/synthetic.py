@@ -39,6 +39,7 @@ class LmSyntheticTiny(LmCloudSpmd):
     MAX_TO_KEEP = 2
 
     def datasets(self) -> list[Any]:
+        self.check_pipeline_processes()
         common = dict(seq_len=self.MAX_SEQ_LEN, vocab_size=self.VOCAB_SIZE)
         train = config_lib.Config(
             SyntheticLmInput, batch_size=self.train_batch_size(), seed=self.SEED, **common

@@ -57,7 +57,7 @@ from jax.ad_checkpoint import checkpoint_name
 from praxis_lite import config as config_lib
 from praxis_lite.base_layer import AUX_LOSS, PARAMS, SUMMARIES, BaseLayer
 from praxis_lite.config import template_field
-from praxis_lite.layers.repeats import RematPolicy, StackedTransformerRepeated, _ScanBody
+from praxis_lite.layers.repeats import StackedTransformerRepeated, _ScanBody
 from praxis_lite.sharding import BATCH, EMBED, LENGTH, STAGES
 
 _REPEAT_WEIGHTS = "pipeline_repeat_weights"
@@ -335,4 +335,4 @@ def _from_circular(a: jax.Array, names: Any) -> tuple[jax.Array, Any]:
     return out, None if names is None else tuple(names[1:])
 
 
-__all__ = ["LayerwiseShardablePipelined", "PipelineShapeError", "RematPolicy"]
+__all__ = ["LayerwiseShardablePipelined", "PipelineShapeError"]

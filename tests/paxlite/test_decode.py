@@ -42,7 +42,8 @@ def _job(job_dir, devices, decode_interval_steps=0, **knobs):
     exp = _experiment(**knobs)
     task_cfg = exp.task()
     task_cfg.decode_interval_steps = decode_interval_steps
-    return train.build_job(exp, task_cfg, exp.datasets(), job_dir, devices=devices)
+    train_only = [cfg for cfg in exp.datasets() if cfg.is_training]  # no eval: faster
+    return train.build_job(exp, task_cfg, train_only, job_dir, devices=devices)
 
 
 @pytest.fixture(scope="module")

@@ -88,6 +88,12 @@ def compile_train_step(job: train.Job) -> dict[str, Any]:
             compiled = step.lower(abstract_state, batch, key).compile()
             seconds = time.perf_counter() - start
     memory = compiled.memory_analysis()
+    from paxlite import flops, mfu
+
+    try:  # Model FLOPs (not XLA's) under each definition; see paxlite/flops.py.
+        model_flops = flops.lm_shape(job.task.model).all_definitions(*mfu.batch_dims(batch))
+    except flops.ModelShapeError:
+        model_flops = {}
     cost = compiled.cost_analysis()
     cost = cost[0] if isinstance(cost, list) else cost
     return {
@@ -99,6 +105,7 @@ def compile_train_step(job: train.Job) -> dict[str, Any]:
         "temp_bytes_per_device": int(getattr(memory, "temp_size_in_bytes", 0) or 0),
         "xla_flops_per_step": float((cost or {}).get("flops", 0.0)),
         "flops_note": "XLA's count; a scanned (repeated) stack's body is counted once.",
+        "model_flops_per_step": model_flops,
         "global_batch": int(jax.tree_util.tree_leaves(batch)[0].shape[0]),
         "compile_seconds": seconds,
     }
@@ -116,6 +123,14 @@ def format_report(name: str, figures: dict[str, Any]) -> str:
             f"  XLA temp per device:    {figures['temp_bytes_per_device'] / gib:.3f} GiB",
             f"  XLA FLOPs per step:     {figures['xla_flops_per_step']:.4g} "
             f"({figures['flops_note']})",
+            "  model FLOPs per step:   "
+            + (
+                ", ".join(
+                    f"{k} {v:.4g}" for k, v in figures.get("model_flops_per_step", {}).items()
+                )
+                or "not counted (not a Transformer LM)"
+            )
+            + " (paxlite/flops.py)",
             f"  compile time:           {figures['compile_seconds']:.1f} s",
         ]
     )

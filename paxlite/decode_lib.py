@@ -1,4 +1,9 @@
-"""The decode program: decode an experiment's ``decoder_datasets()`` with the current params.
+"""The decode program: decode the job's decoder inputs with the current params.
+
+The decoder inputs are built from the experiment's ``decoder_datasets()`` after
+command-line overrides (``--fdl_set decoder_datasets[i].field=...``) by
+``train.build_job``, which also checks here, before any checkpoint is read, that
+they yield decode batches and that the model's stack can decode.
 
 For each decoder input, one pass (one epoch, like a one-epoch eval) of jitted
 decoding (``praxis_lite.decoding``), sharded like training: the batch over the
@@ -12,7 +17,9 @@ JSONL fields: ``prompt``, ``prompt_ids``, ``decoded`` (text, via the input's
 ``ids_to_strings``, an EOS left out), ``decoded_ids`` (an EOS kept), ``target``,
 ``target_ids``, ``log_probs`` (per decoded token, under the model) and ``score``
 (their sum). Metrics: the input's ``predict_metric_fns`` on (targets, decoded
-texts), plus ``num_examples``, ``mean_score`` and ``mean_decode_length``.
+texts; postprocessed first by inputs that have ``postprocess``, as SeqIO's evaluator
+does with a task's ``postprocess_fn``), plus ``num_examples``, ``mean_score`` and
+``mean_decode_length``.
 """
 
 from __future__ import annotations
@@ -20,9 +27,10 @@ from __future__ import annotations
 import json
 import pathlib
 import time
-from collections.abc import Callable
-from typing import Any
+from collections.abc import Callable, Mapping
+from typing import Any, Protocol, runtime_checkable
 
+import fiddle as fdl
 import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
@@ -39,6 +47,68 @@ DecodeFn = Callable[[Any, NestedMap, jax.Array], dict[str, jax.Array]]
 _PASSED_THROUGH = ("prefix_ids", "prefix_lengths", "target_ids", "target_lengths")
 
 
+class DecodeConfigError(ValueError):
+    """A decoder input or the model cannot be decoded as configured (checked before decoding)."""
+
+
+@runtime_checkable
+class Postprocessing(Protocol):
+    """An input whose texts are postprocessed before its predict metrics (SeqIOInput)."""
+
+    def postprocess(self, text: str, *, example: Mapping[str, Any], is_target: bool) -> Any: ...
+
+
+def check_can_decode(model: Any) -> None:
+    """Raises :class:`DecodeConfigError` unless ``model`` can prefill and extend a KV cache.
+
+    The model needs ``prefill``/``extend_step`` (LanguageModel) and its
+    transformer stack an ``extend`` method: the plain and repeated stacks have
+    one, the pipelined stack does not.
+    """
+    if not hasattr(model, "prefill") or not hasattr(model, "extend_step"):
+        raise DecodeConfigError(
+            f"{type(model).__name__} cannot decode: it needs prefill() and extend_step() "
+            "(LanguageModel has them)."
+        )
+    stack = _stack_class(model)
+    if stack is not None and not hasattr(stack, "extend"):
+        raise DecodeConfigError(
+            f"Decoding is not supported for the {stack.__name__} stack (the model's "
+            "stacked_transformer_tpl has no extend() for a KV cache). Decode the same "
+            "experiment and checkpoint with pipelining off: for the LM experiments, "
+            "--set=NUM_STAGES=1 with the 'stage' mesh devices on another axis (e.g. "
+            "--set=ICI_MESH_SHAPE=1,1,2,1 for LmSyntheticTinyPipeline); a GPipe "
+            "(CIRCULAR_REPEAT=1) checkpoint has the plain repeated stack's weights."
+        )
+
+
+def _stack_class(model: Any) -> type | None:
+    """The class of ``model.lm_tpl.stacked_transformer_tpl`` (None if the model has no such)."""
+    node: Any = model
+    for field in ("lm_tpl", "stacked_transformer_tpl"):
+        node = getattr(node, field, None)
+        if isinstance(node, config_lib.Template):
+            node = node.value
+        if node is None:
+            return None
+    if isinstance(node, fdl.Buildable):
+        callable_ = fdl.get_callable(node)
+        return callable_ if isinstance(callable_, type) else None
+    return type(node)
+
+
+def check_decode_input(inp: BaseInput) -> None:
+    """Reads (and rewinds) ``inp``'s first batch; raises unless it is a decode batch."""
+    try:
+        batch = inp.get_next()
+    except StopIteration:
+        raise DecodeConfigError(
+            f"Decoder input '{inp.name}' is empty: it yields no batch to decode."
+        ) from None
+    inp.reset()
+    check_decode_batch(batch, inp)
+
+
 def make_decode_fn(task: SingleTask, params: DecoderParams, max_decode_steps: int) -> DecodeFn:
     """``decode(model_params, batch, key) -> outputs`` (a pure function; jit it).
 
@@ -47,11 +117,7 @@ def make_decode_fn(task: SingleTask, params: DecoderParams, max_decode_steps: in
     so that a replicated output holds every host's examples.
     """
     model = task.model
-    if not hasattr(model, "prefill") or not hasattr(model, "extend_step"):
-        raise TypeError(
-            f"{type(model).__name__} cannot decode: it needs prefill() and extend_step() "
-            "(LanguageModel has them)."
-        )
+    check_can_decode(model)
 
     def decode_fn(model_params: Any, batch: NestedMap, key: jax.Array) -> dict[str, jax.Array]:
         out = decoding.decode_lm(
@@ -68,14 +134,17 @@ def make_decode_fn(task: SingleTask, params: DecoderParams, max_decode_steps: in
     return decode_fn
 
 
-def check_decode_batch(batch: NestedMap, name: str) -> None:
-    """Raises a ValueError naming what is missing if ``batch`` is not a decode batch."""
+def check_decode_batch(batch: NestedMap, inp: BaseInput) -> None:
+    """Raises :class:`DecodeConfigError` naming the missing keys if ``batch`` is no decode batch."""
     missing = [k for k in _PASSED_THROUGH if k not in batch]
     if missing:
-        raise ValueError(
-            f"Decoder input '{name}' yields batches without {', '.join(missing)}; a decoder "
-            "dataset must yield prompt/target batches (see praxis_lite.base_input; e.g. "
-            "SyntheticLmInput with prompt_len > 0)."
+        raise DecodeConfigError(
+            f"Decoder input '{inp.name}' ({type(inp).__name__}) yields batches without "
+            f"{', '.join(missing)} (it has {', '.join(sorted(batch))}); a decoder dataset must "
+            "yield prompt/target batches: SyntheticLmInput with prompt_len > 0, or SeqIOInput "
+            "with decode_form (DecodeForm.TARGETS_PREFIX and prompt_len, or "
+            "DecodeForm.INPUTS_TARGETS). Fix the experiment's decoder_datasets() or "
+            "--fdl_set decoder_datasets[i]...; see README 'Decoding'."
         )
 
 
@@ -132,7 +201,7 @@ def run_decode_pass(
             batch = inp.get_next()
         except StopIteration:
             break
-        check_decode_batch(batch, inp.name)
+        check_decode_batch(batch, inp)
         steps = params.max_decode_steps or int(batch["target_ids"].shape[1])
         key = jax.random.fold_in(base_key, num_batches)
         out = jax.device_get(decode_fn(model_params, to_global(batch), key, steps))
@@ -149,11 +218,36 @@ def run_decode_pass(
         "mean_decode_length": float(np.mean([len(r["decoded_ids"]) for r in rows])),
         "seconds": time.perf_counter() - start,
     }
-    targets, predictions = [r["target"] for r in rows], [r["decoded"] for r in rows]
+    targets, predictions = metric_texts(inp, rows)
     for metric_fn in inp.predict_metric_fns:
         for name, value in metric_fn(targets, predictions).items():
             metrics[name] = float(getattr(value, "value", value))
     return rows, metrics
+
+
+def metric_texts(inp: BaseInput, rows: list[dict]) -> tuple[list[Any], list[Any]]:
+    """``(targets, predictions)`` for the predict metric fns, one per row.
+
+    The texts of the rows, passed through ``inp.postprocess`` (with
+    ``example={'inputs': prompt ids, 'targets': target ids}``) where the input has it.
+    """
+    targets, predictions = [r["target"] for r in rows], [r["decoded"] for r in rows]
+    if not isinstance(inp, Postprocessing):
+        return targets, predictions
+    examples = [
+        {"inputs": np.asarray(r["prompt_ids"]), "targets": np.asarray(r["target_ids"])}
+        for r in rows
+    ]
+    return (
+        [
+            inp.postprocess(t, example=e, is_target=True)
+            for t, e in zip(targets, examples, strict=True)
+        ],
+        [
+            inp.postprocess(p, example=e, is_target=False)
+            for p, e in zip(predictions, examples, strict=True)
+        ],
+    )
 
 
 def write_jsonl(path: pathlib.Path, rows: list[dict]) -> None:
@@ -175,7 +269,7 @@ class DecodeProgram:
 
     Args:
       task: the task (its model and ``decoder`` settings).
-      input_cfgs: the experiment's ``decoder_datasets()``.
+      inputs: the decoder inputs (``Job.decoder_inputs``).
       job_log_dir: where outputs and summaries go.
       params_shardings: the shardings of the model params (as trained).
       batch_sharding: the data-parallel sharding of a batch's leading axis.
@@ -185,7 +279,7 @@ class DecodeProgram:
     def __init__(
         self,
         task: SingleTask,
-        input_cfgs: list[Any],
+        inputs: list[BaseInput],
         job_log_dir: pathlib.Path,
         params_shardings: Any,
         batch_sharding: NamedSharding,
@@ -194,12 +288,7 @@ class DecodeProgram:
         self.task = task
         self.params = task.decoder_params()
         self.job_log_dir = pathlib.Path(job_log_dir)
-        self.inputs = [
-            config_lib.instantiate(
-                cfg, num_infeed_hosts=jax.process_count(), infeed_host_index=jax.process_index()
-            )
-            for cfg in input_cfgs
-        ]
+        self.inputs = list(inputs)
         self._to_global = to_global
         self._in_shardings = (
             params_shardings,

@@ -6,8 +6,9 @@ Flags:
   --mode            train | eval | train_and_eval | decode (decoder_datasets() with the
                     latest checkpoint: JSONL in <job_log_dir>/decoder_out, decode metrics).
   --set KNOB=VALUE  override an UPPERCASE knob (repeatable; type-checked).
-  --fdl_set P=V     override any config path, rooted at 'task' or 'datasets'
-                    (e.g. task.learner.optimizer.learning_rate=0.01).
+  --fdl_set P=V     override any config path, rooted at 'task', 'datasets' or
+                    'decoder_datasets' (e.g. task.learner.optimizer.learning_rate=0.01,
+                    decoder_datasets[0].batch_size=4).
   --fiddler NAME    call NAME(task_config) to edit the config; NAME is a function
                     of the experiment's module or a dotted path.
   --print_config    print the resolved knobs and configs, then exit.
@@ -116,27 +117,31 @@ def resolve_experiment(
 
 
 def resolve_configs(experiment: Any, fdl_sets: Sequence[str], fiddlers: Sequence[str]):
-    """``(task_cfg, dataset_cfgs)`` with fiddlers and path overrides applied."""
+    """``(task_cfg, dataset_cfgs, decoder_dataset_cfgs)`` with fiddlers and path overrides."""
     from praxis_lite.py_utils import NestedMap
 
-    root = NestedMap(task=experiment.task(), datasets=list(experiment.datasets()))
+    root = NestedMap(
+        task=experiment.task(),
+        datasets=list(experiment.datasets()),
+        decoder_datasets=list(experiment.decoder_datasets()),
+    )
     for name in fiddlers:
         _find_fiddler(experiment, name)(root.task)
     for assignment in fdl_sets:
         if "=" not in assignment:
             raise UsageError(f"--fdl_set expects PATH=VALUE, got {assignment!r}.")
         path = assignment.split("=", 1)[0]
-        if not path.startswith(("task", "datasets")):
+        if not path.startswith(("task", "datasets", "decoder_datasets")):
             raise UsageError(
-                f"--fdl_set path {path!r} must start with 'task.' or 'datasets[i].', "
-                "e.g. task.learner.optimizer.learning_rate=0.01."
+                f"--fdl_set path {path!r} must start with 'task.', 'datasets[i].' or "
+                "'decoder_datasets[i].', e.g. task.learner.optimizer.learning_rate=0.01."
             )
         try:
             fdl_flag_utils.set_value(root, assignment)
         except ValueError as e:
             cause = f" {e.__cause__}" if e.__cause__ else ""
             raise UsageError(f"--fdl_set {assignment}: {e}{cause}") from None
-    return root.task, root.datasets
+    return root.task, root.datasets, root.decoder_datasets
 
 
 def _find_fiddler(experiment: Any, name: str):
@@ -154,22 +159,31 @@ def _find_fiddler(experiment: Any, name: str):
     )
 
 
-def write_config(job_log_dir: pathlib.Path, experiment: Any, task_cfg: Any, datasets: Any) -> str:
+def write_config(
+    job_log_dir: pathlib.Path,
+    experiment: Any,
+    task_cfg: Any,
+    datasets: Any,
+    decoder_datasets: Sequence[Any] = (),
+) -> str:
     """Writes config.txt (readable) and config.json (Fiddle JSON) into the job dir."""
     from paxlite import base_experiment
     from praxis_lite import config as config_lib
 
-    text = format_config(experiment, task_cfg, datasets)
+    text = format_config(experiment, task_cfg, datasets, decoder_datasets)
     job_log_dir.mkdir(parents=True, exist_ok=True)
     (job_log_dir / "config.txt").write_text(text)
-    (job_log_dir / "config.json").write_text(
-        config_lib.to_json({"task": task_cfg, "datasets": list(datasets)})
-    )
+    tree = {"task": task_cfg, "datasets": list(datasets)}
+    if decoder_datasets:
+        tree["decoder_datasets"] = list(decoder_datasets)
+    (job_log_dir / "config.json").write_text(config_lib.to_json(tree))
     del base_experiment
     return text
 
 
-def format_config(experiment: Any, task_cfg: Any, datasets: Any) -> str:
+def format_config(
+    experiment: Any, task_cfg: Any, datasets: Any, decoder_datasets: Sequence[Any] = ()
+) -> str:
     from fiddle import printing
 
     from paxlite import base_experiment
@@ -180,6 +194,8 @@ def format_config(experiment: Any, task_cfg: Any, datasets: Any) -> str:
     lines += ["", "## Task (Fiddle paths)", printing.as_str_flattened(task_cfg)]
     for i, cfg in enumerate(datasets):
         lines += ["", f"## datasets[{i}]", printing.as_str_flattened(cfg)]
+    for i, cfg in enumerate(decoder_datasets):
+        lines += ["", f"## decoder_datasets[{i}]", printing.as_str_flattened(cfg)]
     return "\n".join(lines) + "\n"
 
 
@@ -266,9 +282,11 @@ def main(argv: Sequence[str]) -> None:
                 FLAGS.distributed_timeout_s,
                 FLAGS.peer_timeout_s,
             )
-        task_cfg, dataset_cfgs = resolve_configs(experiment, FLAGS.fdl_set, FLAGS.fiddler)
+        task_cfg, dataset_cfgs, decoder_cfgs = resolve_configs(
+            experiment, FLAGS.fdl_set, FLAGS.fiddler
+        )
         if FLAGS.print_config:
-            print(format_config(experiment, task_cfg, dataset_cfgs))
+            print(format_config(experiment, task_cfg, dataset_cfgs, decoder_cfgs))
             return
         if FLAGS.mode == "compile":
             from paxlite import aot
@@ -281,12 +299,22 @@ def main(argv: Sequence[str]) -> None:
             raise UsageError("--job_log_dir is required (where checkpoints and summaries go).")
         job_log_dir = pathlib.Path(FLAGS.job_log_dir)
         check_job_dir_writable(job_log_dir)
-        job = train.build_job(experiment, task_cfg, dataset_cfgs, job_log_dir)
-        if FLAGS.mode == "decode" and not experiment.decoder_datasets():
+        decodes = FLAGS.mode == "decode" or (
+            FLAGS.mode == "train_and_eval" and task_cfg.decode_interval_steps
+        )
+        if decodes and not decoder_cfgs:
             raise UsageError(
-                f"--mode=decode: {type(experiment).__qualname__} has no decoder_datasets(); "
-                "define it in the experiment (prompt/target inputs, see README 'Decoding')."
+                f"--mode={FLAGS.mode} decodes, but {type(experiment).__qualname__} has no "
+                "decoder_datasets(); define it in the experiment (prompt/target inputs, see "
+                "README 'Decoding')."
             )
+        job = train.build_job(
+            experiment,
+            task_cfg,
+            dataset_cfgs,
+            job_log_dir,
+            decoder_dataset_cfgs=decoder_cfgs if decodes else (),
+        )
     except (
         UsageError,
         KnobError,
@@ -302,7 +330,7 @@ def main(argv: Sequence[str]) -> None:
     previous_config = _read_config_files(job_log_dir)
     try:
         if jax.process_index() == 0:
-            write_config(job_log_dir, experiment, task_cfg, dataset_cfgs)
+            write_config(job_log_dir, experiment, task_cfg, dataset_cfgs, decoder_cfgs)
     except OSError as e:
         print(f"paxlite: error: cannot write the job directory {job_log_dir}: {e}", file=sys.stderr)
         sys.exit(2)

@@ -84,6 +84,7 @@ class Job:
     train_input: BaseInput
     eval_inputs: list[BaseInput]
     job_log_dir: pathlib.Path
+    decoder_inputs: list[BaseInput] = dataclasses.field(default_factory=list)
 
 
 def build_job(
@@ -92,15 +93,22 @@ def build_job(
     dataset_cfgs: list[Any],
     job_log_dir: pathlib.Path,
     devices: Sequence[jax.Device] | None = None,
+    decoder_dataset_cfgs: Sequence[Any] = (),
 ) -> Job:
     """Builds the mesh, the task and the inputs (validating shapes before any compile).
 
-    ``devices`` defaults to all devices of the job.
+    ``devices`` defaults to all devices of the job. ``decoder_dataset_cfgs`` (the
+    experiment's ``decoder_datasets()``, overrides applied) become
+    ``Job.decoder_inputs``; pass them for ``--mode=decode`` or a train_and_eval
+    that decodes. They are checked here: each yields decode batches and the
+    model can decode (``decode_lib.DecodeConfigError`` otherwise).
     """
     mesh = create_mesh(
         experiment.ICI_MESH_SHAPE, experiment.DCN_MESH_SHAPE, experiment.MESH_AXIS_NAMES, devices
     )
     task = config_lib.instantiate(task_cfg)
+    if decoder_dataset_cfgs:  # Before any decoder input reads data.
+        decode_lib.check_can_decode(task.model)
     inputs = [instantiate_input(cfg) for cfg in dataset_cfgs]
     train_inputs = [i for i in inputs if i.is_training]
     if len(train_inputs) != 1:
@@ -116,9 +124,12 @@ def build_job(
         train_input=train_inputs[0],
         eval_inputs=[i for i in inputs if not i.is_training],
         job_log_dir=job_log_dir,
+        decoder_inputs=[instantiate_input(cfg) for cfg in decoder_dataset_cfgs],
     )
-    for inp in [job.train_input, *job.eval_inputs]:
+    for inp in [job.train_input, *job.eval_inputs, *job.decoder_inputs]:
         _check_batch(job, batch_sharding_of(job), inp)
+    for inp in job.decoder_inputs:
+        decode_lib.check_decode_input(inp)
     return job
 
 
@@ -298,9 +309,14 @@ def run(
             return result
         decoder = None
         if mode is Mode.DECODE or (mode is Mode.TRAIN_AND_EVAL and task.decode_interval_steps):
+            if not job.decoder_inputs:
+                raise ValueError(
+                    f"Mode {mode.value} decodes, but the job has no decoder inputs; pass "
+                    "decoder_dataset_cfgs (the experiment's decoder_datasets()) to build_job."
+                )
             decoder = decode_lib.DecodeProgram(
                 task,
-                job.experiment.decoder_datasets(),
+                job.decoder_inputs,
                 job.job_log_dir,
                 state_shardings.params,
                 batch_sharding,

@@ -1,5 +1,6 @@
 """The decode program: a trained tiny LM continues progressions; JSONL + TensorBoard through
-main.py; sharded decoding on 8 devices equals 1 device; clear error without a checkpoint.
+main.py; sharded decoding on 8 devices equals 1 device; --fdl_set reaches decoder datasets;
+one-line errors without a checkpoint, for LM batches as a decoder dataset and for a pipelined stack.
 
 One in-process train_and_eval run of LmSyntheticTiny (150 steps at a higher learning rate,
 decoding at 75 and 150) is shared by the tests of this module.
@@ -16,8 +17,9 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from paxlite import decode_lib, train
 from paxlite.base_experiment import with_overrides
+from paxlite.main import resolve_configs
 from praxis_lite.decoding import DecoderParams
-from tasks.lm.synthetic import LmSyntheticTiny
+from tasks.lm.synthetic import LmSyntheticTiny, LmSyntheticTinyPipeline
 from tests.paxlite.test_main import run_main, scalar_series
 
 NAME = "progressions"
@@ -43,7 +45,9 @@ def _job(job_dir, devices, decode_interval_steps=0, **knobs):
     task_cfg = exp.task()
     task_cfg.decode_interval_steps = decode_interval_steps
     train_only = [cfg for cfg in exp.datasets() if cfg.is_training]  # no eval: faster
-    return train.build_job(exp, task_cfg, train_only, job_dir, devices=devices)
+    return train.build_job(
+        exp, task_cfg, train_only, job_dir, devices, decoder_dataset_cfgs=exp.decoder_datasets()
+    )
 
 
 @pytest.fixture(scope="module")
@@ -158,3 +162,69 @@ def test_decode_without_a_checkpoint_is_one_clear_error(tmp_path):
     job = _job(tmp_path / "empty", jax.devices()[:1])
     with pytest.raises(FileNotFoundError, match="--mode=decode needs a checkpoint"):
         train.run(job, train.Mode.DECODE)
+
+
+def test_fdl_set_reaches_a_decoder_dataset(trained):
+    """decoder_datasets[i].field overrides build the decoder inputs that run() decodes."""
+    job_dir, _ = trained
+    exp = _experiment()
+    task_cfg, datasets, decoders = resolve_configs(
+        exp, ["decoder_datasets[0].num_batches=2", "decoder_datasets[0].name='twice'"], []
+    )
+    train_only = [cfg for cfg in datasets if cfg.is_training]
+    job = train.build_job(
+        exp, task_cfg, train_only, job_dir, jax.devices()[:1], decoder_dataset_cfgs=decoders
+    )
+    assert [(i.name, i.num_batches) for i in job.decoder_inputs] == [("twice", 2)]
+    metrics = train.run(job, train.Mode.DECODE)["decode"]
+    assert list(metrics) == ["twice"] and metrics["twice"]["num_examples"] == 32
+    assert len(_progression_rows(job_dir / "decoder_out" / "twice_step150.jsonl")) == 32
+
+
+def test_lm_batches_as_a_decoder_dataset_is_one_error_line(tmp_path):
+    """Checked when the job is built, before any checkpoint is looked for."""
+    proc = run_main(
+        f"--job_log_dir={tmp_path / 'job'}",
+        "--mode=decode",
+        "--fdl_set=decoder_datasets[0].prompt_len=0",  # LM batches: ids, labels, ...
+    )
+    assert proc.returncode == 2, proc.stderr[-3000:]
+    assert "Traceback" not in proc.stderr
+    (line,) = [x for x in proc.stderr.splitlines() if x.startswith("paxlite: error:")]
+    assert (
+        "Decoder input 'progressions' (SyntheticLmInput) yields batches without prefix_ids, "
+        "prefix_lengths, target_ids, target_lengths (it has ids, labels, paddings, weights)"
+    ) in line
+    assert "prompt_len > 0" in line and "decode_form" in line
+
+
+def test_pipelined_stack_cannot_decode_one_clear_error(tmp_path):
+    exp = LmSyntheticTinyPipeline()
+    devices = jax.devices()[:2]
+    with pytest.raises(decode_lib.DecodeConfigError) as e:  # a ValueError: main.py exits 2
+        train.build_job(exp, exp.task(), exp.datasets(), tmp_path, devices, exp.decoder_datasets())
+    message = str(e.value)
+    assert "\n" not in message
+    assert "not supported for the LayerwiseShardablePipelined stack" in message
+    assert "--set=NUM_STAGES=1" in message and "--set=ICI_MESH_SHAPE=1,1,2,1" in message
+    # The suggestion builds a decoding job whose parameters are the pipelined ones
+    # (same names and shapes), so the pipelined checkpoint restores into it.
+    plain = with_overrides(
+        LmSyntheticTinyPipeline, {"NUM_STAGES": 1, "ICI_MESH_SHAPE": (1, 1, 2, 1)}
+    )()
+    jobs = [
+        train.build_job(exp, exp.task(), exp.datasets(), tmp_path, devices),
+        train.build_job(
+            plain, plain.task(), plain.datasets(), tmp_path, devices, plain.decoder_datasets()
+        ),
+    ]
+    shapes = []
+    for job in jobs:
+        sample = job.train_input.get_next()
+        with jax.set_mesh(job.mesh), nn.logical_axis_rules(job.rules):
+            init_fn = train.trainer_lib.make_init_fn(job.task)
+            abstract, _ = train.abstract_train_state(
+                job, init_fn, train._to_global(sample, train.batch_sharding_of(job))
+            )
+        shapes.append(jax.tree_util.tree_map(lambda x: x.shape, abstract.params))
+    assert shapes[0] == shapes[1]

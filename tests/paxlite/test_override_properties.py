@@ -144,7 +144,7 @@ def test_any_fdl_set_applies_or_fails_with_usage_error(pairs, drop_equals):
     st.integers(min_value=1, max_value=512),
 )
 def test_valid_fdl_sets_apply(lr, steps, batch):
-    task, datasets = resolve_configs(
+    task, datasets, _ = resolve_configs(
         LmSyntheticTiny(),
         [
             f"task.learner.optimizer.learning_rate={lr!r}",

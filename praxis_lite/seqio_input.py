@@ -22,6 +22,29 @@ every real example is scored exactly once.
 rebuilds the (seeded, deterministic) pipeline and skips that many batches. The
 skip re-reads the skipped data, so resuming late in a long run takes time.
 
+Decoder inputs (``decode_form`` set; an experiment's ``decoder_datasets()``)
+yield BaseInput's prompt/target batches instead, from one Task::
+
+    prefix_ids      [B, 1 + P] int32: BOS (0), then the prompt; right-padded with 0
+    prefix_lengths  [B]        int32: 1 + prompt tokens (0 for a padding example)
+    target_ids      [B, T]     int32: the reference continuation (with the task's
+                               EOS if it adds one); right-padded with 0
+    target_lengths  [B]        int32
+
+The prompt follows the BOS id 0 because that is how ``DecoderFeatureConverter``
+(and seqio's prefix-LM converter) put each example before the model in training.
+``DecodeForm.INPUTS_TARGETS``: prompt = the task's 'inputs' feature (``P`` =
+``task_feature_lengths['inputs']``), target = its 'targets' (``T`` =
+``task_feature_lengths['targets']``); for prompt -> completion tasks.
+``DecodeForm.TARGETS_PREFIX``: for LM tasks with only 'targets': each example
+(trimmed to ``task_feature_lengths['targets']`` = ``L`` tokens) is split into a
+prompt of its first ``prompt_len`` tokens and the rest as target (``T = L -
+prompt_len``); examples of ``prompt_len`` tokens or fewer have nothing to predict
+and are skipped. Decoder inputs read like one-epoch eval inputs (the same
+padding to an equal number of batches on every host); :meth:`SeqIOInput.postprocess`
+applies the task's ``postprocess_fn`` before its ``predict_metric_fns`` score
+the decoded text, as SeqIO's evaluator does.
+
 This module also holds the small LM pieces shared by SeqIO tasks: the
 concatenate-and-split preprocessors Pax took from T5, a vocabulary helper and
 idempotent task registration.
@@ -31,6 +54,7 @@ from __future__ import annotations
 
 import dataclasses
 import difflib
+import enum
 import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -55,6 +79,13 @@ class InputDataNotFoundError(InputConfigError, FileNotFoundError):
     """Data or a vocabulary file that an input needs is not where it was looked for."""
 
 
+class DecodeForm(enum.Enum):
+    """Where a decoder input's prompts and targets come from (see the module docstring)."""
+
+    INPUTS_TARGETS = "inputs_targets"  # prompt = 'inputs', target = 'targets'
+    TARGETS_PREFIX = "targets_prefix"  # prompt = first prompt_len 'targets' tokens
+
+
 @dataclasses.dataclass
 class SeqIOInput(BaseInput):
     """Batches of a SeqIO Task or Mixture for a decoder-only LM.
@@ -70,6 +101,10 @@ class SeqIOInput(BaseInput):
         (Tasks only; a Mixture's tasks use their own).
       model_vocab_size: if set, the task's output vocabulary must fit in it (ids
         past the model's embedding table are an error, not silent garbage).
+      decode_form: None for LM batches; else this is a decoder input yielding
+        prompt/target batches of one Task, formed as the DecodeForm says.
+      prompt_len: prompt tokens per example with ``DecodeForm.TARGETS_PREFIX``
+        (0 otherwise).
     """
 
     mixture_name: str = dataclasses.field(kw_only=True)
@@ -79,6 +114,8 @@ class SeqIOInput(BaseInput):
     shuffle: bool | None = None
     shuffle_buffer_size: int | None = None
     model_vocab_size: int | None = None
+    decode_form: DecodeForm | None = None
+    prompt_len: int = 0
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -112,6 +149,7 @@ class SeqIOInput(BaseInput):
                     f"model's vocabulary has {self.model_vocab_size}; raise the model's vocab "
                     f"size (the experiment's VOCAB_SIZE knob) to at least {size}."
                 )
+        self._check_decode_form(where)
         self._eval_batches: int | None = None
         self._build(skip=0)
 
@@ -124,7 +162,7 @@ class SeqIOInput(BaseInput):
         elif self.reset_for_eval:
             batch = self._next_padded()
         else:
-            batch = self._to_lm_batch(next(self._iterator))
+            batch = self._to_batch(next(self._iterator))
         self._num_batches += 1
         if self._num_batches == 1:
             self._first_batch = batch
@@ -188,6 +226,61 @@ class SeqIOInput(BaseInput):
         ]
         return [vocab.decode(row) for row in rows]
 
+    def postprocess(self, text: str, *, example: Mapping[str, Any], is_target: bool) -> Any:
+        """The task's ``postprocess_fn(text, example=..., is_target=...)`` (identity if none).
+
+        Applied to targets and predictions before the predict metric fns, as
+        SeqIO's evaluator does. A Mixture's examples are not told apart: identity.
+        """
+        if not isinstance(self._provider, seqio.Task):
+            return text
+        return self._provider.postprocess_fn(text, example=example, is_target=is_target)
+
+    def _check_decode_form(self, where: str) -> None:
+        """Raises unless decode_form / prompt_len fit each other, the task and the lengths."""
+        form, lengths = self.decode_form, self.task_feature_lengths
+        if form is not DecodeForm.TARGETS_PREFIX and self.prompt_len:
+            raise InputConfigError(
+                f"{where}: prompt_len={self.prompt_len} applies to "
+                "decode_form=DecodeForm.TARGETS_PREFIX only; set that form or prompt_len=0."
+            )
+        if form is None:
+            return
+        if self.is_training:
+            raise InputConfigError(
+                f"{where}: decode_form makes a decoder input (prompt/target batches); it "
+                "cannot feed training. Set is_training=False (and reset_for_eval=True)."
+            )
+        if self.feature_converter_pack:
+            raise InputConfigError(
+                f"{where}: decode_form yields one example per row; set "
+                "feature_converter_pack=False."
+            )
+        if not isinstance(self._provider, seqio.Task):
+            raise InputConfigError(
+                f"{where}: a decoder input reads one Task (its postprocess_fn and metrics), "
+                f"but {self.mixture_name!r} is a Mixture; list one decoder input per task."
+            )
+        if form is DecodeForm.INPUTS_TARGETS:
+            if "inputs" not in self._provider.output_features:
+                raise InputConfigError(
+                    f"{where}: DecodeForm.INPUTS_TARGETS needs an 'inputs' feature, but task "
+                    f"{self.mixture_name!r} has only {sorted(self._provider.output_features)}; "
+                    "use decode_form=DecodeForm.TARGETS_PREFIX with prompt_len=N to prompt "
+                    "with the first N tokens of each example."
+                )
+            if not isinstance(lengths.get("inputs"), int) or lengths["inputs"] <= 0:
+                raise InputConfigError(
+                    f"{where}: DecodeForm.INPUTS_TARGETS needs a positive 'inputs' length in "
+                    f"task_feature_lengths (the longest prompt), got {lengths}."
+                )
+        elif not 0 < self.prompt_len < lengths["targets"]:
+            raise InputConfigError(
+                f"{where}: DecodeForm.TARGETS_PREFIX needs 0 < prompt_len < "
+                f"task_feature_lengths['targets'] ({lengths['targets']}), got prompt_len="
+                f"{self.prompt_len}; the rest of each example is the target."
+            )
+
     # ----- pipeline -----
 
     @property
@@ -215,8 +308,45 @@ class SeqIOInput(BaseInput):
         if self.shuffle_buffer_size is not None and self.shuffles:
             kwargs["shuffle_buffer_size"] = self.shuffle_buffer_size
         ds = self._provider.get_dataset(**kwargs)
+        if self.decode_form is not None:
+            return self._decode_examples(ds)
         converter = seqio.DecoderFeatureConverter(pack=self.feature_converter_pack)
         return converter(ds, self.task_feature_lengths)
+
+    def _decode_examples(self, ds: tf.data.Dataset) -> tf.data.Dataset:
+        """Task examples -> fixed-width prompt/target examples (see the module docstring)."""
+        lengths = self.task_feature_lengths
+        if self.decode_form is DecodeForm.INPUTS_TARGETS:
+            prompt_width, target_width = lengths["inputs"], lengths["targets"]
+
+            def split(ex):
+                return ex["inputs"][:prompt_width], ex["targets"][:target_width]
+
+        else:
+            n = self.prompt_len
+            prompt_width, target_width = n, lengths["targets"] - n
+            ds = ds.filter(lambda ex: tf.size(ex["targets"]) > n)
+
+            def split(ex):
+                tokens = ex["targets"][: lengths["targets"]]
+                return tokens[:n], tokens[n:]
+
+        def pad(tokens: tf.Tensor, width: int) -> tf.Tensor:
+            tokens = tf.cast(tokens, tf.int32)
+            padded = tf.pad(tokens, [[0, width - tf.size(tokens)]])
+            return tf.ensure_shape(padded, [width])
+
+        def to_decode(ex):
+            prompt, target = split(ex)
+            prompt = tf.concat([tf.zeros([1], tf.int32), tf.cast(prompt, tf.int32)], 0)
+            return {
+                "prefix_ids": pad(prompt, prompt_width + 1),
+                "prefix_lengths": tf.size(prompt, out_type=tf.int32),
+                "target_ids": pad(target, target_width),
+                "target_lengths": tf.size(target, out_type=tf.int32),
+            }
+
+        return ds.map(to_decode, num_parallel_calls=_AUTOTUNE)
 
     def _build(self, skip: int) -> None:
         """(Re)creates this host's batch iterator, positioned after ``skip`` batches."""
@@ -248,13 +378,13 @@ class SeqIOInput(BaseInput):
                 k: np.zeros((0, *s.shape[1:]), s.dtype.as_numpy_dtype)
                 for k, s in self._spec.items()
             }
-        missing = self.batch_size - len(raw["decoder_target_tokens"])
+        missing = self.batch_size - len(next(iter(raw.values())))
         if missing:
             raw = {
                 k: np.concatenate([v, np.zeros((missing, *v.shape[1:]), v.dtype)])
                 for k, v in raw.items()
             }
-        return self._to_lm_batch(raw)
+        return self._to_batch(raw)
 
     def _num_eval_batches(self) -> int | None:
         """Batches every host yields in one eval epoch (None with one host: until the end)."""
@@ -282,6 +412,8 @@ class SeqIOInput(BaseInput):
             self.seed,
             self.shuffle_buffer_size,
             self.num_infeed_hosts,
+            self.decode_form,
+            self.prompt_len,
         )
         cached = _SHARD_COUNTS.get(key)
         if cached is not None and cached[0] is self._provider:
@@ -292,7 +424,9 @@ class SeqIOInput(BaseInput):
         _SHARD_COUNTS[key] = (self._provider, counts)
         return counts
 
-    def _to_lm_batch(self, raw: Mapping[str, np.ndarray]) -> NestedMap:
+    def _to_batch(self, raw: Mapping[str, np.ndarray]) -> NestedMap:
+        if self.decode_form is not None:
+            return NestedMap({k: np.asarray(v, np.int32) for k, v in raw.items()})
         labels = raw["decoder_target_tokens"].astype(np.int32)
         batch = NestedMap(
             ids=raw["decoder_input_tokens"].astype(np.int32),
@@ -306,13 +440,17 @@ class SeqIOInput(BaseInput):
         return batch
 
 
-# (mixture, split, lengths, pack, shuffle, seed, buffer, hosts) -> (provider, counts per shard).
+# (mixture, split, lengths, pack, shuffle, seed, buffer, hosts, decode form, prompt len)
+# -> (provider, counts per shard).
 _SHARD_COUNTS: dict[tuple, tuple[Any, tuple[int, ...]]] = {}
 
 
 def _count(ds: tf.data.Dataset) -> int:
+    """Examples in ``ds`` (a dataset of dicts of tensors)."""
+
     def add(total, batch):
-        return total + tf.shape(batch["decoder_target_tokens"], out_type=tf.int64)[0]
+        first = next(iter(batch.values()))
+        return total + tf.shape(first, out_type=tf.int64)[0]
 
     return int(ds.batch(1024).reduce(np.int64(0), add))
 

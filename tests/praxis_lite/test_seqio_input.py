@@ -1,4 +1,5 @@
-"""SeqIOInput on real SeqIO pipelines: batches, packing, two hosts, Pax's eval table, resume."""
+"""SeqIOInput on real SeqIO pipelines: batches, packing, two hosts, Pax's eval table, resume;
+decoder inputs (prompt/target batches) and the task's postprocessed predict metrics."""
 
 from __future__ import annotations
 
@@ -10,9 +11,12 @@ import pytest
 import seqio
 import tensorflow as tf
 
+from paxlite import decode_lib
 from praxis_lite import seqio_input
 from praxis_lite.base_input import InputConfigError
-from praxis_lite.seqio_input import InputDataNotFoundError, SeqIOInput
+from praxis_lite.decoding import DecoderParams
+from praxis_lite.py_utils import NestedMap
+from praxis_lite.seqio_input import DecodeForm, InputDataNotFoundError, SeqIOInput
 
 T = 24
 TRAIN_FILES = 4
@@ -386,3 +390,172 @@ def test_concat_and_split_preprocessors():
         [9, 10, 11],
         [12, 13],
     ]
+
+
+# ----- decoder inputs: prompt/target batches -----
+
+QA = [(f"What is {i} plus {i}?", f"It is {2 * i}.") for i in range(11)]
+QA_LENGTHS = {"inputs": 16, "targets": 8}  # Trims every question and the longer answers.
+BYTES = seqio.ByteVocabulary()
+
+
+def _exact_match(targets: list[str], predictions: list[str]) -> dict[str, float]:
+    return {
+        "exact_match": float(np.mean([t == p for t, p in zip(targets, predictions, strict=True)]))
+    }
+
+
+def _normalize(text: str, example=None, is_target: bool = False) -> str:
+    """A postprocess_fn: case and surrounding space do not count."""
+    del example, is_target
+    return text.strip().lower()
+
+
+@pytest.fixture(scope="module")
+def qa_task(tmp_path_factory) -> str:
+    """'qa_decode': prompt -> completion pairs ('inputs', 'targets'), in 2 files of 6 and 5."""
+    root = tmp_path_factory.mktemp("qa")
+    for f, pairs in enumerate((QA[:6], QA[6:])):
+        (root / f"qa-{f}.tsv").write_text("".join(f"{q}\t{a}\n" for q, a in pairs))
+
+    def to_features(ds):
+        def split(line):
+            question, answer = tf.strings.split(line, "\t")[0], tf.strings.split(line, "\t")[1]
+            return {"inputs": question, "targets": answer}
+
+        return ds.map(split)
+
+    task = seqio.Task(
+        "qa_decode",
+        source=seqio.TextLineDataSource({"validation": str(root / "qa-*.tsv")}),
+        preprocessors=[
+            to_features,
+            seqio.preprocessors.tokenize,
+            seqio.preprocessors.append_eos_after_trim,
+        ],
+        output_features={
+            "inputs": seqio.Feature(BYTES, add_eos=False),
+            "targets": seqio.Feature(BYTES, add_eos=True),
+        },
+        postprocess_fn=_normalize,
+        metric_fns=[_exact_match],
+    )
+    seqio.TaskRegistry.remove("qa_decode")
+    seqio.TaskRegistry.add_provider("qa_decode", task)
+    return "qa_decode"
+
+
+def make_decode(task: str, **kwargs) -> SeqIOInput:
+    kwargs.setdefault("decode_form", DecodeForm.INPUTS_TARGETS)
+    kwargs.setdefault("task_feature_lengths", QA_LENGTHS)
+    return make_eval(task, reset_for_eval=True, **kwargs)
+
+
+def decode_rows(batches: list) -> list[tuple[tuple[int, ...], tuple[int, ...]]]:
+    """(prompt ids, target ids) of every real example (prefix_lengths > 0)."""
+    rows = []
+    for b in batches:
+        for p, n, t, m in zip(
+            b.prefix_ids, b.prefix_lengths, b.target_ids, b.target_lengths, strict=True
+        ):
+            if n:
+                assert not p[n:].any() and not t[m:].any()  # Right-padded with 0.
+                rows.append((tuple(p[:n].tolist()), tuple(t[:m].tolist())))
+    return rows
+
+
+def test_decode_form_inputs_targets_one_epoch_on_two_hosts(qa_task):
+    """Prompts are BOS + 'inputs', targets 'targets' (+ EOS); every pair once over 2 hosts."""
+    inputs = [make_decode(qa_task, num_infeed_hosts=2, infeed_host_index=h) for h in (0, 1)]
+    assert inputs[0].shard_example_counts() == (6, 5)
+    passes = [read_all(inp) for inp in inputs]
+    assert len(passes[0]) == len(passes[1]) == 2  # ceil(6 / 4) on both hosts.
+    for b in passes[0] + passes[1]:
+        assert sorted(b) == ["prefix_ids", "prefix_lengths", "target_ids", "target_lengths"]
+        assert b.prefix_ids.shape == (4, 17) and b.target_ids.shape == (4, 8)
+        assert all(v.dtype == np.int32 for v in b.values())
+    want = [((0, *BYTES.encode(q)[:16]), (*BYTES.encode(a)[:7], BYTES.eos_id)) for q, a in QA]
+    got = decode_rows(passes[0]) + decode_rows(passes[1])
+    assert collections.Counter(got) == collections.Counter(want)
+    last = passes[1][-1]  # Host 1: 5 pairs, then 3 padding examples.
+    assert last.prefix_lengths.tolist() == [17, 0, 0, 0]  # BOS + 16 question bytes.
+    assert not last.prefix_ids[1:].any() and not last.target_ids[1:].any()
+
+
+def test_decode_form_targets_prefix_splits_each_example(task):
+    """LM task: prompt = BOS + first prompt_len tokens, target = the rest; short docs skipped."""
+    n = 11
+    inp = make_eval(task, reset_for_eval=True, decode_form=DecodeForm.TARGETS_PREFIX, prompt_len=n)
+    batches = read_all(inp)
+    docs = [BYTES.encode(d)[: T - 1] + [BYTES.eos_id] for d in _eval_docs()]
+    want = [((0, *d[:n]), tuple(d[n:])) for d in docs if len(d) > n]
+    assert 0 < len(want) < len(docs)  # Some docs have nothing after the prompt.
+    assert collections.Counter(decode_rows(batches)) == collections.Counter(want)
+    assert batches[0].prefix_ids.shape == (4, n + 1) and batches[0].target_ids.shape == (4, T - n)
+    assert len(batches) == -(-len(want) // 4)
+
+
+def test_decode_metrics_are_the_tasks_on_postprocessed_texts(qa_task):
+    """decode_lib scores decoded text with the task's predict metrics after its postprocess_fn."""
+    inp = make_decode(qa_task, task_feature_lengths={"inputs": 32, "targets": 16})
+    assert list(inp.predict_metric_fns) == [_exact_match]
+
+    def shouting_oracle(params, batch, key, steps):
+        """Decodes each target exactly, but in upper case: right only after postprocessing."""
+        del params, key
+        ids = batch.target_ids
+        lower_case = (ids >= 3 + ord("a")) & (ids <= 3 + ord("z"))  # Byte b has id b + 3.
+        upper = np.where(lower_case, ids - 32, ids)
+        n = batch.target_ids.shape[1]
+        assert steps == n
+        return {
+            "tokens": upper,
+            "lengths": batch.target_lengths,
+            "log_probs": np.zeros((len(upper), n), np.float32),
+            "scores": np.zeros(len(upper), np.float32),
+            **batch,
+        }
+
+    rows, metrics = decode_lib.run_decode_pass(
+        shouting_oracle, None, inp, lambda b: NestedMap(b), DecoderParams(eos_id=1), step=0
+    )
+    assert len(rows) == metrics["num_examples"] == len(QA)
+    assert sorted(r["target"] for r in rows) == sorted(a for _, a in QA)
+    assert all(r["decoded"] == r["target"].upper() != r["target"] for r in rows)
+    assert metrics["exact_match"] == 1.0
+    assert (
+        _exact_match([r["target"] for r in rows], [r["decoded"] for r in rows])["exact_match"] == 0
+    )
+
+
+@pytest.mark.parametrize(
+    "settings, match",
+    [
+        (dict(decode_form=DecodeForm.INPUTS_TARGETS), "needs an 'inputs' feature.*TARGETS_PREFIX"),
+        (dict(decode_form=DecodeForm.TARGETS_PREFIX), "0 < prompt_len < .*got prompt_len=0"),
+        (dict(decode_form=DecodeForm.TARGETS_PREFIX, prompt_len=T), "0 < prompt_len"),
+        (dict(prompt_len=3), "applies to decode_form=DecodeForm.TARGETS_PREFIX only"),
+        (
+            dict(decode_form=DecodeForm.TARGETS_PREFIX, prompt_len=3, is_training=True),
+            "cannot feed training",
+        ),
+    ],
+)
+def test_decode_form_settings_are_checked(task, settings, match):
+    settings = {"is_training": False, "reset_for_eval": True, **settings}
+    if settings["is_training"]:
+        settings["reset_for_eval"] = False
+    with pytest.raises(InputConfigError, match=match):
+        make(task, split_name="validation", **settings)
+
+
+def test_decode_form_reads_one_task(task):
+    seqio.MixtureRegistry.remove("lines_mix_decode")
+    seqio.MixtureRegistry.add("lines_mix_decode", [(task, 1.0)])
+    with pytest.raises(InputConfigError, match="is a Mixture; list one decoder input per task"):
+        make_eval(
+            "lines_mix_decode",
+            reset_for_eval=True,
+            decode_form=DecodeForm.TARGETS_PREFIX,
+            prompt_len=3,
+        )

@@ -168,6 +168,30 @@ class BaseExperiment(abc.ABC):
             )
         return total // num_hosts
 
+    def num_infeed_hosts(self) -> int:
+        """How many processes read distinct parts of the input in this job.
+
+        One per process with plain data parallelism; fewer when processes hold
+        the same batch rows (e.g. the 'stage' axis across processes: every stage
+        needs the same microbatches). See :func:`paxlite.mesh.infeed_split`.
+        """
+        import jax
+
+        from paxlite import mesh as mesh_lib
+        from praxis_lite.sharding import filter_rules_for_mesh
+
+        if jax.process_count() == 1:
+            return 1
+        mesh = mesh_lib.create_mesh(self.ICI_MESH_SHAPE, self.DCN_MESH_SHAPE, self.MESH_AXIS_NAMES)
+        rules = filter_rules_for_mesh(self.logical_axis_rules(), mesh)
+        return mesh_lib.infeed_split(mesh_lib.batch_sharding(mesh, rules))[0]
+
+    def infeed_batch_size(self) -> int:
+        """The batch this process's input produces: the global batch over the infeed hosts."""
+        import jax
+
+        return self.per_host_batch_size(jax.device_count(), self.num_infeed_hosts())
+
 
 def knobs(cls: type[BaseExperiment]) -> dict[str, tuple[Any, Any]]:
     """Every declared knob of ``cls``: name -> (declared type, resolved value).

@@ -31,7 +31,6 @@ from typing import Any
 
 import flax.linen as nn
 import jax
-from jax.sharding import NamedSharding, PartitionSpec
 
 from paxlite import flops, mfu, prefetch, summaries, train, trainer_lib
 
@@ -77,7 +76,7 @@ def init_state(job: train.Job) -> tuple[Any, Any, Any, Any]:
     init = jax.jit(lambda k, b: nn.unbox(init_fn(k, b)), out_shardings=shardings)
     state = init(init_key, global_sample)
     step = train.jit_train_step(job, shardings, batch_sharding)
-    key = jax.device_put(train_key, NamedSharding(job.mesh, PartitionSpec()))
+    key = train.replicate(train_key, job.mesh)
     return state, step, global_sample, key
 
 

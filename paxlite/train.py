@@ -19,12 +19,12 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from paxlite import checkpoints, decode_lib, eval_lib, mfu, prefetch, summaries, trainer_lib
 from paxlite.base_experiment import BaseExperiment
-from paxlite.mesh import create_mesh
+from paxlite.mesh import batch_sharding, create_mesh, infeed_split
 from paxlite.tasks_lib import SingleTask
 from praxis_lite import config as config_lib
 from praxis_lite.base_input import BaseInput
 from praxis_lite.py_utils import NestedMap
-from praxis_lite.sharding import BATCH, filter_rules_for_mesh, logical_shardings, strip_boxes
+from praxis_lite.sharding import filter_rules_for_mesh, logical_shardings, strip_boxes
 
 
 class Mode(enum.Enum):
@@ -109,7 +109,9 @@ def build_job(
     task = config_lib.instantiate(task_cfg)
     if decoder_dataset_cfgs:  # Before any decoder input reads data.
         decode_lib.check_can_decode(task.model)
-    inputs = [instantiate_input(cfg) for cfg in dataset_cfgs]
+    rules = filter_rules_for_mesh(experiment.logical_axis_rules(), mesh)
+    layout = batch_sharding(mesh, rules)
+    inputs = [instantiate_input(cfg, layout) for cfg in dataset_cfgs]
     train_inputs = [i for i in inputs if i.is_training]
     if len(train_inputs) != 1:
         raise ValueError(
@@ -120,36 +122,42 @@ def build_job(
         experiment=experiment,
         task=task,
         mesh=mesh,
-        rules=filter_rules_for_mesh(experiment.logical_axis_rules(), mesh),
+        rules=rules,
         train_input=train_inputs[0],
         eval_inputs=[i for i in inputs if not i.is_training],
         job_log_dir=job_log_dir,
-        decoder_inputs=[instantiate_input(cfg) for cfg in decoder_dataset_cfgs],
+        decoder_inputs=[instantiate_input(cfg, layout) for cfg in decoder_dataset_cfgs],
     )
     for inp in [job.train_input, *job.eval_inputs, *job.decoder_inputs]:
-        _check_batch(job, batch_sharding_of(job), inp)
+        _check_batch(job, layout, inp)
     for inp in job.decoder_inputs:
         decode_lib.check_decode_input(inp)
     return job
 
 
-def instantiate_input(cfg: Any) -> BaseInput:
-    """Builds an input for this process: its host index/count come from JAX."""
-    return config_lib.instantiate(
-        cfg, num_infeed_hosts=jax.process_count(), infeed_host_index=jax.process_index()
-    )
+def instantiate_input(cfg: Any, layout: NamedSharding | None = None) -> BaseInput:
+    """Builds an input for this process.
+
+    Its host count/index come from the batch ``layout`` (:func:`mesh.infeed_split`:
+    processes holding the same rows read the same data), or without one from JAX
+    (one part per process).
+    """
+    if layout is None:
+        hosts, index = jax.process_count(), jax.process_index()
+    else:
+        hosts, index = infeed_split(layout)
+    return config_lib.instantiate(cfg, num_infeed_hosts=hosts, infeed_host_index=index)
 
 
 def batch_sharding_of(job: Job) -> NamedSharding:
-    spec = nn.logical_to_mesh_axes((BATCH,), job.rules)
-    return NamedSharding(job.mesh, PartitionSpec(*spec))
+    return batch_sharding(job.mesh, job.rules)
 
 
 def _check_batch(job: Job, sharding: NamedSharding, inp: BaseInput) -> None:
     axes = sharding.spec[0]
     axes = (axes,) if isinstance(axes, str) else (axes or ())
     ways = math.prod(job.mesh.shape[a] for a in axes)
-    global_batch = inp.batch_size * jax.process_count()
+    global_batch = inp.batch_size * infeed_split(sharding)[0]
     if global_batch % ways:
         raise BatchSizeError(
             f"Input '{inp.name}': global batch {global_batch} is not divisible by the "
@@ -159,13 +167,28 @@ def _check_batch(job: Job, sharding: NamedSharding, inp: BaseInput) -> None:
 
 
 def _to_global(batch: NestedMap, sharding: NamedSharding) -> NestedMap:
-    """Host-local numpy batch -> global jax.Arrays sharded over the batch axis."""
+    """Host-local numpy batch -> global jax.Arrays sharded over the batch axis.
+
+    Each process passes its part of the input (see :func:`instantiate_input`).
+    """
+    hosts = infeed_split(sharding)[0]
 
     def put(x: np.ndarray) -> jax.Array:
         spec = PartitionSpec(sharding.spec[0], *([None] * (x.ndim - 1)))
-        return jax.make_array_from_process_local_data(NamedSharding(sharding.mesh, spec), x)
+        return jax.make_array_from_process_local_data(
+            NamedSharding(sharding.mesh, spec), x, (x.shape[0] * hosts, *x.shape[1:])
+        )
 
     return jax.tree_util.tree_map(put, batch)
+
+
+def replicate(tree: Any, mesh: Mesh) -> Any:
+    """``tree``'s arrays as global arrays held whole by every device of ``mesh``.
+
+    Unlike ``jax.device_put``, this also works when ``mesh`` spans processes.
+    """
+    replicated = NamedSharding(mesh, PartitionSpec())
+    return jax.jit(lambda x: x, in_shardings=replicated, out_shardings=replicated)(tree)
 
 
 def _per_device_mib(tree: Any) -> float:
@@ -343,7 +366,7 @@ def run(
         if step >= task.num_train_steps:
             summaries.log(f"Already at step {step} >= num_train_steps; nothing to train.")
         last_step = min(task.num_train_steps, stop_at_step or task.num_train_steps)
-        train_key = jax.device_put(train_key, replicated)
+        train_key = replicate(train_key, mesh)
         if step < last_step:
             train_step, compile_s = compile_train_step(train_step, state, global_sample, train_key)
             cost = mfu.step_cost(

@@ -17,7 +17,6 @@ from __future__ import annotations
 import enum
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 import seqio
 
@@ -136,12 +135,11 @@ class C4SpmdLmBase(PaxTransformerLm):
 
     def datasets(self) -> list[Any]:
         """Registers the C4 task with VOCAB_PATH; returns the train and validation inputs."""
-        self.check_pipeline_processes()
         register_c4_task(self.C4_TASK_NAME, vocab_path=self.VOCAB_PATH)
         common = dict(
             mixture_name=self.C4_TASK_NAME,
             task_feature_lengths={"targets": self.MAX_SEQ_LEN},
-            batch_size=self.per_host_batch_size(jax.device_count(), jax.process_count()),
+            batch_size=self.infeed_batch_size(),
             model_vocab_size=self.VOCAB_SIZE,
             seed=self.SEED,
         )

@@ -9,7 +9,6 @@ from __future__ import annotations
 import math
 from typing import Any
 
-import jax
 import jax.numpy as jnp
 
 from paxlite import experiment_registry
@@ -204,21 +203,6 @@ class LmCloudSpmd(BaseExperiment):
             raise KnobError(
                 f"{name}: the circular schedule (CIRCULAR_REPEAT={repeat}) needs at least "
                 f"NUM_STAGES={stages} microbatches, got {count}; lower {knob} or raise the batch."
-            )
-
-    def check_pipeline_processes(self) -> None:
-        """Refuses a pipeline in a multi-process job (call from ``datasets()``).
-
-        Every process whose devices hold the same rows of the batch must read
-        those rows, but the trainer gives each process its own rows; with the
-        'stage' axis across processes the stages would see different examples.
-        """
-        if self.NUM_STAGES > 1 and jax.process_count() > 1:
-            raise KnobError(
-                f"{type(self).__qualname__}: NUM_STAGES={self.NUM_STAGES} in a job of "
-                f"{jax.process_count()} processes is not supported yet (the trainer splits the "
-                "input per process, so stages on different processes would see different "
-                "examples); run the pipeline in one process, or set NUM_STAGES=1."
             )
 
     def _mesh_sizes(self) -> dict[str, int]:
@@ -426,8 +410,7 @@ class LmCloudSpmdSynthetic(PaxTransformerLm):
 
     def datasets(self) -> list[Any]:
         """One training input: this host's share of PERCORE_BATCH_SIZE x devices."""
-        self.check_pipeline_processes()
-        batch_size = self.per_host_batch_size(jax.device_count(), jax.process_count())
+        batch_size = self.infeed_batch_size()
         train = config_lib.Config(
             SyntheticLmInput,
             random_tokens=True,

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 from typing import Any
 
-import jax
 import numpy as np
 
 from paxlite import experiment_registry
@@ -39,7 +38,6 @@ class LmSyntheticTiny(LmCloudSpmd):
     MAX_TO_KEEP = 2
 
     def datasets(self) -> list[Any]:
-        self.check_pipeline_processes()
         common = dict(seq_len=self.MAX_SEQ_LEN, vocab_size=self.VOCAB_SIZE)
         train = config_lib.Config(
             SyntheticLmInput, batch_size=self.train_batch_size(), seed=self.SEED, **common
@@ -75,7 +73,7 @@ class LmSyntheticTiny(LmCloudSpmd):
 
     def train_batch_size(self) -> int:
         """This host's share of PERCORE_BATCH_SIZE x devices."""
-        return self.per_host_batch_size(jax.device_count(), jax.process_count())
+        return self.infeed_batch_size()
 
 
 @experiment_registry.register

@@ -7,6 +7,8 @@ from __future__ import annotations
 import contextlib
 import io
 import pathlib
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -15,7 +17,8 @@ from absl import flags
 
 from paxlite import base_experiment, main, train
 from tasks.lm.synthetic import LmSyntheticTinyPipeline
-from tests.paxlite.test_main import restore_params, run_main, scalar_series
+from tests.paxlite.test_main import REPO, restore_params, run_main, scalar_series
+from tests.paxlite.test_multiprocess import _env, _free_port
 
 EXP = "tasks.lm.synthetic.LmSyntheticTinyPipeline"
 STEPS = 6
@@ -49,7 +52,7 @@ def _unpipelined(tmp_path: pathlib.Path) -> tuple[list[float], dict]:
     return [s["loss"] for _, s in result["history"]], jax.device_get(result["state"].params)
 
 
-def test_pipeline_trains_checkpoints_resumes_and_matches_unpipelined(tmp_path):
+def test_pipeline_trains_checkpoints_resumes_and_matches_unpipelined_and_two_processes(tmp_path):
     job = tmp_path / "pipelined"
     # Stages on the 2 devices of one process; stop (with a checkpoint) at step 3.
     first = run_main(f"--exp={EXP}", f"--job_log_dir={job}", *COMMON, "--stop_at_step=3", devices=2)
@@ -65,6 +68,21 @@ def test_pipeline_trains_checkpoints_resumes_and_matches_unpipelined(tmp_path):
     losses = scalar_series(job / "summaries" / "train", "train/loss")
     assert [s for s, _ in losses] == list(range(1, STEPS + 1))
     plain_losses, plain_params = _unpipelined(tmp_path / "plain")
+
+    # The same pipeline with its stages on 2 processes (stage axis over DCN): both read the
+    # same rows of the input, and the losses are the 1-process run's.
+    multi = tmp_path / "two_processes"
+    two = _run_two_processes(
+        f"--job_log_dir={multi}",
+        *COMMON,
+        "--set=ICI_MESH_SHAPE=1,1,1,1",
+        "--set=DCN_MESH_SHAPE=2,1,1,1",
+    )
+    assert "'stage': 2" in two and "(2 processes)" in two
+    multi_losses = scalar_series(multi / "summaries" / "train", "train/loss")
+    np.testing.assert_allclose(
+        [v for _, v in multi_losses], [v for _, v in losses], rtol=1e-5, atol=1e-5
+    )
     np.testing.assert_allclose([v for _, v in losses], plain_losses, rtol=2e-5, atol=2e-5)
     assert plain_losses[-1] < plain_losses[0]
 
@@ -77,6 +95,39 @@ def test_pipeline_trains_checkpoints_resumes_and_matches_unpipelined(tmp_path):
         jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(plain_params), strict=True
     ):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+
+
+def _run_two_processes(*args: str) -> str:
+    """Runs the experiment as 2 processes of 1 CPU device each; process 0's stdout."""
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [
+                sys.executable,
+                "-m",
+                "paxlite.main",
+                f"--exp={EXP}",
+                *args,
+                f"--coordinator_address=127.0.0.1:{port}",
+                "--num_processes=2",
+                f"--process_id={i}",
+            ],
+            cwd=REPO,
+            env=_env(1),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        outputs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (_, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    return outputs[0][0]
 
 
 def _main_in_process(*argv: str) -> tuple[int, str]:

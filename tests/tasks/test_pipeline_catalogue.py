@@ -104,13 +104,3 @@ def test_tiny_pipeline_is_the_tiny_model_in_stages():
 def test_pipeline_knobs_are_checked(overrides, phrase):
     with pytest.raises(KnobError, match=phrase):
         with_overrides(lm_cloud.LmCloudSpmdPipeline9B, overrides)()
-
-
-def test_pipeline_in_a_multi_process_job_is_refused(monkeypatch):
-    exp = synthetic.LmSyntheticTinyPipeline()
-    assert len(exp.datasets()) == 2
-    monkeypatch.setattr(jax, "process_count", lambda: 2)
-    with pytest.raises(KnobError, match="NUM_STAGES=2 in a job of 2 processes"):
-        exp.datasets()
-    with pytest.raises(KnobError, match="not supported yet"):
-        lm_cloud.LmCloudSpmdPipelineMultislice2B().datasets()

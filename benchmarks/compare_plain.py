@@ -146,16 +146,7 @@ def main() -> None:
     parser.add_argument("--configs", default="tiny,ref,100m")
     parser.add_argument("--rounds", type=int, default=5)
     parser.add_argument("--json", default=None, help="also write the results here")
-    parser.add_argument(
-        "--fused_xent",
-        action="store_true",
-        help="swap in benchmarks/fused_xent.py's cross-entropy (an experiment, see there)",
-    )
     args = parser.parse_args()
-    if args.fused_xent:
-        from benchmarks import fused_xent
-
-        fused_xent.install()
     results = []
     print(f"{'config':8} {'plain tok/s':>12} {'paxlite tok/s':>14} {'paxlite/plain':>14}")
     for name in args.configs.split(","):

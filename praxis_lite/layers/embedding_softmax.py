@@ -11,7 +11,6 @@ import math
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import optax
 
 from praxis_lite.base_layer import BaseLayer
 from praxis_lite.py_utils import NestedMap
@@ -75,12 +74,14 @@ def softmax_cross_entropy(
       objective), ``log_probs [..., V]``.
     """
     logits = logits.astype(jnp.float32)
-    num_classes = logits.shape[-1]
-    targets = jax.nn.one_hot(labels, num_classes, dtype=jnp.float32)
-    if label_smoothing:
-        targets = optax.smooth_labels(targets, label_smoothing)
-    xent = optax.softmax_cross_entropy(logits, targets)
+    # One logsumexp serves the loss and the z-loss, and the label's logit is gathered: no
+    # [..., V] one-hot targets (xent = log Z - sum_v target_v * logit_v).
     log_z = jax.nn.logsumexp(logits, axis=-1)
+    label_logit = jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
+    if label_smoothing:  # Targets (1 - a) * one_hot + a / V, as optax.smooth_labels.
+        mean_logit = jnp.mean(logits, axis=-1)
+        label_logit = (1.0 - label_smoothing) * label_logit + label_smoothing * mean_logit
+    xent = log_z - label_logit
     z_sq = jnp.square(log_z)
     weights = weights.astype(jnp.float32)
     total_weight = jnp.sum(weights)

@@ -1,9 +1,11 @@
-"""LmTextTiny on users' own files: lines, JSONL and TFRecord; bytes or a SentencePiece model."""
+"""LmTextTiny on users' own files: lines, JSONL and TFRecord; bytes or a SentencePiece model;
+decoding prompts cut from held-out documents."""
 
 from __future__ import annotations
 
 import json
 
+import jax
 import numpy as np
 import pytest
 import seqio
@@ -15,6 +17,7 @@ from praxis_lite.base_input import InputConfigError
 from praxis_lite.seqio_input import InputDataNotFoundError
 from tasks.lm import text
 from tasks.lm.text import LmTextTiny, TextFormat
+from tests.paxlite.test_main import scalar_series
 from tests.praxis_lite.test_seqio_input import train_spm
 
 DOCS = [f"line {i}: the cat sat on the mat and the dog sat on the log." for i in range(60)]
@@ -151,3 +154,43 @@ def test_registration_is_idempotent(tmp_path):
     first = text.register_text_task("text_idem", train_path=path)
     assert text.register_text_task("text_idem", train_path=path) is first
     assert text.register_text_task("text_idem", train_path=path + "x") is not first
+
+
+def test_decodes_prompts_cut_from_held_out_documents(tmp_path):
+    """Train 2 steps on 1 device, decode at the end: one JSONL line per held-out document
+    long enough to prompt, the task's metrics in TensorBoard (the plumbing, not the quality)."""
+    held_out = [*DOCS[10:15], "tiny", "a short doc!"]  # "tiny" + EOS has no target past 8.
+    exp = experiment(
+        TEXT_DATA_PATH=write(tmp_path, TextFormat.LINES, name="train"),
+        TEXT_EVAL_DATA_PATH=write(tmp_path, TextFormat.LINES, held_out, name="valid"),
+        TEXT_TASK_NAME="text_decode",
+        DECODE_PROMPT_LEN=8,
+        NUM_TRAIN_STEPS=2,
+        ICI_MESH_SHAPE=(1, 1, 1),
+    )
+    task_cfg = exp.task()
+    task_cfg.decode_interval_steps = 2
+    train_cfg = exp.datasets()[0]
+    job_dir = tmp_path / "job"
+    job = train.build_job(
+        exp, task_cfg, [train_cfg], job_dir, jax.devices()[:1], exp.decoder_datasets()
+    )
+    metrics = train.run(job, train.Mode.TRAIN_AND_EVAL)["decode"]["prompts"]
+    rows = [json.loads(x) for x in (job_dir / "decoder_out" / "prompts_step2.jsonl").open()]
+    kept = [d for d in held_out if len(d) + 1 > 8]  # Bytes plus EOS.
+    assert len(rows) == metrics["num_examples"] == len(kept) == 6
+    for row, doc in zip(rows, kept, strict=True):  # One host, no shuffling: file order.
+        assert row["prompt"] == doc[:8] and row["prompt_ids"][0] == 0  # BOS, then the prompt.
+        assert row["target"] == doc[8:31]  # Trimmed to MAX_SEQ_LEN=32 with the EOS.
+        assert len(row["decoded_ids"]) <= 32 - 8
+    want = text.continuation_metrics([r["target"] for r in rows], [r["decoded"] for r in rows])
+    logdir = job_dir / "summaries" / "decode_prompts"
+    for name, value in want.items():
+        assert metrics[name] == pytest.approx(value)
+        assert scalar_series(logdir, f"decode_prompts/{name}") == [(2, pytest.approx(value))]
+
+
+def test_no_held_out_files_no_decoder_datasets(tmp_path):
+    assert experiment(TEXT_DATA_PATH=write(tmp_path, TextFormat.LINES)).decoder_datasets() == []
+    with pytest.raises(KnobError, match="DECODE_PROMPT_LEN=32 must be in"):
+        experiment(TEXT_DATA_PATH="x", DECODE_PROMPT_LEN=32)

@@ -2,9 +2,10 @@
 
 from __future__ import annotations
 
+import contextlib
 import pathlib
 import time
-from collections.abc import Mapping
+from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import jax
@@ -59,6 +60,20 @@ class Progress:
         now = time.perf_counter()
         self._warmup = (step - self._last_step, now - self._last_time)
         self._last_step, self._last_time = step, now
+
+    @contextlib.contextmanager
+    def paused(self, pending: object = None) -> Iterator[None]:
+        """Leaves the time spent inside (eval, decode) out of the training rates.
+
+        ``pending`` (e.g. the train state) is waited for first, so steps still
+        running on the devices stay in the window.
+        """
+        jax.block_until_ready(pending)
+        start = time.perf_counter()
+        try:
+            yield
+        finally:
+            self._last_time += time.perf_counter() - start
 
     def report(self, step: int, tokens_per_step: float) -> dict[str, float]:
         """Rates since the last report (and resets the window).

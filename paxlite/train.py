@@ -426,11 +426,13 @@ def run(
                     or step == task.num_train_steps
                 )
             ):
-                result["eval"] = evaluate(step)
+                with progress.paused(state):
+                    result["eval"] = evaluate(step)
             if decoder is not None and (
                 step % task.decode_interval_steps == 0 or step == task.num_train_steps
             ):
-                result["decode"] = decoder.run(state.params, step)
+                with progress.paused(state):
+                    result["decode"] = decoder.run(state.params, step)
         preemption.close()
         batches.close()
         ckpt.wait()

@@ -1,6 +1,7 @@
 """Peaks (table, override, cached CPU calibration) and the rates of the progress line."""
 
 import json
+import time
 
 import jax.numpy as jnp
 import pytest
@@ -77,3 +78,13 @@ def test_rates_of_a_window():
     progress = summaries.Progress(0, 100, cost)
     line = progress.line(10, 1.5, rates)
     assert "500.0 ms/step" in line and "MFU 100.00% (causal)" in line and "tokens/s" in line
+
+
+def test_time_spent_paused_is_left_out_of_the_rates():
+    progress = summaries.Progress(0, 100)
+    progress.start_window(0)
+    time.sleep(0.05)  # Two "steps" ...
+    with progress.paused():
+        time.sleep(0.5)  # ... and an eval that must not count.
+    rates = progress.report(2, tokens_per_step=1.0)
+    assert 25 <= rates["step_time_ms"] < 200

@@ -26,6 +26,8 @@ def test_nothing_compiles_during_the_steps(tmp_path, monkeypatch):
         return take(self)
 
     monkeypatch.setattr(prefetch.Prefetcher, "next", counting_next)
+    # Every compilation must really happen here (not come from the persistent cache).
+    jax.config.update("jax_enable_compilation_cache", False)
     compiles = []  # The number of batches the loop had taken at each compilation.
     jax.monitoring.register_event_duration_secs_listener(
         lambda name, secs, **kw: (
@@ -36,6 +38,7 @@ def test_nothing_compiles_during_the_steps(tmp_path, monkeypatch):
         result = train.run(job, train.Mode.TRAIN)
     finally:
         jax.monitoring.clear_event_listeners()
+        jax.config.update("jax_enable_compilation_cache", True)
     assert batches_taken[0] == 30 and result["history"][-1][0] == 30
     assert compiles and compiles[0] == 0  # init and the train step compile before the loop
     # Checkpoint saves and summaries may compile small helpers once (at their first use);

@@ -60,7 +60,6 @@ class Checkpointer:
         """The newest complete checkpoint's step (interrupted saves never count)."""
         return self._manager.latest_step()
 
-
     def all_steps(self) -> list[int]:
         return list(self._manager.all_steps())
 

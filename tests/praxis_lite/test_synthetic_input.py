@@ -80,7 +80,9 @@ def test_decode_batches_are_prompts_and_their_continuations():
     batch = inp.get_next()
     assert batch.prefix_ids.shape == (64, 6) and batch.target_ids.shape == (64, 6)
     assert set(batch.prefix_lengths.tolist()) == {2, 3, 4, 5, 6}
-    for prefix, n, target in zip(batch.prefix_ids, batch.prefix_lengths, batch.target_ids):
+    for prefix, n, target in zip(
+        batch.prefix_ids, batch.prefix_lengths, batch.target_ids, strict=True
+    ):
         assert not prefix[n:].any()
         seq = np.concatenate([prefix[:n], target])
         assert len(set(np.diff(seq) % 50)) == 1  # one progression: prompt, then target

@@ -14,10 +14,12 @@ and paxlite / plain.
 from __future__ import annotations
 
 import argparse
+import contextlib
 import json
 import os
 import statistics
 import time
+from collections.abc import Iterator
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
@@ -83,13 +85,11 @@ class PaxliteRunner:
         self.job = train.build_job(
             exp, exp.task(), exp.datasets(), "/nonexistent", jax.devices()[:1]
         )
-        self._contexts = [jax.set_mesh(self.job.mesh), nn.logical_axis_rules(self.job.rules)]
-        for c in self._contexts:
-            c.__enter__()
-        self.state, jitted, sample, self.key = bench.init_state(self.job)
-        self.step_fn, self.compile_s = train.compile_train_step(
-            jitted, self.state, sample, self.key
-        )
+        with self._scope():
+            self.state, jitted, sample, self.key = bench.init_state(self.job)
+            self.step_fn, self.compile_s = train.compile_train_step(
+                jitted, self.state, sample, self.key
+            )
         sharding = train.batch_sharding_of(self.job)
         self.batches = prefetch.Prefetcher(
             self.job.train_input, lambda b: train._to_global(b, sharding)
@@ -97,19 +97,25 @@ class PaxliteRunner:
         self.tokens_per_step = shape.batch * shape.seq_len
         self.step = 0
 
+    @contextlib.contextmanager
+    def _scope(self) -> Iterator[None]:
+        """The mesh and logical rules, as the training loop has them (only around our calls,
+        so the plain step never runs under them)."""
+        with jax.set_mesh(self.job.mesh), nn.logical_axis_rules(self.job.rules):
+            yield
+
     def run(self, steps: int) -> float:
         task = self.job.task
-        for _ in range(steps):
-            self.state, metrics = self.step_fn(self.state, self.batches.next(), self.key)
-            self.step += 1
-            if self.step % task.summary_interval_steps == 0:  # The loop's checks.
-                jax.device_get(metrics)
-        return float(metrics["loss"])
+        with self._scope():
+            for _ in range(steps):
+                self.state, metrics = self.step_fn(self.state, self.batches.next(), self.key)
+                self.step += 1
+                if self.step % task.summary_interval_steps == 0:  # The loop's checks.
+                    jax.device_get(metrics)
+            return float(metrics["loss"])
 
     def close(self) -> None:
         self.batches.close()
-        for c in reversed(self._contexts):
-            c.__exit__(None, None, None)
 
 
 def compare(name: str, rounds: int) -> dict:

@@ -1,4 +1,5 @@
-"""A checkpoint written on 8 devices restores on 4 and 2 (resharded); training goes on alike."""
+"""Checkpoints restore resharded: written on 8 devices, read on 4 and 2, and written on 2, read
+on 8; training goes on with the same losses."""
 
 import shutil
 
@@ -43,5 +44,17 @@ def test_restore_on_fewer_devices_continues_with_the_same_losses(tmp_path, train
     result = _run(job, (1, count, 1), jax.devices()[:count], 14)
     leaf = jax.tree_util.tree_leaves(result["state"].params)[0]
     assert len(leaf.sharding.device_set) == count
+    losses = [s["loss"] for step, s in result["history"] if step > 10]
+    np.testing.assert_allclose(losses, reference_losses, rtol=2e-5, atol=2e-5)
+
+
+def test_restore_on_more_devices_continues_with_the_same_losses(tmp_path, trained_on_8):
+    """Written on 2 devices, restored on 8: the same losses as the run that stayed on 8."""
+    job8, reference_losses = trained_on_8
+    job = tmp_path / "job"
+    _run(job, (1, 2, 1), jax.devices()[:2], 10)
+    result = _run(job, (1, 8, 1), jax.devices(), 14)
+    leaf = jax.tree_util.tree_leaves(result["state"].params)[0]
+    assert len(leaf.sharding.device_set) == 8
     losses = [s["loss"] for step, s in result["history"] if step > 10]
     np.testing.assert_allclose(losses, reference_losses, rtol=2e-5, atol=2e-5)

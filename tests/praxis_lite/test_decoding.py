@@ -151,3 +151,36 @@ def test_greedy_decode_of_an_lm_equals_argmax_of_full_passes():
     np.testing.assert_array_equal(out.tokens, want_tokens)
     np.testing.assert_allclose(out.log_probs, np.stack(want_lp, 1), rtol=1e-4, atol=1e-5)
     np.testing.assert_array_equal(out.lengths, [steps] * 3)
+
+
+def test_the_loop_stops_once_every_row_has_ended():
+    """A model that says EOS at its k-th step: the loop runs k steps, not max_decode_steps."""
+    eos, vocab, rows = 3, 8, 2
+    steps_run = []
+
+    def logits_for(token_id):
+        return jnp.full((rows, vocab), -10.0).at[:, token_id].set(10.0)
+
+    def prefill(ids, paddings, positions, max_len):
+        return logits_for(1)[:, None, :], jnp.zeros((), jnp.int32)
+
+    def step(count, token, positions):
+        jax.debug.callback(lambda: steps_run.append(1))
+        count = count + 1
+        return jnp.where(count >= 4, logits_for(eos), logits_for(2)), count
+
+    out = jax.jit(
+        lambda ids, lengths: decoding.decode(
+            prefill,
+            step,
+            ids,
+            lengths,
+            jax.random.key(0),
+            DecoderParams(eos_id=eos),
+            max_decode_steps=50,
+        )
+    )(jnp.ones((rows, 3), jnp.int32), jnp.array([3, 2]))
+    jax.effects_barrier()
+    assert len(steps_run) == 4  # Steps 1..4; the 4th says EOS for both rows.
+    np.testing.assert_array_equal(out.lengths, [5, 5])  # The prefill's token, 3 more, EOS.
+    np.testing.assert_array_equal(out.tokens[0, :6], [1, 2, 2, 2, eos, 0])

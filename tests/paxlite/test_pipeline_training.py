@@ -4,8 +4,6 @@ equal the unpipelined model's; bad pipeline knobs get one line, exit 2, and noth
 
 from __future__ import annotations
 
-import contextlib
-import io
 import pathlib
 import subprocess
 import sys
@@ -13,11 +11,10 @@ import sys
 import jax
 import numpy as np
 import pytest
-from absl import flags
 
-from paxlite import base_experiment, main, train
+from paxlite import base_experiment, train
 from tasks.lm.synthetic import LmSyntheticTinyPipeline
-from tests.paxlite.test_main import REPO, restore_params, run_main, scalar_series
+from tests.paxlite.test_main import REPO, main_in_process, restore_params, run_main, scalar_series
 from tests.paxlite.test_multiprocess import _env, _free_port
 
 EXP = "tasks.lm.synthetic.LmSyntheticTinyPipeline"
@@ -131,16 +128,7 @@ def _run_two_processes(*args: str) -> str:
 
 
 def _main_in_process(*argv: str) -> tuple[int, str]:
-    """``paxlite.main.main`` in this process: (exit code, stderr)."""
-    flag_values = flags.FLAGS
-    stderr = io.StringIO()
-    try:
-        flag_values(["paxlite", f"--exp={EXP}", *argv])
-        with contextlib.redirect_stderr(stderr), pytest.raises(SystemExit) as exit_info:
-            main.main(["paxlite"])
-    finally:
-        flag_values.unparse_flags()
-    return exit_info.value.code, stderr.getvalue()
+    return main_in_process(*argv, exp=EXP)
 
 
 @pytest.mark.parametrize(

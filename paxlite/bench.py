@@ -45,8 +45,6 @@ class BenchSettings:
       windows: the timed steps are cut into this many windows (at most ``steps``).
       peak_tflops: override of the peak per device (TFLOP/s).
       definition: the FLOPs definition of the headline MFU.
-      fresh_peak: on CPU, measure the matmul peak in this run (not from the cache):
-        this machine drifts, so compare with a peak taken at the same time.
     """
 
     steps: int = 20
@@ -54,7 +52,6 @@ class BenchSettings:
     windows: int = 5
     peak_tflops: float | None = None
     definition: flops.FlopsDefinition = flops.DEFAULT_DEFINITION
-    fresh_peak: bool = True
 
     def __post_init__(self) -> None:
         if self.steps < 1 or self.warmup < 1:
@@ -84,6 +81,7 @@ def run_benchmark(job: train.Job, settings: BenchSettings) -> dict[str, Any]:
     """Runs the benchmark in this process; returns the report's figures (see module doc)."""
     start = time.perf_counter()
     batch_sharding = train.batch_sharding_of(job)
+    peak = mfu.peak_for(mfu.model_dtype(job.task.model), override_tflops=settings.peak_tflops)
     with jax.set_mesh(job.mesh), nn.logical_axis_rules(job.rules):
         state, jitted, global_sample, key = init_state(job)
         step_fn, compile_s = train.compile_train_step(jitted, state, global_sample, key)
@@ -93,8 +91,7 @@ def run_benchmark(job: train.Job, settings: BenchSettings) -> dict[str, Any]:
             step_fn,
             num_devices=job.mesh.size,
             definition=settings.definition,
-            peak_tflops=settings.peak_tflops,
-            use_peak_cache=not settings.fresh_peak,
+            peak=peak,
         )
         summaries.log(f"Compiled the train step in {compile_s:.1f} s. {cost.describe()}")
         to_global = lambda b: train._to_global(b, batch_sharding)  # noqa: E731

@@ -1,27 +1,23 @@
-"""Peak FLOP/s per device: a table for accelerators, a cached calibration on CPU.
+"""Peak FLOP/s per device: a table for accelerators, a calibration on CPU.
 
 MFU = achieved model FLOP/s per device / the device's peak FLOP/s. The peak
 comes, in order, from ``--peak_tflops``, from :data:`PEAK_TFLOPS` by
 ``device_kind`` and dtype, or (CPU, or an unknown device) from timing a jitted
-matmul of the run's dtype on this machine (:func:`calibrate`), cached under
-``~/.cache/paxlite`` (``$PAXLITE_CACHE_DIR``) by machine, device kind and dtype.
+matmul of the run's dtype on this machine at the start of the run
+(:func:`calibrate`; never cached, so each run is measured against the machine
+as it is then).
 """
 
 from __future__ import annotations
 
 import dataclasses
-import hashlib
-import json
-import os
-import pathlib
-import platform
-import statistics
 import time
 from typing import Any
 
 import jax
 import jax.numpy as jnp
 import numpy as np
+from jax.experimental import multihost_utils
 
 #: Dense (no sparsity) peak TFLOP/s per device (a TPU chip / a GPU), by
 #: ``(device_kind prefix, dtype)``. Sources: Google Cloud TPU system architecture
@@ -57,9 +53,6 @@ PEAK_TFLOPS: dict[tuple[str, str], float] = {
     ("NVIDIA H200", "float32"): 494.5,  # TF32
 }
 
-CACHE_ENV = "PAXLITE_CACHE_DIR"
-NO_CACHE_ENV = "PAXLITE_NO_PEAK_CACHE"
-
 
 @dataclasses.dataclass(frozen=True)
 class Peak:
@@ -67,7 +60,8 @@ class Peak:
 
     Attributes:
       tflops: peak TFLOP/s of one device.
-      source: where it came from (``flag``, ``table: <entry>``, ``calibrated ...``).
+      source: where it came from (``--peak_tflops``, ``table: <entry>``,
+        ``calibrated ...``).
       device_kind: ``jax.Device.device_kind``.
       dtype: the dtype it applies to.
     """
@@ -97,44 +91,20 @@ def table_peak(device_kind: str, dtype: Any) -> tuple[str, float] | None:
     return max(matches, key=lambda m: len(m[0])) if matches else None
 
 
-def _cache_dir() -> pathlib.Path:
-    default = pathlib.Path.home() / ".cache" / "paxlite"
-    return pathlib.Path(os.environ.get(CACHE_ENV, default))
-
-
-def machine_key(device: jax.Device, dtype: Any) -> str:
-    """Machine (host name, CPU model, core count), device kind, device count and dtype."""
-    cpu = platform.processor() or platform.machine()
-    try:
-        with open("/proc/cpuinfo") as f:
-            cpu = next((ln.split(":", 1)[1].strip() for ln in f if "model name" in ln), cpu)
-    except OSError:
-        pass
-    text = "|".join(
-        [
-            platform.node(),
-            cpu,
-            str(os.cpu_count()),
-            device.device_kind,
-            str(len(jax.local_devices())),
-            dtype_name(dtype),
-        ]
-    )
-    return hashlib.sha256(text.encode()).hexdigest()[:16]
-
-
 def measure_matmul_tflops(
     dtype: Any = jnp.float32, size: int = 1024, repeats: int = 10, device: Any = None
 ) -> float:
-    """Median TFLOP/s of a jitted ``[size, size] @ [size, size]`` in ``dtype`` on ``device``.
+    """Best TFLOP/s of a jitted ``[size, size] @ [size, size]`` in ``dtype`` on ``device``.
 
     Each timed call runs 4 chained matmuls (``8 * size**3`` FLOPs) and blocks on
-    the result; the first call (compile) is not timed.
+    the result; the first call (compile) is not timed. The fastest of
+    ``repeats`` calls is the peak: other work on the machine only slows calls
+    down.
     """
     device = device or jax.local_devices()[0]
-    key = jax.random.key(0)
-    a = jax.device_put(jax.random.normal(key, (size, size), jnp.float32).astype(dtype), device)
-    scale = jnp.asarray(1.0 / np.sqrt(size), dtype)
+    operand = np.random.default_rng(0).standard_normal((size, size), np.float32)
+    a = jax.device_put(operand.astype(jnp.dtype(dtype)), device)
+    scale = 1.0 / float(np.sqrt(size))  # A Python float: keeps the operand's dtype.
 
     @jax.jit
     def chain(x):
@@ -142,7 +112,7 @@ def measure_matmul_tflops(
             x = (x @ a) * scale
         return x
 
-    # Inside a training job's mesh context: run on a mesh of this one device.
+    # Under a job's mesh context (in-process callers): run on a mesh of this one device.
     with jax.set_mesh(jax.sharding.Mesh(np.array([device]), ("calibration",))):
         chain(a).block_until_ready()
         times = []
@@ -150,42 +120,36 @@ def measure_matmul_tflops(
             start = time.perf_counter()
             chain(a).block_until_ready()
             times.append(time.perf_counter() - start)
-    return 8.0 * size**3 / statistics.median(times) / 1e12
+    return 8.0 * size**3 / min(times) / 1e12
 
 
-def calibrate(dtype: Any = jnp.float32, *, use_cache: bool = True) -> Peak:
-    """This machine's matmul peak per device, measured once and cached.
+def calibrate(dtype: Any = jnp.float32) -> Peak:
+    """This machine's matmul peak per device, measured now, once for the whole job.
 
-    On CPU the fake devices share the cores: one matmul uses all of them, so
-    the peak per device is the measured figure divided by the local device
-    count. ``use_cache=False`` (or ``$PAXLITE_NO_PEAK_CACHE=1``) measures anew
-    (and refreshes the cache).
+    Process 0 times the matmul on its first local device and every process
+    receives its figure (:func:`jax.experimental.multihost_utils.broadcast_one_to_all`),
+    so all processes report MFU against one peak. On CPU the fake devices share
+    the cores: one matmul uses all of them, so the peak per device is the
+    measured figure divided by the local device count. Nothing is cached: a
+    figure measured under another load would skew every later run. Call it
+    before any mesh is set (all processes, collectively).
     """
     device = jax.local_devices()[0]
-    use_cache = use_cache and not os.environ.get(NO_CACHE_ENV)
-    path = _cache_dir() / f"peak-{machine_key(device, dtype)}.json"
-    if use_cache and path.is_file():
-        try:
-            saved = json.loads(path.read_text())
-            return Peak(
-                saved["tflops"], f"calibrated {saved['when']} (cached {path})", **saved["id"]
-            )
-        except (OSError, ValueError, KeyError, TypeError):
-            pass
-    measured = measure_matmul_tflops(dtype, device=device)
+    measured = measure_matmul_tflops(dtype, device=device) if jax.process_index() == 0 else 0.0
+    if jax.process_count() > 1:
+        measured = float(multihost_utils.broadcast_one_to_all(np.float32(measured)))
     per_device = measured / (len(jax.local_devices()) if device.platform == "cpu" else 1)
-    ident = {"device_kind": device.device_kind, "dtype": dtype_name(dtype)}
     when = time.strftime("%Y-%m-%d %H:%M")
-    try:
-        path.parent.mkdir(parents=True, exist_ok=True)
-        path.write_text(json.dumps({"tflops": per_device, "when": when, "id": ident}))
-    except OSError:
-        pass
-    return Peak(per_device, f"calibrated {when} (jitted {dtype_name(dtype)} matmul)", **ident)
+    source = f"calibrated {when} (best jitted {dtype_name(dtype)} matmul on this machine)"
+    return Peak(per_device, source, device.device_kind, dtype_name(dtype))
 
 
-def peak_for(dtype: Any, *, override_tflops: float | None = None, use_cache: bool = True) -> Peak:
-    """The peak used for MFU: the override, the table, or a calibration (in that order)."""
+def peak_for(dtype: Any, *, override_tflops: float | None = None) -> Peak:
+    """The peak used for MFU: the override, the table, or a calibration (in that order).
+
+    A calibration runs collectively on every process (see :func:`calibrate`);
+    the override and the table need no device work.
+    """
     device = jax.local_devices()[0]
     name = dtype_name(dtype)
     if override_tflops:
@@ -193,7 +157,7 @@ def peak_for(dtype: Any, *, override_tflops: float | None = None, use_cache: boo
     entry = table_peak(device.device_kind, dtype)
     if entry is not None and device.platform != "cpu":
         return Peak(entry[1], f"table: {entry[0]} {name}", device.device_kind, name)
-    return calibrate(dtype, use_cache=use_cache)
+    return calibrate(dtype)
 
 
 def model_dtype(model_cfg: Any) -> Any:
@@ -268,13 +232,13 @@ def step_cost(
     *,
     num_devices: int | None = None,
     definition: Any = None,
-    peak_tflops: float | None = None,
-    use_peak_cache: bool = True,
+    peak: Peak | None = None,
 ) -> StepCost:
     """The :class:`StepCost` of a train step of ``model_cfg`` on ``global_batch``.
 
-    ``compiled`` (a ``jax.stages.Compiled``) adds XLA's count; ``peak_tflops``
-    overrides the peak; ``definition`` defaults to ``flops.DEFAULT_DEFINITION``.
+    ``compiled`` (a ``jax.stages.Compiled``) adds XLA's count; ``peak`` (from
+    :func:`peak_for`, taken before any mesh is set) is what MFU is measured
+    against (None: no MFU); ``definition`` defaults to ``flops.DEFAULT_DEFINITION``.
     """
     from paxlite import flops
 
@@ -298,7 +262,6 @@ def step_cost(
             f"estimated for {trips} trips{' with remat' if remat else ''}"
         )
         xla_raw = xla
-    peak = peak_for(model_dtype(model_cfg), override_tflops=peak_tflops, use_cache=use_peak_cache)
     return StepCost(
         definition=definition,
         analytic_flops=analytic,

@@ -257,6 +257,9 @@ def run(
     """
     run_start = time.perf_counter()
     task, mesh = job.task, job.mesh
+    peak = None
+    if mode in (Mode.TRAIN, Mode.TRAIN_AND_EVAL):  # Before any mesh is set (see mfu.calibrate).
+        peak = mfu.peak_for(mfu.model_dtype(task.model), override_tflops=peak_tflops)
     batch_sharding = batch_sharding_of(job)
     sample = job.train_input.get_next()
     job.train_input.reset()
@@ -375,7 +378,7 @@ def run(
                 train_step,
                 num_devices=mesh.size,
                 definition=flops_definition,
-                peak_tflops=peak_tflops,
+                peak=peak,
             )
             summaries.log(f"Compiled the train step in {compile_s:.1f} s. {cost.describe()}")
             result["cost"] = cost

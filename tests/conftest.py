@@ -1,9 +1,15 @@
 """Test setup (set before jax is imported): 8 fake CPU devices in every test process, and
 JAX's persistent compilation cache shared by the test processes and the main.py runs they
-start (the same tiny programs compile once per machine instead of once per run).
+start (the same tiny programs compile once per test run instead of once per main.py run).
+
+The cache lives in a temporary directory this test run makes (the pytest-xdist workers and
+the subprocesses inherit its path) and removes at the end: nothing outside the run's own
+temporary directories is read or written, so a fresh machine sees what CI sees.
 """
 
+import atexit
 import os
+import shutil
 import tempfile
 
 _flags = os.environ.get("XLA_FLAGS", "")
@@ -12,8 +18,9 @@ if "xla_force_host_platform_device_count" not in _flags:
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
-os.environ.setdefault(
-    "JAX_COMPILATION_CACHE_DIR", os.path.join(tempfile.gettempdir(), "paxlite-tests-jax-cache")
-)
+if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # The first process of the run makes it.
+    _cache_dir = tempfile.mkdtemp(prefix="paxlite-tests-jax-cache-")
+    os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache_dir
+    atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")

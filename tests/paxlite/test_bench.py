@@ -71,7 +71,6 @@ def test_sweep_report_from_points(figures, tmp_path):
 def test_main_benchmark_mode(tmp_path):
     env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
     env["JAX_PLATFORMS"] = "cpu"
-    env["PAXLITE_CACHE_DIR"] = str(tmp_path / "cache")
     job = tmp_path / "job"
     proc = subprocess.run(
         [sys.executable, "-m", "paxlite.main", "--exp=LmSyntheticTiny", f"--job_log_dir={job}"]

@@ -7,7 +7,6 @@ from tasks.lm.synthetic import LmSyntheticTiny
 
 
 def test_nothing_compiles_during_the_steps(tmp_path, monkeypatch):
-    monkeypatch.setenv("PAXLITE_CACHE_DIR", str(tmp_path / "cache"))
     knobs = {
         "ICI_MESH_SHAPE": (1, 2, 1),
         "NUM_TRAIN_STEPS": 30,

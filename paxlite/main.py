@@ -65,7 +65,7 @@ flags.DEFINE_float(
     "peak_tflops",
     None,
     "Peak TFLOP/s of one device for MFU; default: the table of paxlite/mfu.py by device kind "
-    "and dtype, or on CPU a timed matmul (cached in ~/.cache/paxlite).",
+    "and dtype, or on CPU a matmul timed at the start of the run (never cached).",
 )
 flags.DEFINE_enum(
     "mfu_definition",

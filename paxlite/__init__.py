@@ -1,1 +1,4 @@
 """paxlite: the trainer library (experiments, registry, mesh, train loop) for praxis_lite layers."""
+
+#: The one place the version is written (pyproject.toml reads it from here).
+__version__ = "0.1.0"

@@ -32,6 +32,7 @@ from typing import Any
 import flax.linen as nn
 import jax
 
+import paxlite
 from paxlite import flops, mfu, prefetch, summaries, train, trainer_lib
 
 
@@ -223,8 +224,9 @@ def device_description(job: train.Job) -> dict[str, Any]:
 
 
 def versions() -> dict[str, str]:
-    out = {}
-    for name in ("paxlite", "jax", "jaxlib", "flax", "optax", "numpy", "fiddle"):
+    """paxlite's own version (from the source that runs, installed or not) and its libraries'."""
+    out = {"paxlite": paxlite.__version__}
+    for name in ("jax", "jaxlib", "flax", "optax", "numpy", "fiddle"):
         try:
             out[name] = metadata.version(name)
         except metadata.PackageNotFoundError:

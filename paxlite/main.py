@@ -105,6 +105,23 @@ class UsageError(Exception):
     """A problem with the command line; printed without a traceback."""
 
 
+#: Fiddle's absl flags that paxlite does not use (importing fiddle's flag module defines
+#: them), with what to pass instead. Given, they stop the run rather than being ignored.
+UNSUPPORTED_FIDDLE_FLAGS = {
+    "fdl_config": "the config comes from --exp; edit it with --fiddler or --fdl_set",
+    "fdl_config_file": "the config comes from --exp; edit it with --fiddler or --fdl_set",
+    "fdl_tags_set": "tags are not used; set each path with --fdl_set",
+    "fdl_help": "--print_config shows every knob and config path",
+}
+
+
+def reject_unsupported_fiddle_flags() -> None:
+    """Raises UsageError for the first of :data:`UNSUPPORTED_FIDDLE_FLAGS` given."""
+    for name, instead in UNSUPPORTED_FIDDLE_FLAGS.items():
+        if FLAGS[name].present:
+            raise UsageError(f"--{name} is not supported by paxlite: {instead}.")
+
+
 def resolve_experiment(
     name: str, knob_overrides: Sequence[str], search_packages: Sequence[str] = ()
 ) -> Any:
@@ -271,6 +288,7 @@ def main(argv: Sequence[str]) -> None:
 
         seqio.set_tfds_data_dir_override(FLAGS.tfds_data_dir)
     try:
+        reject_unsupported_fiddle_flags()
         experiment = resolve_experiment(FLAGS.exp, FLAGS.set, FLAGS.exp_search_packages)
         if FLAGS.mode == "compile":
             distributed.use_fake_cpu_devices(_mesh_size(experiment))

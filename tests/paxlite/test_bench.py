@@ -5,10 +5,12 @@ import os
 import pathlib
 import subprocess
 import sys
+from importlib import metadata
 
 import jax
 import pytest
 
+import paxlite
 from paxlite import base_experiment, bench, bench_sweep, train
 from tasks.lm.synthetic import LmSyntheticTiny
 
@@ -44,6 +46,8 @@ def test_figures_agree_with_each_other(figures):
     assert set(figures["by_definition"]) == {"6N", "palm", "causal", "xla"}
     assert figures["by_definition"]["xla"]["flops_per_step"] > causal["flops_per_step"]
     assert figures["versions"]["jax"] == jax.__version__
+    # paxlite's own version, the one the installed package metadata carries too.
+    assert figures["versions"]["paxlite"] == metadata.version("paxlite") == paxlite.__version__
     assert figures["compile_time_s"] > 0 and figures["time_to_first_step_s"] > 0
 
 

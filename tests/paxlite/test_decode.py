@@ -1,6 +1,7 @@
 """The decode program: a trained tiny LM continues progressions; JSONL + TensorBoard through
 main.py; sharded decoding on 8 devices equals 1 device; --fdl_set reaches decoder datasets;
-one-line errors without a checkpoint, for LM batches as a decoder dataset and for a pipelined stack.
+a bfloat16 run trains and decodes through main.py; one-line errors without a checkpoint, for LM
+batches as a decoder dataset and for a pipelined stack.
 
 One in-process train_and_eval run of LmSyntheticTiny (150 steps at a higher learning rate,
 decoding at 75 and 150) is shared by the tests of this module.
@@ -13,6 +14,7 @@ import flax.linen as nn
 import jax
 import numpy as np
 import pytest
+from absl import flags
 from jax.sharding import NamedSharding, PartitionSpec
 
 from paxlite import decode_lib, train
@@ -20,7 +22,7 @@ from paxlite.base_experiment import with_overrides
 from paxlite.main import resolve_configs
 from praxis_lite.decoding import DecoderParams
 from tasks.lm.synthetic import LmSyntheticTiny, LmSyntheticTinyPipeline
-from tests.paxlite.test_main import run_main, scalar_series
+from tests.paxlite.test_main import EXP, restore_params, run_main, scalar_series
 
 NAME = "progressions"
 
@@ -156,6 +158,61 @@ def test_sharded_decoding_on_8_devices_matches_1_device(trained, tmp_path):
         for p, n, t in zip(one["prefix_ids"], one["prefix_lengths"], one["tokens"], strict=True)
     ]
     assert not all(continued) and np.any(one["lengths"] < 8)
+
+
+def _main_here(*argv: str) -> None:
+    """``paxlite.main.main`` in this process (8 CPU devices); any exit fails the test."""
+    from paxlite import main
+
+    try:
+        flags.FLAGS(["paxlite", f"--exp={EXP}", *argv])
+        main.main(["paxlite"])
+    finally:
+        flags.FLAGS.unparse_flags()
+
+
+def test_a_bfloat16_run_trains_and_decodes_through_main(tmp_path, capsys):
+    """--set=FPROP_DTYPE=bfloat16: bfloat16 compute (float32 weights) trains (the loss falls
+    clearly in 40 steps) and --mode=decode restores it and writes its JSONL."""
+    job = tmp_path / "job"
+    steps = 40
+    knobs = [
+        "--set=FPROP_DTYPE=bfloat16",
+        "--set=PERCORE_BATCH_SIZE=2",
+        "--set=ICI_MESH_SHAPE=1,8,1",
+    ]
+    _main_here(
+        f"--job_log_dir={job}",
+        "--mode=train",
+        *knobs,
+        f"--set=NUM_TRAIN_STEPS={steps}",
+        "--set=LEARNING_RATE=1e-2",
+        "--set=SUMMARY_INTERVAL_STEPS=5",
+        f"--set=SAVE_INTERVAL_STEPS={steps}",
+        "--set=EVAL_INTERVAL_STEPS=0",
+    )
+    config = (job / "config.txt").read_text()
+    fprop = [line for line in config.splitlines() if "fprop_dtype" in line]
+    assert fprop and all("bfloat16" in line for line in fprop), fprop
+    losses = [v for _, v in scalar_series(job / "summaries" / "train", "train/loss")]
+    assert len(losses) == steps // 5 and np.isfinite(losses).all()
+    assert losses[-1] < 0.6 * losses[0], losses  # losses[0]: the summary at step 5
+    params = restore_params(job, steps)
+    assert {np.asarray(x).dtype for x in jax.tree_util.tree_leaves(params)} == {
+        np.dtype(np.float32)
+    }
+
+    _main_here(f"--job_log_dir={job}", "--mode=decode", *knobs)
+    assert f"Restored checkpoint at step {steps}" in capsys.readouterr().out
+    rows = _progression_rows(job / "decoder_out" / f"{NAME}_step{steps}.jsonl")
+    assert len(rows) == 16
+    for row in rows:
+        assert len(row["decoded_ids"]) == len(row["log_probs"]) == 8
+        assert all(0 <= t < 64 for t in row["decoded_ids"])
+        assert all(np.isfinite(lp) and lp <= 0 for lp in row["log_probs"])
+        assert math.isclose(row["score"], sum(row["log_probs"]), abs_tol=1e-3)
+    # Decoded in bfloat16, most rows already continue their progression (from the prompts).
+    assert np.mean([_continues(r) for r in rows]) >= 0.5
 
 
 def test_decode_without_a_checkpoint_is_one_clear_error(tmp_path):

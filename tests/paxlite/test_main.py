@@ -66,9 +66,18 @@ def scalar_series(logdir: pathlib.Path, tag: str) -> list[tuple[int, float]]:
 
 
 def restore_params(job_dir: pathlib.Path, step: int):
+    """The params of the checkpoint at ``step``, on one device of this process, whatever mesh
+    (and however many processes) wrote it."""
+    import jax
+
     path = job_dir / "checkpoints" / str(step) / "state"
-    restored = ocp.StandardCheckpointer().restore(path)
-    return restored["params"]
+    checkpointer = ocp.StandardCheckpointer()
+    saved = checkpointer.metadata(path).item_metadata
+    one_device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    target = jax.tree_util.tree_map(
+        lambda m: jax.ShapeDtypeStruct(m.shape, m.dtype, sharding=one_device), saved
+    )
+    return checkpointer.restore(path, target)["params"]
 
 
 def test_train_and_eval_end_to_end(tmp_path):

@@ -8,9 +8,10 @@ import subprocess
 import sys
 import time
 
+import jax
 import numpy as np
 
-from tests.paxlite.test_main import run_main, scalar_series
+from tests.paxlite.test_main import restore_params, run_main, scalar_series
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXP = "--exp=tasks.lm.synthetic.LmSyntheticTiny"
@@ -90,6 +91,17 @@ def test_two_processes_match_one_and_checkpoints_restore_across(tmp_path):
     np.testing.assert_allclose(
         [v for _, v in multi_losses], [v for _, v in single_losses], rtol=1e-5, atol=1e-5
     )
+    # Every final parameter, as the two runs' step-6 checkpoints hold them.
+    multi_params, single_params = restore_params(multi, 6), restore_params(single, 6)
+    assert jax.tree_util.tree_structure(multi_params) == jax.tree_util.tree_structure(single_params)
+    for (path, a), b in zip(
+        jax.tree_util.tree_flatten_with_path(multi_params)[0],
+        jax.tree_util.tree_leaves(single_params),
+        strict=True,
+    ):
+        np.testing.assert_allclose(
+            np.asarray(a), np.asarray(b), rtol=1e-5, atol=1e-6, err_msg=jax.tree_util.keystr(path)
+        )
 
     # The 2-process checkpoint restores in a 1-process, 8-device run (and evaluates).
     resumed = run_main(f"--job_log_dir={multi}", *single_args, "--mode=eval", devices=8)

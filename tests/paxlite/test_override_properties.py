@@ -21,7 +21,14 @@ from tasks.lm.synthetic import LmSyntheticTiny
 
 KNOB_TYPES = LmSyntheticTiny._knob_types
 KNOB_NAMES = sorted(KNOB_TYPES)
-FAST = settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+# database=None: no example database in .hypothesis/ of the working directory, which later runs
+# would replay (a test reads nothing outside its run's temporary directories).
+FAST = settings(
+    max_examples=150,
+    deadline=None,
+    suppress_health_check=[HealthCheck.too_slow],
+    database=None,
+)
 
 # Text a user might type after KNOB=: literals, bare words, tuples, enum names, junk.
 _ints = st.integers(min_value=-(10**6), max_value=10**6)
@@ -126,7 +133,7 @@ fdl_values = st.one_of(
 )
 
 
-@settings(max_examples=150, deadline=None, suppress_health_check=[HealthCheck.too_slow])
+@FAST
 @given(st.lists(st.tuples(fdl_paths, fdl_values), min_size=1, max_size=3), st.booleans())
 def test_any_fdl_set_applies_or_fails_with_usage_error(pairs, drop_equals):
     experiment = LmSyntheticTiny()

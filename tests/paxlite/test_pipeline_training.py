@@ -1,5 +1,6 @@
-"""A pipelined experiment through main.py checkpoints and resumes, and its losses and weights
-equal the unpipelined model's; bad pipeline knobs get one line, exit 2, and nothing written.
+"""A pipelined experiment through main.py (GPipe and circular) checkpoints and resumes, and its
+losses and weights equal the unpipelined model's; bad pipeline knobs get one line, exit 2, and
+nothing written.
 """
 
 from __future__ import annotations
@@ -27,6 +28,11 @@ COMMON = [
 ]
 
 
+@pytest.fixture(scope="module")
+def unpipelined(tmp_path_factory) -> tuple[list[float], dict]:
+    return _unpipelined(tmp_path_factory.mktemp("plain"))
+
+
 def _unpipelined(tmp_path: pathlib.Path) -> tuple[list[float], dict]:
     """The same model without a pipeline, in this process on 2 devices: losses, final params."""
     cls = base_experiment.with_overrides(
@@ -49,7 +55,9 @@ def _unpipelined(tmp_path: pathlib.Path) -> tuple[list[float], dict]:
     return [s["loss"] for _, s in result["history"]], jax.device_get(result["state"].params)
 
 
-def test_pipeline_trains_checkpoints_resumes_and_matches_unpipelined_and_two_processes(tmp_path):
+def test_pipeline_trains_checkpoints_resumes_and_matches_unpipelined_and_two_processes(
+    tmp_path, unpipelined
+):
     job = tmp_path / "pipelined"
     # Stages on the 2 devices of one process; stop (with a checkpoint) at step 3.
     first = run_main(f"--exp={EXP}", f"--job_log_dir={job}", *COMMON, "--stop_at_step=3", devices=2)
@@ -64,7 +72,7 @@ def test_pipeline_trains_checkpoints_resumes_and_matches_unpipelined_and_two_pro
 
     losses = scalar_series(job / "summaries" / "train", "train/loss")
     assert [s for s, _ in losses] == list(range(1, STEPS + 1))
-    plain_losses, plain_params = _unpipelined(tmp_path / "plain")
+    plain_losses, plain_params = unpipelined
 
     # The same pipeline with its stages on 2 processes (stage axis over DCN): both read the
     # same rows of the input, and the losses are the 1-process run's.
@@ -92,6 +100,36 @@ def test_pipeline_trains_checkpoints_resumes_and_matches_unpipelined_and_two_pro
         jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(plain_params), strict=True
     ):
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
+
+
+def test_circular_pipeline_trains_checkpoints_and_matches_unpipelined(tmp_path, unpipelined):
+    """CIRCULAR_REPEAT=2: 2 devices each run 2 virtual stages of 1 layer (layers s and s + 2 on
+    device s), in 4 microbatches; the losses and final weights are the plain stack's."""
+    job = tmp_path / "circular"
+    proc = run_main(
+        f"--exp={EXP}", f"--job_log_dir={job}", *COMMON, "--set=CIRCULAR_REPEAT=2", devices=2
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert "'stage': 2" in proc.stdout
+    assert sorted(int(p.name) for p in (job / "checkpoints").iterdir()) == [3, STEPS]
+
+    plain_losses, plain_params = unpipelined
+    losses = scalar_series(job / "summaries" / "train", "train/loss")
+    assert [s for s, _ in losses] == list(range(1, STEPS + 1))
+    np.testing.assert_allclose([v for _, v in losses], plain_losses, rtol=2e-5, atol=2e-5)
+
+    # Stored as [R, L / R, ...]: layer r * L / R + i at [r, i], the plain stack's [L, ...] order.
+    params = restore_params(job, STEPS)
+    w = params["lm"]["transformer"]["repeat"]["block"]["ff_layer"]["ffn_layer1"]["w"]
+    assert w.shape == (2, 2, 64, 256)
+    flat_ours = jax.tree_util.tree_flatten_with_path(params)[0]
+    flat_plain = jax.tree_util.tree_flatten_with_path(plain_params)[0]
+    for (path, a), (plain_path, b) in zip(flat_ours, flat_plain, strict=True):
+        assert path == plain_path
+        a, b = np.asarray(a), np.asarray(b)
+        if "repeat" in jax.tree_util.keystr(path):
+            a = a.reshape(b.shape)
+        np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5, err_msg=jax.tree_util.keystr(path))
 
 
 def _run_two_processes(*args: str) -> str:

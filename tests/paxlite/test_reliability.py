@@ -58,6 +58,44 @@ def test_skipping_nonfinite_updates_counts_them_and_goes_on(tmp_path):
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree_util.tree_leaves(params))
 
 
+def test_a_skipped_nonfinite_step_leaves_params_and_optimizer_state_bit_equal():
+    """The experiment's own train step, after a good step (so the optimizer moments are set):
+    a batch whose loss is NaN (an infinite token weight) changes neither the params nor the
+    optimizer state by a bit; the step still counts (TrainState.step), as a non-finite one."""
+    from paxlite import base_experiment, trainer_lib
+    from praxis_lite import config as config_lib
+    from tasks.lm.synthetic import LmSyntheticTiny
+
+    exp = base_experiment.with_overrides(LmSyntheticTiny, {"PERCORE_BATCH_SIZE": 2})()
+    task_cfg = exp.task()
+    task_cfg.skip_nonfinite_updates = True
+    task = config_lib.instantiate(task_cfg)
+    inp = config_lib.instantiate([c for c in exp.datasets() if c.is_training][0])
+    good, bad = inp.get_next(), inp.get_next()
+    bad.weights[0, 3] = np.inf
+    init = jax.jit(lambda k, b: trainer_lib.unbox(trainer_lib.make_init_fn(task)(k, b)))
+    step_fn = jax.jit(trainer_lib.make_train_step(task))
+    key = jax.random.key(0)
+    state, metrics = step_fn(init(key, good), good, key)
+    assert np.isfinite(float(metrics["loss"])) and int(state.nonfinite_steps) == 0
+    before = jax.device_get(state)
+
+    after, metrics = step_fn(state, bad, key)
+    assert not np.isfinite(float(metrics["loss"]))
+    after = jax.device_get(after)
+    assert int(after.step) == int(before.step) + 1
+    assert int(after.nonfinite_steps) == 1 and int(after.first_nonfinite_step) == before.step
+    for name in ("params", "opt_state"):
+        old, new = getattr(before, name), getattr(after, name)
+        assert jax.tree_util.tree_structure(old) == jax.tree_util.tree_structure(new)
+        for x, y in zip(
+            jax.tree_util.tree_leaves(old), jax.tree_util.tree_leaves(new), strict=True
+        ):
+            x, y = np.atleast_1d(x), np.atleast_1d(y)
+            assert x.dtype == y.dtype, name
+            np.testing.assert_array_equal(x.view(np.uint8), y.view(np.uint8), err_msg=name)
+
+
 def test_sigterm_saves_and_the_same_command_resumes_exactly(tmp_path):
     straight, preempted = tmp_path / "straight", tmp_path / "preempted"
     args = [*LOOP, "--set=NUM_TRAIN_STEPS=400", "--set=DROPOUT_PROB=0.1"]

@@ -1,5 +1,9 @@
 """Checkpoints restore resharded: written on 8 devices, read on 4 and 2, and written on 2, read
-on 8; training goes on with the same losses."""
+on 8; training goes on exactly as a run that was never stopped (same losses, same parameters).
+
+The reference is an uninterrupted run, so a restore that loses the input position (and so
+trains on other batches: the synthetic input's batches depend on their position) fails.
+"""
 
 import shutil
 
@@ -10,51 +14,80 @@ import pytest
 from paxlite import base_experiment, train
 from tasks.lm.synthetic import LmSyntheticTiny
 
+STEPS, STOP = 14, 10
 
-def _run(job_dir, ici, devices, steps):
+
+def _job(job_dir, ici, devices):
     cls = base_experiment.with_overrides(
         LmSyntheticTiny,
         {
             "ICI_MESH_SHAPE": ici,
-            "NUM_TRAIN_STEPS": steps,
+            "NUM_TRAIN_STEPS": STEPS,
             "SUMMARY_INTERVAL_STEPS": 1,
-            "SAVE_INTERVAL_STEPS": 10,
+            "SAVE_INTERVAL_STEPS": 100,
             "PERCORE_BATCH_SIZE": 1,
         },
     )
     exp = cls()
-    job = train.build_job(exp, exp.task(), exp.datasets(), job_dir, devices=devices)
-    return train.run(job, train.Mode.TRAIN)
+    return train.build_job(exp, exp.task(), exp.datasets(), job_dir, devices=devices)
+
+
+def _run(job_dir, ici, devices, stop_at_step=None):
+    return train.run(_job(job_dir, ici, devices), train.Mode.TRAIN, stop_at_step=stop_at_step)
+
+
+def _losses_after_stop(result) -> list[float]:
+    return [s["loss"] for step, s in result["history"] if step > STOP]
 
 
 @pytest.fixture(scope="module")
-def trained_on_8(tmp_path_factory):
-    job = tmp_path_factory.mktemp("eight") / "job"
-    _run(job, (1, 8, 1), jax.devices(), 10)
-    reference = _run(job, (1, 8, 1), jax.devices(), 14)  # continues on the same 8 devices
-    return job, [s["loss"] for step, s in reference["history"] if step > 10]
+def uninterrupted_and_stopped_on_8(tmp_path_factory):
+    """(losses of steps STOP+1..STEPS and final params of a run never stopped, the job dir of
+    a run on 8 devices stopped at STOP with its checkpoint)."""
+    straight = _run(tmp_path_factory.mktemp("straight") / "job", (1, 8, 1), jax.devices())
+    stopped = tmp_path_factory.mktemp("eight") / "job"
+    _run(stopped, (1, 8, 1), jax.devices(), stop_at_step=STOP)
+    assert sorted(p.name for p in (stopped / "checkpoints").iterdir()) == [str(STOP)]
+    params = jax.device_get(straight["state"].params)
+    return _losses_after_stop(straight), params, stopped
+
+
+def _assert_continues_as_uninterrupted(result, reference_losses, reference_params, count):
+    leaf = jax.tree_util.tree_leaves(result["state"].params)[0]
+    assert len(leaf.sharding.device_set) == count
+    np.testing.assert_allclose(_losses_after_stop(result), reference_losses, rtol=2e-5, atol=2e-5)
+    params = jax.device_get(result["state"].params)
+    for got, want in zip(
+        jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(reference_params), strict=True
+    ):
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-5)
+
+
+def test_the_input_position_decides_the_batches(tmp_path):
+    """The precondition of this file: resuming at the wrong input position gives other batches."""
+    inp = _job(tmp_path / "job", (1, 8, 1), jax.devices()).train_input
+    first = inp.get_next()
+    inp.set_state({"index": STOP})
+    assert not np.array_equal(inp.get_next().ids, first.ids)
 
 
 @pytest.mark.parametrize("count", [4, 2])
-def test_restore_on_fewer_devices_continues_with_the_same_losses(tmp_path, trained_on_8, count):
-    job8, reference_losses = trained_on_8
+def test_restore_on_fewer_devices_continues_as_uninterrupted(
+    tmp_path, uninterrupted_and_stopped_on_8, count
+):
+    reference_losses, reference_params, job8 = uninterrupted_and_stopped_on_8
     job = tmp_path / "job"
     shutil.copytree(job8, job)
-    shutil.rmtree(job / "checkpoints" / "14")  # start again from the step-10 checkpoint
-    result = _run(job, (1, count, 1), jax.devices()[:count], 14)
-    leaf = jax.tree_util.tree_leaves(result["state"].params)[0]
-    assert len(leaf.sharding.device_set) == count
-    losses = [s["loss"] for step, s in result["history"] if step > 10]
-    np.testing.assert_allclose(losses, reference_losses, rtol=2e-5, atol=2e-5)
+    result = _run(job, (1, count, 1), jax.devices()[:count])
+    _assert_continues_as_uninterrupted(result, reference_losses, reference_params, count)
 
 
-def test_restore_on_more_devices_continues_with_the_same_losses(tmp_path, trained_on_8):
-    """Written on 2 devices, restored on 8: the same losses as the run that stayed on 8."""
-    job8, reference_losses = trained_on_8
+def test_restore_on_more_devices_continues_as_uninterrupted(
+    tmp_path, uninterrupted_and_stopped_on_8
+):
+    """Written on 2 devices, restored on 8: as the run that went straight through on 8."""
+    reference_losses, reference_params, _ = uninterrupted_and_stopped_on_8
     job = tmp_path / "job"
-    _run(job, (1, 2, 1), jax.devices()[:2], 10)
-    result = _run(job, (1, 8, 1), jax.devices(), 14)
-    leaf = jax.tree_util.tree_leaves(result["state"].params)[0]
-    assert len(leaf.sharding.device_set) == 8
-    losses = [s["loss"] for step, s in result["history"] if step > 10]
-    np.testing.assert_allclose(losses, reference_losses, rtol=2e-5, atol=2e-5)
+    _run(job, (1, 2, 1), jax.devices()[:2], stop_at_step=STOP)
+    result = _run(job, (1, 8, 1), jax.devices())
+    _assert_continues_as_uninterrupted(result, reference_losses, reference_params, 8)

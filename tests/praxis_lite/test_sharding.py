@@ -1,8 +1,17 @@
-"""TransformerLm initializes directly sharded on an 8-device CPU mesh, per a golden file."""
+"""TransformerLm initializes directly sharded on an 8-device CPU mesh, per a golden file.
+
+The golden file (``golden/transformer_lm_sharding.json``: every parameter's PartitionSpec) is
+never written by the test: a missing or different file fails. After a deliberate change to the
+sharding, regenerate it with
+
+    python -m tests.praxis_lite.test_sharding --update
+
+and review its diff before committing it.
+"""
 
 import json
-import os
 import pathlib
+import sys
 
 import flax.linen as nn
 import jax
@@ -17,6 +26,7 @@ from praxis_lite.layers.transformer_models import TransformerLm
 from praxis_lite.sharding import sharded_init
 
 GOLDEN = pathlib.Path(__file__).parent / "golden" / "transformer_lm_sharding.json"
+UPDATE_COMMAND = "python -m tests.praxis_lite.test_sharding --update"
 RULES = (
     ("batch", "data"),
     ("embed", "data"),
@@ -40,16 +50,18 @@ def _spec_table(tree) -> dict[str, str]:
     return {jax.tree_util.keystr(path): str(tuple(leaf.sharding.spec)) for path, leaf in flat}
 
 
+def _mesh() -> Mesh:
+    return Mesh(np.array(jax.devices()).reshape(1, 2, 4), ("replica", "data", "mdl"))
+
+
+def _init_fn(key):
+    ids = jnp.zeros((4, 8), jnp.int32)
+    return instantiate(_lm_config()).init(key, ids, labels=ids)
+
+
 def test_transformer_lm_initializes_sharded_as_golden():
     assert jax.device_count() == 8
-    mesh = Mesh(np.array(jax.devices()).reshape(1, 2, 4), ("replica", "data", "mdl"))
-    model = instantiate(_lm_config())
-    ids = jnp.zeros((4, 8), jnp.int32)
-
-    def init_fn(key):
-        return model.init(key, ids, labels=ids)
-
-    variables, shardings = sharded_init(init_fn, mesh, RULES, jax.random.key(0))
+    variables, shardings = sharded_init(_init_fn, _mesh(), RULES, jax.random.key(0))
     params = variables["params"]
 
     # Every array came out of the jitted init already split over its shards.
@@ -62,14 +74,15 @@ def test_transformer_lm_initializes_sharded_as_golden():
     for leaf in jax.tree_util.tree_leaves(params):
         assert len(leaf.addressable_shards) == 8
 
-    # The whole table matches the golden file (written on the first run / UPDATE_GOLDENS=1).
-    table = _spec_table(params)
-    if os.environ.get("UPDATE_GOLDENS") or not GOLDEN.exists():
-        GOLDEN.write_text(json.dumps(table, indent=1, sort_keys=True) + "\n")
-    assert table == json.loads(GOLDEN.read_text())
+    # The whole table matches the golden file, which only UPDATE_COMMAND writes.
+    assert GOLDEN.exists(), f"The golden file {GOLDEN} is missing; write it with {UPDATE_COMMAND}"
+    assert _spec_table(params) == json.loads(GOLDEN.read_text()), (
+        f"The shardings differ from {GOLDEN}. If the change is intended, rewrite it with "
+        f"{UPDATE_COMMAND} and review its diff."
+    )
 
     # Init under shardings gives the same numbers as a plain single-device init.
-    plain = nn.unbox(init_fn(jax.random.key(0))["params"])
+    plain = nn.unbox(_init_fn(jax.random.key(0))["params"])
     for a, b in zip(
         jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(plain), strict=True
     ):
@@ -83,3 +96,18 @@ def test_activation_constraints_are_noops_without_a_mesh():
         variables = model.init(jax.random.key(0), ids)
         out = model.apply(variables, ids)
     assert out.logits.shape == (2, 8, 64)
+
+
+def _update_golden() -> None:
+    """Rewrites the golden file from the current code, on 8 CPU devices like the tests."""
+    jax.config.update("jax_platforms", "cpu")
+    jax.config.update("jax_num_cpu_devices", 8)
+    variables, _ = sharded_init(_init_fn, _mesh(), RULES, jax.random.key(0))
+    GOLDEN.write_text(json.dumps(_spec_table(variables["params"]), indent=1, sort_keys=True) + "\n")
+    print(f"Wrote {GOLDEN}; review its diff (git diff {GOLDEN.parent}) before committing it.")
+
+
+if __name__ == "__main__":
+    if sys.argv[1:] != ["--update"]:
+        sys.exit(f"usage: {UPDATE_COMMAND}")
+    _update_golden()

@@ -15,7 +15,12 @@ import optax
 
 from paxlite.tasks_lib import SingleTask
 from paxlite.train_state import TrainState
-from praxis_lite.base_layer import AUX_LOSS, SUMMARIES, summaries_and_aux_losses
+from praxis_lite.base_layer import (
+    AUX_LOSS,
+    SUMMARIES,
+    summaries_and_aux_losses,
+    summary_scalars,
+)
 from praxis_lite.py_utils import NestedMap
 
 Metrics = dict[str, jax.Array]
@@ -55,7 +60,9 @@ def make_train_step(
     state unchanged and is counted in ``nonfinite_steps`` (checked on the host only
     at summary/save points, so there is no extra sync per step).
     Metrics: loss, accuracy, log_pplx, grad_norm, learning_rate, num_tokens,
-    aux_loss, nonfinite_steps.
+    aux_loss (the sum of the layers' ``add_aux_loss`` terms, added to the loss that is
+    differentiated), nonfinite_steps, and ``summaries/<layer path>/<name>`` for each
+    ``add_summary`` of the model (see ``praxis_lite.base_layer.summary_scalars``).
     """
     model = task.model
     optimizer = task.learner.optimizer
@@ -70,12 +77,14 @@ def make_train_step(
             rngs={"dropout": key},
             mutable=[SUMMARIES, AUX_LOSS],
         )
-        _, aux_loss = summaries_and_aux_losses(mutables)
-        return out[loss_name] + aux_loss, (out, aux_loss)
+        summaries, aux_loss = summaries_and_aux_losses(mutables)
+        return out[loss_name] + aux_loss, (out, aux_loss, summary_scalars(summaries))
 
     def train_step(state: TrainState, batch: NestedMap, key: jax.Array):
         step_key = jax.random.fold_in(key, state.step)
-        grads, (out, aux_loss) = jax.grad(loss_fn, has_aux=True)(state.params, batch, step_key)
+        grads, (out, aux_loss, summaries) = jax.grad(loss_fn, has_aux=True)(
+            state.params, batch, step_key
+        )
         updates, opt_state = tx.update(grads, state.opt_state, state.params)
         params = optax.apply_updates(state.params, updates)
         grad_norm = optax.tree.norm(grads)
@@ -96,6 +105,7 @@ def make_train_step(
             "grad_norm": grad_norm,
             "nonfinite_steps": nonfinite_steps,
             "learning_rate": optimizer.learning_rate_at(state.step),
+            **{f"summaries/{name}": value for name, value in summaries.items()},
         }
         new_state = TrainState(
             step=state.step + 1,

@@ -11,7 +11,9 @@ Every layer in ``praxis_lite.layers`` derives from :class:`BaseLayer`, which giv
 * :meth:`BaseLayer.create_child`: a child layer from a template, where one
   template config object used in several places is one layer (shared weights);
 * :meth:`BaseLayer.add_summary` / :meth:`BaseLayer.add_aux_loss`: values
-  recorded into the ``summaries`` / ``aux_loss`` flax collections.
+  recorded into the ``summaries`` / ``aux_loss`` flax collections; the train step
+  adds the aux losses to the loss and reports every summary as a scalar metric
+  (``summaries/<layer path>/<name>``, see :func:`summary_scalars`).
 
 Parameter dtype (``dtype``) and compute dtype (``fprop_dtype``) are explicit on
 every layer; :func:`praxis_lite.config.set_dtypes` sets them over a whole tree.
@@ -127,7 +129,7 @@ class BaseLayer(nn.Module):
         return x.astype(self.fprop_dtype) if jnp.issubdtype(x.dtype, jnp.floating) else x
 
     def add_summary(self, name: str, value: jax.Array) -> None:
-        """Records a scalar or tensor into the ``summaries`` collection."""
+        """Records a scalar into the ``summaries`` collection (see :func:`summary_scalars`)."""
         self.sow(SUMMARIES, name, value)
 
     def add_aux_loss(self, name: str, value: jax.Array) -> None:
@@ -217,6 +219,20 @@ class BaseLayer(nn.Module):
             registry = {}
             object.__setattr__(root, "_praxis_shared_layers", registry)
         return registry
+
+
+def summary_scalars(summaries: dict[str, Any]) -> dict[str, jax.Array]:
+    """Each recorded summary as one float32 scalar, keyed ``'<layer path>/<name>'``.
+
+    A summary's value is the mean of what was recorded under its name: over the layers
+    of a scanned stack (recorded ``[L]``), the microbatches of a pipeline, repeated
+    calls, and the elements of a non-scalar value (record scalars).
+    """
+    values: dict[str, list[jax.Array]] = {}
+    for path, leaf in jax.tree_util.tree_flatten_with_path(summaries)[0]:
+        name = "/".join(str(k.key) for k in path if isinstance(k, jax.tree_util.DictKey))
+        values.setdefault(name, []).append(jnp.mean(jnp.asarray(leaf, jnp.float32)))
+    return {name: jnp.mean(jnp.stack(v)) for name, v in values.items()}
 
 
 def summaries_and_aux_losses(mutables: dict[str, Any]) -> tuple[dict[str, Any], jax.Array]:

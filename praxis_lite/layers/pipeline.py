@@ -71,7 +71,9 @@ class LayerwiseShardablePipelined(BaseLayer):
     """A stack of ``L = S x R x stage layers`` blocks run as a pipeline; ``[B, T, D] -> [B, T, D]``.
 
     Drop-in for a stack in ``TransformerLm.stacked_transformer_tpl``: same call
-    arguments, same result as the plain stack with the same weights.
+    arguments, same result as the plain stack with the same weights. Summaries and
+    aux losses that the blocks record (when the caller makes those collections
+    mutable) come out as the plain stack records them, averaged over microbatches.
 
     Attributes:
       num_stages: ``S``, the pipeline stages (the 'stages' logical axis; one
@@ -155,7 +157,12 @@ class LayerwiseShardablePipelined(BaseLayer):
             is_leaf=lambda v: isinstance(v, nn.Partitioned),
         )
         dropout_key = self.make_rng("dropout") if train and self.has_rng("dropout") else None
-        return self._pipeline(stored, x, side, num_micro, train, dropout_key)
+        collect = tuple(c for c in (SUMMARIES, AUX_LOSS) if self.is_mutable_collection(c))
+        y, recorded = self._pipeline(stored, x, side, num_micro, train, dropout_key, collect)
+        for collection, tree in recorded.items():
+            for name, value in tree.items():
+                self.put_variable(collection, name, value)
+        return y
 
     # --- weights ------------------------------------------------------------
     def _flat_stack(self, train: bool) -> Any:
@@ -205,7 +212,15 @@ class LayerwiseShardablePipelined(BaseLayer):
         num_micro: int,
         train: bool,
         dropout_key: jax.Array | None,
-    ) -> jax.Array:
+        collect: tuple[str, ...],
+    ) -> tuple[jax.Array, dict[str, Any]]:
+        """Runs the schedule: ``x [B, T, D]`` -> (``[B, T, D]``, recorded ``collect`` collections).
+
+        What the stages record (``add_summary`` / ``add_aux_loss``) is averaged over the
+        microbatches, per layer: ``[L, ...]`` in layer order, as the plain scanned stack
+        records it (the same numbers for batch means and for terms that do not depend
+        on the data).
+        """
         s, r, m = self.num_stages, self.circular_repeat, num_micro
         weights = self._stage_weights(stored)
         stage_body = config_lib.instantiate(self._stage_config(), parent=None)
@@ -218,7 +233,7 @@ class LayerwiseShardablePipelined(BaseLayer):
             else:
                 w = jax.tree_util.tree_map(lambda a: a[0], w)
             rngs = {"dropout": key} if key is not None else {}
-            return stage_body.apply(
+            out = stage_body.apply(
                 {PARAMS: {"repeat": {"block": w}}},
                 h,
                 paddings=pad,
@@ -226,7 +241,9 @@ class LayerwiseShardablePipelined(BaseLayer):
                 positions=pos,
                 train=train,
                 rngs=rngs,
+                mutable=list(collect) or False,
             )
+            return out if collect else (out, {})
 
         if r > 1:  # The selected weights depend on the iteration: recompute, never save them.
             run_stage = jax.checkpoint(
@@ -259,7 +276,8 @@ class LayerwiseShardablePipelined(BaseLayer):
                 if dropout_key is None
                 else jax.random.split(jax.random.fold_in(dropout_key, t), s)
             )
-            out = self._constrain_state(stages(weights, repeat, state, *side_state, keys))
+            out, recorded = stages(weights, repeat, state, *side_state, keys)
+            out = self._constrain_state(out)
             # The last stage finishes microbatch (t - S + 1) mod M; its slot in the buffer
             # is where that microbatch starts its next round (or where the output ends).
             j_out = (t - (s - 1)) % m
@@ -267,12 +285,15 @@ class LayerwiseShardablePipelined(BaseLayer):
             buffer = self._constrain_micro(buffer.at[j_out].set(done), EMBED)
             state = self._constrain_state(jnp.roll(out, 1, axis=0))
             side_state = tuple(None if a is None else jnp.roll(a, 1, axis=0) for a in side_state)
-            return (buffer, state, side_state), None
+            return (buffer, state, side_state), recorded
 
-        (buffer, _, _), _ = jax.lax.scan(
-            iteration, (micro_x, state, side_state), jnp.arange(r * m + s - 1)
+        num_iterations = r * m + s - 1
+        (buffer, _, _), recorded = jax.lax.scan(
+            iteration, (micro_x, state, side_state), jnp.arange(num_iterations)
         )
-        return _from_microbatches(buffer)
+        per_item = _microbatch_mean_weights(num_iterations, s, r, m)
+        recorded = jax.tree_util.tree_map(lambda v: _per_layer_mean(v, per_item), recorded)
+        return _from_microbatches(buffer), recorded
 
     def _constrain_state(self, a: jax.Array) -> jax.Array:
         """Per-stage activations ``[S, mb, T, D]``: one stage per device along 'stages'."""
@@ -281,6 +302,28 @@ class LayerwiseShardablePipelined(BaseLayer):
     def _constrain_micro(self, a: jax.Array, last: str) -> jax.Array:
         """Microbatched ``[M, mb, T, D]``: every microbatch split over the batch axes."""
         return self.constrain(a, (None, BATCH, LENGTH, last))
+
+
+def _microbatch_mean_weights(num_iterations: int, s: int, r: int, m: int) -> jax.Array:
+    """``[iterations, S, R]``: 1/M where device s runs virtual stage ``r S + s`` on a microbatch.
+
+    At iteration ``t`` device ``s`` holds item ``k = t - s`` of its stream (round
+    ``k // M``, microbatch ``k mod M``); ``k < 0`` and ``k >= R M`` are bubbles.
+    """
+    k = jnp.arange(num_iterations)[:, None] - jnp.arange(s)[None, :]
+    busy = (k >= 0) & (k < r * m)
+    rounds = jnp.clip(k // m, 0, r - 1)
+    one_hot = rounds[..., None] == jnp.arange(r)
+    return (busy[..., None] & one_hot).astype(jnp.float32) / m
+
+
+def _per_layer_mean(value: jax.Array, weights: jax.Array) -> jax.Array:
+    """Recorded ``[iterations, S, L / (S R), ...]`` -> mean over microbatches ``[L, ...]``.
+
+    Layer order: virtual stage ``v = r S + s`` holds layers ``v L / (S R) ...``.
+    """
+    mean = jnp.einsum("tsr,ts...->rs...", weights, value.astype(jnp.float32))
+    return mean.reshape((-1,) + mean.shape[3:]).astype(value.dtype)
 
 
 def _to_microbatches(a: jax.Array, m: int) -> jax.Array:

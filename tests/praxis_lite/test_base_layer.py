@@ -7,7 +7,13 @@ import numpy as np
 import pytest
 
 from praxis_lite import instantiate
-from praxis_lite.base_layer import AUX_LOSS, SUMMARIES, BaseLayer, summaries_and_aux_losses
+from praxis_lite.base_layer import (
+    AUX_LOSS,
+    SUMMARIES,
+    BaseLayer,
+    summaries_and_aux_losses,
+    summary_scalars,
+)
 from praxis_lite.layers.linears import Linear
 
 
@@ -37,6 +43,21 @@ def test_summaries_and_aux_losses_are_collected():
     np.testing.assert_allclose(summaries["mean_activation"][0], 3.0)
     np.testing.assert_allclose(aux, 4.5)
     assert variables["params"]["w"].names == ("embed", "mlp")
+
+
+def test_summary_scalars_name_by_layer_path_and_average_stacked_values():
+    summaries = {
+        "lm": {
+            "repeat": {"block": {"mean": (jnp.array([1.0, 2.0, 6.0]),)}},  # scanned: [L]
+            "final": {"norm": (jnp.array(2.0), jnp.array(4.0))},  # called twice
+        }
+    }
+    got = summary_scalars(summaries)
+    assert set(got) == {"lm/repeat/block/mean", "lm/final/norm"}
+    np.testing.assert_allclose(got["lm/repeat/block/mean"], 3.0)
+    np.testing.assert_allclose(got["lm/final/norm"], 3.0)
+    assert all(v.shape == () and v.dtype == jnp.float32 for v in got.values())
+    assert summary_scalars({}) == {}
 
 
 def test_axes_must_match_shape():

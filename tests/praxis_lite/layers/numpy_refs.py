@@ -61,7 +61,12 @@ def init_variables(
 
 def jit_apply(layer: nn.Module, static_argnames: tuple[str, ...] = ("train",)) -> Any:
     """``layer.apply`` jitted: one compile of a whole layer is cheaper than one per op."""
-    return jax.jit(layer.apply, static_argnames=static_argnames, compiler_options=_FAST_COMPILE)
+    return fast_jit(layer.apply, static_argnames=static_argnames)
+
+
+def fast_jit(fn: Any, **jit_kwargs: Any) -> Any:
+    """``jax.jit(fn)`` compiled with the test-only fast XLA options."""
+    return jax.jit(fn, compiler_options=_FAST_COMPILE, **jit_kwargs)
 
 
 def to_numpy(tree: Any) -> Any:

@@ -1,7 +1,8 @@
 """The pipelined stack equals the plain stack (outputs and gradients) on a sharded CPU mesh.
 
 GPipe and circular schedules, 2 and 4 stages, with and without remat, on 8 virtual
-CPU devices with the stage dimension of the weights split over a 'stage' mesh axis.
+CPU devices with the stage dimension of the weights split over a 'stage' mesh axis; and the
+aux losses and summaries that blocks record inside the stages equal the plain stack's.
 """
 
 from __future__ import annotations
@@ -18,14 +19,17 @@ import pytest
 from jax.sharding import Mesh, PartitionSpec
 
 from praxis_lite import instantiate
+from praxis_lite.base_layer import AUX_LOSS, SUMMARIES, summaries_and_aux_losses
 from praxis_lite.layers.pipeline import LayerwiseShardablePipelined, PipelineShapeError
 from praxis_lite.layers.repeats import RematPolicy, StackedTransformerRepeated
+from praxis_lite.layers.transformers import Transformer
 from praxis_lite.sharding import (
     DEFAULT_RULES,
     filter_rules_for_mesh,
     logical_shardings,
     strip_boxes,
 )
+from tests.praxis_lite.layers import numpy_refs as ref
 
 LAYERS, DIMS, BATCH, SEQ = 8, 16, 8, 8
 
@@ -179,3 +183,59 @@ def test_bad_batch_or_schedule_is_named(fields, batch, message):
     params = jax.eval_shape(pipe.init, jax.random.key(0), x)["params"]
     with pytest.raises(PipelineShapeError, match=message):  # Raised while tracing.
         jax.eval_shape(lambda p, x: pipe.apply({"params": p}, x), params, x)
+
+
+class _RecordingBlock(Transformer):
+    """A Transformer block that records an aux loss and a summary of its output (batch means)."""
+
+    def __call__(self, x, **kwargs):
+        y = super().__call__(x, **kwargs)
+        self.add_aux_loss("output_mean_square", jnp.mean(y**2))
+        self.add_summary("output_mean", jnp.mean(y))
+        return y
+
+
+def _recording(stack_cfg) -> None:
+    """Makes the blocks of ``stack_cfg`` (a StackedTransformerRepeated config) record."""
+    stack_cfg.block_tpl = _RecordingBlock.HParams.config()
+    _block(stack_cfg.block_tpl)
+
+
+def _recorded(module, params):
+    """What ``module`` records on _inputs(): (the collections, the total aux loss)."""
+    x, side = _inputs()
+    apply = functools.partial(module.apply, mutable=[SUMMARIES, AUX_LOSS])
+    _, mutables = ref.fast_jit(apply)({"params": params}, x, **side)
+    return mutables, summaries_and_aux_losses(mutables)[1]
+
+
+@functools.cache
+def _plain_recorded():
+    """The plain recording stack: its (noised) weights and what it records."""
+    cfg = StackedTransformerRepeated.HParams.config(
+        num_layers=LAYERS, remat_policy=RematPolicy.NONE
+    )
+    _recording(cfg)
+    plain = instantiate(cfg)
+    # Noised weights: a bubble iteration (zero input) would record non-zero values.
+    params = ref.init_variables(plain, _inputs()[0])["params"]
+    return params, *_recorded(plain, params)
+
+
+@pytest.mark.parametrize("stages, repeat", [(2, 1), (2, 2)])
+def test_aux_losses_and_summaries_recorded_in_stages_match_the_plain_stack(stages, repeat):
+    """Per layer, averaged over the microbatches: the plain stack's values for batch means."""
+    params, want, want_aux = _plain_recorded()
+    cfg = LayerwiseShardablePipelined.HParams.config(
+        num_stages=stages, circular_repeat=repeat, num_microbatches=4
+    )
+    cfg.stage_tpl.num_layers = LAYERS // (stages * repeat)
+    _recording(cfg.stage_tpl)
+    pipe_params = {"repeat": {"block": _to_pipelined(params["repeat"]["block"], repeat)}}
+    got, got_aux = _recorded(instantiate(cfg), pipe_params)
+    per_layer = want[AUX_LOSS]["repeat"]["block"]["output_mean_square"][0]
+    assert per_layer.shape == (LAYERS,) and len(np.unique(np.round(per_layer, 4))) > 1
+    assert jax.tree_util.tree_structure(got) == jax.tree_util.tree_structure(want)
+    for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    np.testing.assert_allclose(got_aux, want_aux, rtol=1e-5)

@@ -132,6 +132,95 @@ def test_adafactor_decreases_loss_and_factors_state():
     assert int(factored.count) == 20
 
 
+# --- Adafactor against the published rule ---------------------------------------------
+# Gradients independent of the parameters, their scale jumping between steps, so that the
+# second-moment average lags the current gradient and update clipping does something.
+_GRAD_RNG = np.random.default_rng(1)
+_ADAFACTOR_GRADS = [
+    {k: (scale * _GRAD_RNG.normal(size=v.shape)).astype(np.float32) for k, v in _INIT.items()}
+    for scale in (1.0, 4.0, 0.5, 8.0, 1.0, 16.0)
+]
+
+
+def _run_on_gradients(opt, grads_seq):
+    """Applies ``opt`` to _INIT with the given gradient of each step (float32, jitted)."""
+    tx = opt.make()
+    params = jax.tree.map(jnp.asarray, _INIT)
+    state = tx.init(params)
+
+    @jax.jit
+    def step(params, state, grads):
+        updates, state = tx.update(grads, state, params)
+        return optax.apply_updates(params, updates), state
+
+    for grads in grads_seq:
+        params, state = step(params, state, grads)
+    return jax.tree.map(np.asarray, params), state
+
+
+def _rms(a: np.ndarray) -> float:
+    return float(np.sqrt(np.mean(a**2)))
+
+
+def _ref_adafactor(opt, grads_seq=_ADAFACTOR_GRADS, decay_exponent=None, clipping="opt"):
+    """Adafactor (Shazeer & Stern 2018, Algorithms 4 and 5) as T5X runs it, in float64.
+
+    Step ``t = 1, 2, ...``: second-moment decay ``1 - t ** -decay_rate``; ``g^2 + eps1``
+    averaged per row and per column of a factored (2-D, both dims >= min_dim_size_to_factor)
+    parameter, ``V = R C / mean(R)``, else elementwise; ``U = G / sqrt(V)``, divided by
+    ``max(1, RMS(U) / d)``; step size ``lr(t)`` times ``max(eps2 = 1e-3, RMS(param))`` when
+    parameters scale it; decoupled decay ``lr(t) * weight_decay * param``.
+    ``decay_exponent`` / ``clipping`` override the optimizer's (to show they matter).
+    """
+    exponent = opt.decay_rate if decay_exponent is None else decay_exponent
+    threshold = opt.clipping_threshold if clipping == "opt" else clipping
+    params = {k: v.astype(np.float64) for k, v in _INIT.items()}
+    moments = {}
+    for t, grads in enumerate(grads_seq, start=1):
+        decay = 1.0 - t**-exponent
+        for k, g in grads.items():
+            g2 = g.astype(np.float64) ** 2 + opt.epsilon
+            if g.ndim == 2 and min(g.shape) >= opt.min_dim_size_to_factor:
+                row, col = moments.get(k, (0.0, 0.0))
+                row = decay * row + (1 - decay) * g2.mean(axis=1)
+                col = decay * col + (1 - decay) * g2.mean(axis=0)
+                moments[k] = row, col
+                v = np.outer(row, col) / row.mean()
+            else:
+                v = moments[k] = decay * moments.get(k, 0.0) + (1 - decay) * g2
+            u = g / np.sqrt(v)
+            if threshold is not None:
+                u = u / max(1.0, _rms(u) / threshold)
+            lr = _lr(opt, t - 1)
+            step_size = lr * max(1e-3, _rms(params[k])) if opt.multiply_by_parameter_scale else lr
+            params[k] = params[k] - step_size * u - lr * opt.weight_decay * params[k]
+    return params
+
+
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(min_dim_size_to_factor=2),  # The defaults (T5X's); w [3, 4] factored
+        dict(decay_rate=0.5, clipping_threshold=None, multiply_by_parameter_scale=False),
+        dict(min_dim_size_to_factor=3, clipping_threshold=1.5, weight_decay=0.1),
+    ],
+    ids=["t5x_factored", "unfactored_no_clip_absolute_lr", "clip1.5_weight_decay"],
+)
+def test_adafactor_matches_published_rule(fields):
+    opt = optimizers.Adafactor(learning_rate=0.05, lr_schedule=_SCHEDULE, **fields)
+    got, state = _run_on_gradients(opt, _ADAFACTOR_GRADS)
+    want = _ref_adafactor(opt)
+    for k in want:
+        np.testing.assert_allclose(got[k], want[k], rtol=2e-5, atol=1e-6, err_msg=k)
+    factored = next(s for s in state if isinstance(s, optax.FactoredState))
+    assert (factored.v_row["w"].shape == (3,)) == (opt.min_dim_size_to_factor <= 3)
+    # The decay schedule and the clipping each change the result on these gradients.
+    other_exponent = _ref_adafactor(opt, decay_exponent=opt.decay_rate / 2)
+    assert not np.allclose(want["w"], other_exponent["w"], rtol=1e-4)
+    if opt.clipping_threshold is not None:
+        assert not np.allclose(want["w"], _ref_adafactor(opt, clipping=None)["w"], rtol=1e-4)
+
+
 def test_global_norm_clipping_rescales_the_gradient():
     clip = 0.5
     huge = {k: 1e4 * _RNG.normal(size=v.shape).astype(np.float32) for k, v in _INIT.items()}

@@ -99,6 +99,10 @@ def test_causal_mask_hides_the_future(variant):
     variables = _variables(variant)
     x = ref.normal((b, t, D))
     y = np.asarray(apply(variables, x))
+    # All tokens real (no padding masks anything): only the causal mask hides the future.
+    p = ref.to_numpy(variables["params"])
+    want = ref.attention(x.astype(np.float64), p, **VARIANTS[variant][1])
+    ref.assert_close(y, want, jnp.float32, tol=1e-4)
     for s in (0, 2):
         x2 = x.copy()
         x2[:, s + 1] += ref.normal((b, D), seed=s + 10)

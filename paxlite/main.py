@@ -263,6 +263,13 @@ def _write_config_files(job_log_dir: pathlib.Path, saved: dict[pathlib.Path, byt
             path.unlink(missing_ok=True)
 
 
+def _unproxied(error: BaseException) -> BaseException:
+    """The error itself, not Fiddle's proxy of it (which appends the config being built)."""
+    while hasattr(error, "proxy_base_exception"):
+        error = error.proxy_base_exception
+    return error
+
+
 def _mesh_size(experiment: Any) -> int:
     dcn = experiment.DCN_MESH_SHAPE or (1,)
     return math.prod(experiment.ICI_MESH_SHAPE) * math.prod(dcn)
@@ -282,6 +289,7 @@ def main(argv: Sequence[str]) -> None:
     from paxlite.checkpoints import CheckpointCorruptError, CheckpointMismatchError
     from paxlite.experiment_registry import ExperimentRegistryError
     from paxlite.mesh import MeshShapeError
+    from praxis_lite.base_input import InputDataError
 
     if FLAGS.tfds_data_dir:  # Before datasets() registers tasks; seqio is imported only here.
         import seqio
@@ -343,7 +351,7 @@ def main(argv: Sequence[str]) -> None:
         TypeError,
         ValueError,
     ) as e:
-        print(f"paxlite: error: {e}", file=sys.stderr)
+        print(f"paxlite: error: {_unproxied(e)}", file=sys.stderr)
         sys.exit(2)
     previous_config = _read_config_files(job_log_dir)
     try:
@@ -375,7 +383,7 @@ def main(argv: Sequence[str]) -> None:
             _write_config_files(job_log_dir, previous_config)
         print(f"paxlite: error: {e}", file=sys.stderr)
         sys.exit(2)
-    except FileNotFoundError as e:
+    except (FileNotFoundError, InputDataError) as e:  # Data found missing or bad while read.
         print(f"paxlite: error: {e}", file=sys.stderr)
         sys.exit(2)
     if result.get("preempted"):

@@ -50,6 +50,15 @@ class InputConfigError(ValueError):
     """An input's settings contradict each other."""
 
 
+class InputDataError(ValueError):
+    """An input's data or vocabulary is missing, empty, truncated or malformed.
+
+    The message is one line: what is wrong, naming the file (and the line or
+    record), then ``;`` and the fix (the knob or flag that names the data).
+    Raised when an input is built or, for damage found while reading, by ``get_next``.
+    """
+
+
 @dataclasses.dataclass
 class BaseInput:
     """Base of all inputs.
@@ -125,6 +134,14 @@ class BaseInput:
     def set_state(self, state: dict[str, Any]) -> None:
         """Continues from a position returned by :meth:`get_state`."""
         raise NotImplementedError
+
+    def close(self) -> None:
+        """Releases what reads the data (pipeline threads); reading again needs ``reset``.
+
+        Call it before the process ends: a reader whose threads run Python code
+        (TensorFlow's ``numpy_function``) cannot be torn down once the interpreter
+        has begun to shut down.
+        """
 
     @property
     def score_metric_fns(self) -> Sequence[Callable[[list[str], list[float]], dict[str, Any]]]:

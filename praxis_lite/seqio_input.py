@@ -52,10 +52,12 @@ idempotent task registration.
 
 from __future__ import annotations
 
+import atexit
 import dataclasses
 import difflib
 import enum
 import os
+import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -64,7 +66,7 @@ import seqio
 import tensorflow as tf
 from absl import logging
 
-from praxis_lite.base_input import BaseInput, InputConfigError
+from praxis_lite.base_input import BaseInput, InputConfigError, InputDataError
 from praxis_lite.py_utils import NestedMap
 
 try:  # The input pipeline runs on the host; keep TensorFlow off the accelerators.
@@ -74,8 +76,14 @@ except (RuntimeError, ValueError):  # TF already initialized its devices.
 
 _AUTOTUNE = tf.data.AUTOTUNE
 
+# Inputs with a live pipeline. Their threads may be inside a task's Python code
+# (numpy_function): at interpreter shutdown those can never finish and tearing the
+# pipeline down would hang, so every input is closed at exit, before the shutdown.
+_open_inputs: weakref.WeakValueDictionary[int, SeqIOInput] = weakref.WeakValueDictionary()
+atexit.register(lambda: [inp.close() for inp in list(_open_inputs.values())])
 
-class InputDataNotFoundError(InputConfigError, FileNotFoundError):
+
+class InputDataNotFoundError(InputDataError, FileNotFoundError):
     """Data or a vocabulary file that an input needs is not where it was looked for."""
 
 
@@ -105,6 +113,9 @@ class SeqIOInput(BaseInput):
         prompt/target batches of one Task, formed as the DecodeForm says.
       prompt_len: prompt tokens per example with ``DecodeForm.TARGETS_PREFIX``
         (0 otherwise).
+      data_flag: how a user points this input at other data, named by data errors
+        (e.g. '--set=TEXT_DATA_PATH=PATH', '--tfds_data_dir=DIR'); empty: the
+        path the task was registered with.
     """
 
     mixture_name: str = dataclasses.field(kw_only=True)
@@ -116,6 +127,7 @@ class SeqIOInput(BaseInput):
     model_vocab_size: int | None = None
     decode_form: DecodeForm | None = None
     prompt_len: int = 0
+    data_flag: str = ""
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -136,11 +148,13 @@ class SeqIOInput(BaseInput):
                 f"{where}: shuffle_buffer_size applies to a Task; {self.mixture_name!r} is a "
                 "Mixture whose tasks use their own buffer sizes. Leave it None."
             )
+        flag = self.data_flag
         for task in seqio.get_subtasks(self._provider):
             _check_vocabularies(task, where)
             _check_tfds_data(task, self.split_name, where)  # Before splits: TFDS reads them.
             _check_split(task, self.split_name, where)
-            _check_files(task, self.split_name, where)
+            _check_files(task, self.split_name, where, flag or "the task's file pattern")
+            _check_tfds_files(task, self.split_name, where, flag or "--tfds_data_dir=DIR")
         if self.model_vocab_size is not None:
             size = self._vocabulary().vocab_size
             if size > self.model_vocab_size:
@@ -150,6 +164,8 @@ class SeqIOInput(BaseInput):
                     f"size (the experiment's VOCAB_SIZE knob) to at least {size}."
                 )
         self._check_decode_form(where)
+        if self.repeats:
+            self._check_yields_examples()
         self._eval_batches: int | None = None
         self._build(skip=0)
 
@@ -162,7 +178,7 @@ class SeqIOInput(BaseInput):
         elif self.reset_for_eval:
             batch = self._next_padded()
         else:
-            batch = self._to_batch(next(self._iterator))
+            batch = self._to_batch(self._next_raw())
         self._num_batches += 1
         if self._num_batches == 1:
             self._first_batch = batch
@@ -170,6 +186,9 @@ class SeqIOInput(BaseInput):
 
     def reset(self) -> None:
         """Rewinds to the first batch (cheaply when at most one batch was read)."""
+        if self._iterator is None:  # Closed.
+            self._build(skip=0)
+            return
         if self._num_batches == 0:
             return
         if self._num_batches == 1 and self._first_batch is not None:
@@ -291,12 +310,14 @@ class SeqIOInput(BaseInput):
     def _vocabulary(self) -> seqio.Vocabulary:
         return self._provider.output_features["targets"].vocabulary
 
-    def _examples(self, shard_index: int, num_epochs: int | None) -> tf.data.Dataset:
-        """The converted (unbatched) examples of one host's shard."""
+    def _examples(
+        self, shard_index: int, num_epochs: int | None, shuffle: bool | None = None
+    ) -> tf.data.Dataset:
+        """The converted (unbatched) examples of one host's shard (``shuffle``: ``shuffles``)."""
         kwargs: dict[str, Any] = dict(
             sequence_length=self.task_feature_lengths,
             split=self.split_name,
-            shuffle=self.shuffles,
+            shuffle=self.shuffles if shuffle is None else shuffle,
             seed=self.seed,
             shard_info=(
                 seqio.ShardInfo(index=shard_index, num_shards=self.num_infeed_hosts)
@@ -360,17 +381,98 @@ class SeqIOInput(BaseInput):
         options.deterministic = True
         ds = ds.with_options(options).prefetch(_AUTOTUNE)
         self._iterator = ds.as_numpy_iterator()
+        _open_inputs[id(self)] = self
         self._num_batches = skip
         self._replay: list[NestedMap] = []
         self._first_batch: NestedMap | None = None
 
+    def close(self) -> None:
+        """Drops the pipeline's iterator (its threads end); ``reset`` rebuilds it."""
+        self._iterator = None
+        self._replay, self._first_batch = [], None
+
+    def _next_raw(self) -> dict[str, np.ndarray]:
+        """The pipeline's next batch; damaged or missing data becomes one InputDataError.
+
+        After a read error the pipeline is closed at once: its other threads may be
+        inside the task's Python code, and could not finish at interpreter shutdown.
+        """
+        if self._iterator is None:
+            raise InputConfigError(f"SeqIOInput '{self.name}' is closed; reset() it first.")
+        try:
+            return next(self._iterator)
+        except StopIteration:
+            if self._num_batches == 0 and (self.repeats or self.num_infeed_hosts == 1):
+                raise self._no_examples_error() from None  # (Multi-host eval: _next_padded.)
+            raise
+        except tf.errors.OpError as e:
+            error = self._read_error(e)
+        # Outside the except block: the error must not keep the iterator alive as context.
+        self.close()
+        raise error
+
+    def _check_yields_examples(self) -> None:
+        """Raises unless one epoch of this host's shard yields an example.
+
+        A repeating pipeline whose every example is filtered out never returns (it
+        reads its files again and again), so this reads up to the first example of
+        one unshuffled epoch before the input is used.
+        """
+        try:
+            found = any(True for _ in self._examples(self.infeed_host_index, 1, False).take(1))
+        except tf.errors.OpError as e:
+            error = self._read_error(e)
+        else:
+            error = None if found else self._no_examples_error()
+        if error is not None:  # Raised outside the except: no pipeline kept alive as context.
+            raise error
+
+    def _split_files(self) -> list[str]:
+        """The files every task of this input reads for ``split_name``."""
+        files: list[str] = []
+        for task in seqio.get_subtasks(self._provider):
+            files += split_files(task, self.split_name)
+        return files
+
+    def _no_examples_error(self) -> InputDataError:
+        files = self._split_files()
+        shown = ", ".join(files[:3]) + (f" and {len(files) - 3} more" if len(files) > 3 else "")
+        return InputDataError(
+            f"SeqIOInput '{self.name}': split {self.split_name!r} of {self.mixture_name!r} "
+            f"yields no examples: its files ({shown}) hold no documents, or every one was "
+            f"filtered out; point {self.data_flag or 'the task'} at files with documents."
+        )
+
+    def _read_error(self, e: tf.errors.OpError) -> InputDataError:
+        """The one-line InputDataError for an error TensorFlow raised while reading."""
+        where = f"SeqIOInput '{self.name}'"
+        fix = self.data_flag or "the task"
+        message = tf_error_message(e)
+        marker = f"{InputDataError.__name__}: "
+        if marker in message:  # Raised by a task's own parsing code (e.g. a JSONL line).
+            return InputDataError(f"{where}: {message.split(marker, 1)[1].splitlines()[0]}")
+        if isinstance(e, tf.errors.DataLossError):
+            bad = find_bad_tfrecord(self._split_files())
+            if bad:
+                return InputDataError(
+                    f"{where}: {bad}; re-create or remove that file, or point {fix} at "
+                    "undamaged files."
+                )
+        return InputDataError(
+            f"{where}: reading split {self.split_name!r} of {self.mixture_name!r} failed: "
+            f"{type(e).__name__}: {message.splitlines()[0][:300]}; fix the data or point "
+            f"{fix} at other files."
+        )
+
     def _next_padded(self) -> NestedMap:
         """One-epoch eval: real batches padded to batch_size, then all-zero batches."""
         total = self._num_eval_batches()
+        if total == 0:
+            raise self._no_examples_error()  # Not one example on any host.
         if total is not None and self._num_batches >= total:
             raise StopIteration
         try:
-            raw = next(self._iterator)
+            raw = self._next_raw()
         except StopIteration:
             if total is None:  # A single host stops when its data ends.
                 raise
@@ -488,33 +590,176 @@ def _check_split(task: seqio.Task, split: str, where: str) -> None:
         )
 
 
-def _check_files(task: seqio.Task, split: str, where: str) -> None:
-    """Raises if a file source's pattern for ``split`` matches no file."""
-    if isinstance(task.source, seqio.FileDataSource) and not task.source.list_shards(split):
+def _check_files(task: seqio.Task, split: str, where: str, fix: str) -> None:
+    """Raises unless a file source's files for ``split`` exist, hold data and start well.
+
+    Each file must be non-empty; a source with a ``check_file(path, fix)`` method
+    (the text tasks' sources) also has it look at the start of each file.
+    """
+    source = task.source
+    if not isinstance(source, seqio.FileDataSource):
+        return
+    files = source.list_shards(split)
+    if not files:
+        pattern = getattr(source, "_split_to_filepattern", {}).get(split, source)
         raise InputDataNotFoundError(
-            f"{where}: no file matches split {split!r} of task {task.name!r} "
-            f"({task.source}). Fix the path the task was registered with (the text "
-            "experiments take it from TEXT_DATA_PATH / TEXT_EVAL_DATA_PATH)."
+            f"{where}: no file matches {pattern!r} (split {split!r} of task {task.name!r}); "
+            f"point {fix} at existing files."
         )
+    check_file = getattr(source, "check_file", None)
+    for path in files:
+        what = f"split {split!r} of task {task.name!r}"
+        _check_not_empty(path, what, where, f"point {fix} at files with data")
+        if check_file is not None:
+            try:
+                check_file(path, fix)
+            except InputDataError as e:
+                raise InputDataError(f"{where}: {e}") from None
+
+
+def _check_not_empty(path: str, what: str, where: str, fix: str) -> None:
+    """Raises if ``path`` (a file of ``what``) is missing or has 0 bytes; ``fix`` ends it."""
+    try:
+        size = tf.io.gfile.stat(path).length
+    except tf.errors.OpError:
+        raise InputDataNotFoundError(f"{where}: {path} ({what}) does not exist; {fix}.") from None
+    if size == 0:
+        raise InputDataError(f"{where}: {path} ({what}) is empty (0 bytes); {fix}.")
+
+
+def tf_error_message(e: tf.errors.OpError) -> str:
+    """``e``'s message without TensorFlow's function-node prefix and op suffix."""
+    message = e.message
+    if message.startswith("{{function_node"):
+        message = message.split("}} ", 1)[-1]
+    return message.split(" [Op:", 1)[0].strip()
+
+
+def check_tfrecord(path: str, fix: str, *, walk: bool = True) -> None:
+    """Raises :class:`InputDataError` (ending with ``fix``) if ``path`` is a bad TFRecord file.
+
+    The first record must read; with ``walk``, the record lengths must also add up
+    to the file's size (TensorFlow reads a file cut inside a record header as if it
+    ended there, silently dropping the rest).
+    """
+    try:
+        for _ in tf.data.TFRecordDataset(path).take(1):
+            pass
+    except tf.errors.OpError as e:
+        raise InputDataError(
+            f"{path}: record 1 cannot be read ({tf_error_message(e)}): the file is "
+            f"truncated or not a TFRecord file; {fix}."
+        ) from None
+    problem = tfrecord_framing_problem(path) if walk else None
+    if problem:
+        raise InputDataError(f"{problem}; {fix}.")
+
+
+_TFRECORD_FRAMING = 16  # Bytes around each record: length (8), its CRC (4), data CRC (4).
+
+
+def tfrecord_framing_problem(path: str) -> str | None:
+    """``'<path>: record <n> is cut off ...'`` if the record lengths overrun the file, or None.
+
+    Reads the 8-byte length of each record and skips its data: cheap next to
+    reading the records, but one seek per record.
+    """
+    size = tf.io.gfile.stat(path).length
+    opener = tf.io.gfile.GFile if "://" in path else open
+    offset, number = 0, 0
+    with opener(path, "rb") as f:
+        while offset < size:
+            number += 1
+            f.seek(offset)
+            header = f.read(8)
+            end = offset + _TFRECORD_FRAMING
+            if len(header) == 8:
+                end += int.from_bytes(header, "little")
+            if end > size:
+                return (
+                    f"{path}: record {number} is cut off (it ends at byte {end}, the file at "
+                    f"{size}): the file is truncated"
+                )
+            offset = end
+    return None
+
+
+def find_bad_tfrecord(files: Sequence[str]) -> str | None:
+    """``'<file>: record <n> is ...'`` for the first cut-off or unreadable record, or None.
+
+    Reads every record of every file: for after TensorFlow reported damage at a
+    byte offset without naming the file, or sizes did not add up.
+    """
+    for path in files:
+        problem = tfrecord_framing_problem(path)
+        if problem:
+            return problem
+        count = 0
+        try:
+            for _ in tf.data.TFRecordDataset(path):
+                count += 1
+        except tf.errors.OpError as e:
+            return (
+                f"{path}: record {count + 1} is damaged ({tf_error_message(e)}; "
+                f"the {count} records before it read)"
+            )
+    return None
+
+
+def split_files(task: seqio.Task, split: str) -> list[str]:
+    """The files ``task`` reads for ``split`` (a file source's shards or a TFDS split's)."""
+    source = task.source
+    if isinstance(source, seqio.FileDataSource):
+        return list(source.list_shards(split))
+    if isinstance(source, seqio.TfdsDataSource) and not source.tfds_dataset.tfds_splits:
+        info = source.tfds_dataset.builder.info
+        if split in info.splits:
+            return [os.fspath(p) for p in info.splits[split].filepaths]
+    return []
+
+
+_VOCAB_FIX = (
+    "point the task at a SentencePiece .model file; the LM experiments take it from their "
+    "VOCAB_PATH knob (--set VOCAB_PATH=/path/to/spm.model)"
+)
 
 
 def _check_vocabularies(task: seqio.Task, where: str) -> None:
-    """Raises if a SentencePiece model file of the task is missing or unreadable."""
+    """Raises if a SentencePiece model file of the task is missing, empty or unreadable."""
     for feature_name, feature in task.output_features.items():
         path = getattr(feature.vocabulary, "sentencepiece_model_file", None)
         if not path:
             continue
+        what = (
+            f"the SentencePiece vocabulary {path!r} (feature {feature_name!r} of task "
+            f"{task.name!r})"
+        )
         try:
             found, why = tf.io.gfile.exists(path), "does not exist"
         except tf.errors.OpError as e:
             found, why = False, f"cannot be read ({e.message.splitlines()[0]})"
         if not found:
-            raise InputDataNotFoundError(
-                f"{where}: the SentencePiece vocabulary {path!r} (feature {feature_name!r} of "
-                f"task {task.name!r}) {why}. Point the task at an existing .model file; "
-                "the LM experiments take it from their VOCAB_PATH knob "
-                "(--set VOCAB_PATH=/path/to/spm.model)."
-            )
+            raise InputDataNotFoundError(f"{where}: {what} {why}; {_VOCAB_FIX}.")
+        problem = _sentencepiece_problem(path)
+        if problem:
+            raise InputDataError(f"{where}: {what} {problem}; {_VOCAB_FIX}.")
+
+
+def _sentencepiece_problem(path: str) -> str | None:
+    """Why ``path`` is not a usable SentencePiece model (empty, truncated, ...), or None."""
+    import sentencepiece  # seqio's own dependency.
+
+    with tf.io.gfile.GFile(path, "rb") as f:
+        proto = f.read()
+    if not proto:
+        return "is empty (0 bytes)"
+    try:
+        sentencepiece.SentencePieceProcessor(model_proto=proto)
+    except (RuntimeError, OSError) as e:
+        why = str(e).splitlines()[0] if str(e) else type(e).__name__
+        why = "its protobuf does not parse" if "ParseFromArray" in why else why[:200]
+        return f"is not a SentencePiece model ({why}: truncated, or another kind of file)"
+    return None
 
 
 def _default_tfds_data_dir() -> str:
@@ -552,6 +797,39 @@ def _check_tfds_data(task: seqio.Task, split: str, where: str) -> None:
             f"{where}: TFDS dataset {name!r} of task {task.name!r} is not prepared in data dir "
             f"{data_dir!r}: {info_file} does not exist. {fix}"
         )
+
+
+def _check_tfds_files(task: seqio.Task, split: str, where: str, fix: str) -> None:
+    """Raises if a prepared TFDS split has no examples, or files missing, empty or damaged.
+
+    The first record of each file is read, and local files must add up to the size
+    dataset_info.json implies (its bytes of serialized examples, plus 16 bytes of
+    TFRecord framing per example, or without them).
+    """
+    source = task.source
+    if not isinstance(source, seqio.TfdsDataSource) or source.tfds_dataset.tfds_splits:
+        return
+    info = source.tfds_dataset.builder.info.splits[split]
+    files = split_files(task, split)
+    what = f"split {split!r} of TFDS dataset {source.tfds_dataset.name!r}"
+    fix = f"re-create the prepared dataset (e.g. with `tfds build`), or pass {fix} of a good copy"
+    if info.num_examples == 0 or not files:
+        raise InputDataError(f"{where}: {what} has no examples in its dataset_info.json; {fix}.")
+    for path in files:
+        _check_not_empty(path, what, where, fix)
+        try:
+            check_tfrecord(path, fix, walk=False)  # Sizes are checked below.
+        except InputDataError as e:
+            raise InputDataError(f"{where}: {e}") from None
+    if any("://" in path for path in files):
+        return  # A remote stat per shard is slow; damage is then found while reading.
+    size = sum(os.path.getsize(path) for path in files)
+    framed = info.num_bytes + 16 * info.num_examples
+    if info.num_bytes and size not in (info.num_bytes, framed):
+        bad = find_bad_tfrecord(files) or (
+            f"its {len(files)} files hold {size} bytes, but dataset_info.json implies {framed}"
+        )
+        raise InputDataError(f"{where}: {what}: {bad}; {fix}.")
 
 
 # ----- shared pieces of LM tasks -----

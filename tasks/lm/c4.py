@@ -142,6 +142,7 @@ class C4SpmdLmBase(PaxTransformerLm):
             batch_size=self.infeed_batch_size(),
             model_vocab_size=self.VOCAB_SIZE,
             seed=self.SEED,
+            data_flag="--tfds_data_dir=DIR",
         )
         train = config_lib.Config(
             SeqIOInput, split_name="train", feature_converter_pack=self.PACKED_INPUT, **common

@@ -28,14 +28,19 @@ import tensorflow as tf
 from paxlite import experiment_registry
 from paxlite.base_experiment import KnobError
 from praxis_lite import config as config_lib
+from praxis_lite.base_input import InputDataError
 from praxis_lite.seqio_input import (
     DecodeForm,
     SeqIOInput,
+    check_tfrecord,
     lm_preprocessors,
     make_vocabulary,
     register_task_once,
 )
 from tasks.lm.synthetic import LmSyntheticTiny
+
+_AUTOTUNE = tf.data.AUTOTUNE
+_EVAL_DATA_FLAG = "--set=TEXT_EVAL_DATA_PATH=PATH"
 
 
 class TextFormat(enum.Enum):
@@ -46,27 +51,143 @@ class TextFormat(enum.Enum):
     TFRECORD = "tfrecord"
 
 
-def _jsonl_to_text(text_field: str):
-    """Preprocessor: JSON lines -> ``{'text': record[text_field]}`` (blank lines skipped)."""
+class TextFileSource(seqio.FileDataSource):
+    """Files of documents in a TextFormat; each example says where it came from.
 
-    def parse(line: bytes) -> bytes:
-        record = json.loads(line)
-        if not isinstance(record, dict) or text_field not in record:
-            keys = sorted(record) if isinstance(record, dict) else type(record).__name__
-            raise ValueError(
-                f"a JSONL record has no field {text_field!r} (it has {keys}); set TEXT_FIELD "
-                "to the field that holds the text."
+    Examples are ``{'data': line or record, 'file': path, 'number': n}`` (n counts
+    lines or records from 1), so a bad one is reported by file and number;
+    :meth:`check_file` looks at the start and end of a file before any reading.
+    """
+
+    def __init__(self, patterns: dict[str, str], text_format: TextFormat, text_field: str):
+        self.text_format, self.text_field = text_format, text_field
+        read = tf.data.TFRecordDataset if text_format is TextFormat.TFRECORD else _lines
+        super().__init__(
+            read_file_fn=lambda path: _numbered(read(path), path),
+            split_to_filepattern=patterns,
+        )
+
+    def check_file(self, path: str, fix: str) -> None:
+        """Raises :class:`InputDataError` if ``path`` does not start (or end) as its format.
+
+        ``fix`` names what points the input at other files (``SeqIOInput.data_flag``).
+        """
+        if self.text_format is TextFormat.TFRECORD:
+            check_tfrecord(
+                path,
+                "re-create it, set --set=TEXT_FORMAT= to its format (LINES, JSONL), or "
+                f"point {fix} at other files",
             )
-        return str(record[text_field]).encode("utf-8")
+            record = next(iter(tf.data.TFRecordDataset(path).take(1))).numpy()
+            example_text(record, f"{path}: record 1", self.text_field)
+            return
+        with tf.io.gfile.GFile(path, "rb") as f:
+            head, size = f.read(_PEEK_BYTES), f.size()
+            f.seek(max(size - _PEEK_BYTES, 0))
+            tail = f.read()
+        if b"\0" in head:
+            raise InputDataError(
+                f"{path}: byte {head.index(bytes(1)) + 1} is a NUL: a binary file, not "
+                f"{self.text_format.name} text; set --set=TEXT_FORMAT=TFRECORD if it holds "
+                f"tf.train.Example records, or point {fix} at text files."
+            )
+        whole = size <= len(head)
+        if whole and not head.strip():
+            raise InputDataError(
+                f"{path} holds only blank lines, no documents; point {fix} at files with text."
+            )
+        if self.text_format is TextFormat.JSONL:
+            self._check_jsonl_line(path, head.split(b"\n"), first=True, numbered=True)
+            self._check_jsonl_line(path, tail.split(b"\n"), first=False, numbered=whole)
 
-    def to_text(line: tf.Tensor) -> dict[str, tf.Tensor]:
-        text = tf.numpy_function(parse, [line], tf.string, stateful=False)
+    def _check_jsonl_line(
+        self, path: str, lines: list[bytes], *, first: bool, numbered: bool
+    ) -> None:
+        """Parses the first (or last) non-blank line of ``lines``, cut from a JSONL file."""
+        if first:
+            lines = lines[:-1] if len(lines) > 1 else lines  # The last may be cut by the peek.
+        order = range(len(lines)) if first else range(len(lines) - 1, -1, -1)
+        index = next((i for i in order if lines[i].strip()), None)
+        if index is not None:
+            where = f"{path}: line {index + 1}" if numbered else f"{path}: the last line"
+            jsonl_text(lines[index], where, self.text_field)
+
+
+_PEEK_BYTES = 1 << 16
+
+
+def _lines(path: tf.Tensor) -> tf.data.Dataset:
+    return tf.data.TextLineDataset(path)
+
+
+def _numbered(ds: tf.data.Dataset, path: tf.Tensor) -> tf.data.Dataset:
+    """``{'data', 'file', 'number'}`` examples of one file's lines or records."""
+    return ds.enumerate(start=1).map(lambda n, x: {"data": x, "file": path, "number": n})
+
+
+def jsonl_text(line: bytes, where: str, text_field: str) -> bytes:
+    """The UTF-8 text in ``text_field`` of one JSON line (at ``where``: 'FILE: line N')."""
+    try:
+        record = json.loads(line)
+    except ValueError as e:
+        why = f"{e.msg}: column {e.colno}" if isinstance(e, json.JSONDecodeError) else e
+        raise InputDataError(
+            f"{where} is not JSON ({why}); fix or remove that line (a cut-off last line "
+            "means a truncated file), or set --set=TEXT_FORMAT=LINES for plain text."
+        ) from None
+    if not isinstance(record, dict) or text_field not in record:
+        has = f"it has {sorted(record)}" if isinstance(record, dict) else "it is no object"
+        raise InputDataError(
+            f"{where} has no field {text_field!r} ({has}); set --set=TEXT_FIELD= to the field "
+            "that holds the text."
+        )
+    return str(record[text_field]).encode("utf-8")
+
+
+def example_text(record: bytes, where: str, text_field: str) -> bytes:
+    """The bytes feature ``text_field`` of one tf.train.Example (at ``where``: 'FILE: record N')."""
+    try:
+        example = tf.train.Example.FromString(record)
+    except Exception:  # protobuf's DecodeError  # noqa: BLE001
+        raise InputDataError(
+            f"{where} is not a tf.train.Example; set --set=TEXT_FORMAT= to the file's format, "
+            "or re-create the file."
+        ) from None
+    features = example.features.feature
+    if text_field not in features or features[text_field].WhichOneof("kind") != "bytes_list":
+        has = {k: v.WhichOneof("kind") for k, v in sorted(features.items())}
+        raise InputDataError(
+            f"{where} has no bytes feature {text_field!r} (it has {has}); set "
+            "--set=TEXT_FIELD= to the feature that holds the text."
+        )
+    return b"".join(features[text_field].bytes_list.value)
+
+
+def _to_text(text_format: TextFormat, text_field: str):
+    """Preprocessor: TextFileSource examples -> ``{'text': document}``.
+
+    LINES keeps every line; JSONL skips blank lines and parses the rest; TFRECORD
+    parses each record. A bad line or record raises InputDataError naming it.
+    """
+    if text_format is TextFormat.LINES:
+        return lambda ds: ds.map(lambda x: {"text": x["data"]}, num_parallel_calls=_AUTOTUNE)
+    parse, unit = (
+        (jsonl_text, "line") if text_format is TextFormat.JSONL else (example_text, "record")
+    )
+
+    def parse_one(data: bytes, path: bytes, number: int) -> bytes:
+        return parse(data, f"{path.decode()}: {unit} {int(number)}", text_field)
+
+    def to_text(x: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+        args = [x["data"], x["file"], x["number"]]
+        text = tf.numpy_function(parse_one, args, tf.string, stateful=False)
         text.set_shape([])
         return {"text": text}
 
     def preprocess(ds: tf.data.Dataset) -> tf.data.Dataset:
-        ds = ds.filter(lambda line: tf.strings.length(tf.strings.strip(line)) > 0)
-        return ds.map(to_text, num_parallel_calls=tf.data.AUTOTUNE)
+        if text_format is TextFormat.JSONL:
+            ds = ds.filter(lambda x: tf.strings.length(tf.strings.strip(x["data"])) > 0)
+        return ds.map(to_text, num_parallel_calls=_AUTOTUNE)
 
     return preprocess
 
@@ -74,16 +195,9 @@ def _jsonl_to_text(text_field: str):
 def _source_and_text(
     patterns: dict[str, str], text_format: TextFormat, text_field: str
 ) -> tuple[seqio.DataSource, list, str]:
-    """``(source, preprocessors to a text feature, its key)`` for files in ``text_format``."""
-    if text_format is TextFormat.TFRECORD:
-        source = seqio.TFExampleDataSource(
-            patterns, feature_description={text_field: tf.io.FixedLenFeature([], tf.string)}
-        )
-        return source, [], text_field
-    source = seqio.TextLineDataSource(patterns)
-    if text_format is TextFormat.JSONL:
-        return source, [_jsonl_to_text(text_field)], "text"
-    return source, [lambda ds: ds.map(lambda line: {"text": line})], "text"
+    """``(source, preprocessors to a 'text' feature, 'text')`` for files in ``text_format``."""
+    source = TextFileSource(patterns, text_format, text_field)
+    return source, [_to_text(text_format, text_field)], "text"
 
 
 def continuation_metrics(targets: list[str], predictions: list[str]) -> dict[str, float]:
@@ -251,7 +365,11 @@ class LmTextTiny(LmSyntheticTiny):
         )
         inputs = [
             config_lib.Config(
-                SeqIOInput, split_name="train", feature_converter_pack=self.PACKED_INPUT, **common
+                SeqIOInput,
+                split_name="train",
+                feature_converter_pack=self.PACKED_INPUT,
+                data_flag="--set=TEXT_DATA_PATH=PATH",
+                **common,
             )
         ]
         if self.TEXT_EVAL_DATA_PATH is not None:
@@ -262,6 +380,7 @@ class LmTextTiny(LmSyntheticTiny):
                     split_name="validation",
                     is_training=False,
                     reset_for_eval=True,
+                    data_flag=_EVAL_DATA_FLAG,
                     **common,
                 )
             )
@@ -292,5 +411,6 @@ class LmTextTiny(LmSyntheticTiny):
             reset_for_eval=True,
             model_vocab_size=self.VOCAB_SIZE,
             seed=self.SEED,
+            data_flag=_EVAL_DATA_FLAG,
         )
         return [prompts]

@@ -13,7 +13,7 @@ import tensorflow as tf
 
 from paxlite import decode_lib
 from praxis_lite import seqio_input
-from praxis_lite.base_input import InputConfigError
+from praxis_lite.base_input import InputConfigError, InputDataError
 from praxis_lite.decoding import DecoderParams
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.seqio_input import DecodeForm, InputDataNotFoundError, SeqIOInput
@@ -328,8 +328,70 @@ def test_missing_files(tmp_path):
         "no_files", _one_doc_task("no_files", {"train": pattern}, seqio.ByteVocabulary())
     )
     with pytest.raises(InputDataNotFoundError, match="no file matches") as e:
-        make("no_files")
-    assert pattern in str(e.value) and "TEXT_DATA_PATH" in str(e.value)
+        make("no_files", data_flag="--set=MY_DATA=PATH")
+    assert pattern in str(e.value) and "point --set=MY_DATA=PATH at existing files" in str(e.value)
+
+
+def _example_task(name: str, path: str) -> None:
+    """Registers ``name``: seqio's own TFExampleDataSource over ``path`` (feature 'text')."""
+    source = seqio.TFExampleDataSource(
+        {"train": path}, feature_description={"text": tf.io.FixedLenFeature([], tf.string)}
+    )
+    seqio.TaskRegistry.remove(name)
+    seqio.TaskRegistry.add_provider(
+        name,
+        seqio.Task(
+            name,
+            source=source,
+            preprocessors=[
+                lambda ds: ds.map(lambda x: {"targets": x["text"]}),
+                seqio.preprocessors.tokenize,
+            ],
+            output_features={"targets": seqio.Feature(seqio.ByteVocabulary(), add_eos=True)},
+        ),
+    )
+
+
+def test_a_damaged_record_found_while_reading_is_named_by_file_and_record(tmp_path):
+    """TensorFlow names only a byte offset; the error names the file and the record."""
+    path = tmp_path / "docs.tfrecord"
+    with tf.io.TFRecordWriter(str(path)) as writer:
+        for i in range(8):
+            text = tf.train.Feature(bytes_list=tf.train.BytesList(value=[b"doc %d" % i]))
+            features = tf.train.Features(feature={"text": text})
+            writer.write(tf.train.Example(features=features).SerializeToString())
+    data = bytearray(path.read_bytes())
+    record_size = len(data) // 8  # 8 bytes length, 4 its CRC, the data, 4 the data's CRC.
+    data[4 * record_size + 14] ^= 0xFF  # A flipped byte in record 5's data: its CRC fails.
+    path.write_bytes(bytes(data))
+    _example_task("damaged", str(path))
+    inp = make("damaged", data_flag="--set=MY_DATA=PATH")  # Record 1 reads: built fine.
+    with pytest.raises(InputDataError) as e:
+        read_all(inp)
+    message = str(e.value)
+    assert message.startswith(f"SeqIOInput 'train': {path}: record 5 is damaged (corrupted")
+    assert "the 4 records before it read" in message and "--set=MY_DATA=PATH" in message
+    _assert_clean(e.value)
+
+
+def test_an_input_with_no_examples_says_so_instead_of_stopping(tmp_path):
+    (tmp_path / "a.txt").write_text("one\ntwo\n")
+    task = seqio.Task(
+        "filtered_out",
+        source=seqio.TextLineDataSource({"train": str(tmp_path / "a.txt")}),
+        preprocessors=[
+            lambda ds: ds.filter(lambda line: tf.strings.length(line) > 10),  # None is.
+            lambda ds: ds.map(lambda line: {"targets": line}),
+            seqio.preprocessors.tokenize,
+        ],
+        output_features={"targets": seqio.Feature(seqio.ByteVocabulary(), add_eos=True)},
+    )
+    seqio.TaskRegistry.remove("filtered_out")
+    seqio.TaskRegistry.add_provider("filtered_out", task)
+    for settings in ({}, {"is_training": False, "reset_for_eval": True, "name": "eval"}):
+        with pytest.raises(InputDataError, match="yields no examples") as e:
+            make("filtered_out", **settings).get_next()
+        assert str(tmp_path / "a.txt") in str(e.value)
 
 
 def test_missing_vocabulary_file(tmp_path):

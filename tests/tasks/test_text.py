@@ -4,6 +4,7 @@ decoding prompts cut from held-out documents."""
 from __future__ import annotations
 
 import json
+import pathlib
 
 import jax
 import numpy as np
@@ -13,7 +14,7 @@ import tensorflow as tf
 
 from paxlite import base_experiment, train
 from paxlite.base_experiment import KnobError
-from praxis_lite.base_input import InputConfigError
+from praxis_lite.base_input import InputConfigError, InputDataError
 from praxis_lite.seqio_input import InputDataNotFoundError
 from tasks.lm import text
 from tasks.lm.text import LmTextTiny, TextFormat
@@ -144,9 +145,33 @@ def test_missing_vocab_file(tmp_path):
 def test_jsonl_without_the_field_says_which_knob(tmp_path):
     path = write(tmp_path, TextFormat.JSONL, field="body")
     exp = experiment(TEXT_DATA_PATH=path, TEXT_FORMAT=TextFormat.JSONL, TEXT_TASK_NAME="tj")
-    (train_input,) = inputs(exp)
-    with pytest.raises(tf.errors.InvalidArgumentError, match="no field 'text'.*TEXT_FIELD"):
+    with pytest.raises(InputDataError, match=r"line 1 has no field 'text'.*TEXT_FIELD") as e:
+        inputs(exp)
+    assert path in str(e.value)
+
+
+@pytest.mark.parametrize("fmt", [TextFormat.JSONL, TextFormat.TFRECORD])
+def test_a_bad_document_found_while_reading_names_its_line_or_record(tmp_path, fmt):
+    """Past what each file's check looks at (its first line or record): found while read."""
+    path = write(tmp_path, fmt, field="text")
+    if fmt is TextFormat.JSONL:
+        lines = pathlib.Path(path).read_text().splitlines(keepends=True)
+        lines[56] = "[1, 2]\n"
+        pathlib.Path(path).write_text("".join(lines))
+        bad = f"{path}: line 57 has no field 'text' (it is no object)"
+    else:
+        records = [r.numpy() for r in tf.data.TFRecordDataset(path)]
+        records[40] = b"not an Example"
+        with tf.io.TFRecordWriter(path) as writer:
+            for record in records:
+                writer.write(record)
+        bad = f"{path}: record 41 is not a tf.train.Example"
+    exp = experiment(TEXT_DATA_PATH=path, TEXT_FORMAT=fmt, TEXT_TASK_NAME=f"tb_{fmt.value}")
+    with pytest.raises(InputDataError) as e:  # When the input reads its first packed example.
+        (train_input,) = inputs(exp)
         train_input.get_next()
+    # (Built through Fiddle, which appends its context on later lines; main.py drops it.)
+    assert str(e.value).splitlines()[0].startswith(f"SeqIOInput 'train': {bad}")
 
 
 def test_registration_is_idempotent(tmp_path):

@@ -1,38 +1,93 @@
-"""TensorBoard summaries (clu metric writers) and the console progress line."""
+"""TensorBoard summaries and the console progress line.
+
+Event files are written with TensorBoard's own record writer and protos, so writing
+summaries imports no TensorFlow (a run on synthetic data never loads it).
+"""
 
 from __future__ import annotations
 
 import contextlib
+import os
 import pathlib
+import socket
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
 import jax
+import numpy as np
 from absl import logging
-from clu import metric_writers
+from etils import epath
+from tensorboard.compat.proto import event_pb2, summary_pb2
+from tensorboard.plugins.scalar import metadata as scalar_metadata
+from tensorboard.summary.writer.record_writer import RecordWriter
+from tensorboard.util import tensor_util
 
 if TYPE_CHECKING:
     from paxlite.mfu import StepCost
 
 
-def create_writer(job_log_dir: pathlib.Path, name: str) -> metric_writers.MetricWriter:
+class SummaryWriter:
+    """Scalars into one TensorBoard event file in ``logdir``; on processes > 0, log lines only.
+
+    Each scalar is stored as TensorFlow 2 stores it (a float32 tensor with the scalar
+    plugin's metadata): ``tensorboard --logdir`` plots it, and TensorBoard's
+    ``EventAccumulator.Tensors(tag)`` reads it back.
+    """
+
+    def __init__(self, logdir: str | os.PathLike) -> None:
+        self._records: RecordWriter | None = None
+        if jax.process_index() > 0:
+            return
+        directory = epath.Path(logdir)
+        directory.mkdir(parents=True, exist_ok=True)
+        name = f"events.out.tfevents.{time.time():.6f}.{socket.gethostname()}.{os.getpid()}.v2"
+        self._records = RecordWriter(directory.joinpath(name).open("wb"))
+        self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
+
+    def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
+        """Appends ``{tag: value}`` at ``step`` and flushes (processes > 0: logs them)."""
+        if self._records is None:
+            logging.info("[%d] %s", step, ", ".join(f"{k}={v:.6g}" for k, v in scalars.items()))
+            return
+        metadata = scalar_metadata.create_summary_metadata(display_name="", description="")
+        values = [
+            summary_pb2.Summary.Value(
+                tag=tag,
+                metadata=metadata,
+                tensor=tensor_util.make_tensor_proto(np.float32(value)),
+            )
+            for tag, value in scalars.items()
+        ]
+        event = event_pb2.Event(
+            wall_time=time.time(), step=step, summary=summary_pb2.Summary(value=values)
+        )
+        self._write(event)
+
+    def close(self) -> None:
+        if self._records is not None:
+            self._records.close()
+            self._records = None
+
+    def _write(self, event: event_pb2.Event) -> None:
+        assert self._records is not None
+        self._records.write(event.SerializeToString())
+        self._records.flush()
+
+
+def create_writer(job_log_dir: pathlib.Path, name: str) -> SummaryWriter:
     """A writer of TensorBoard event files under ``<job_log_dir>/summaries/<name>``.
 
     Only process 0 writes files; other processes only log.
     """
-    logdir = pathlib.Path(job_log_dir) / "summaries" / name
-    return metric_writers.create_default_writer(
-        str(logdir), just_logging=jax.process_index() > 0, asynchronous=False
-    )
+    return SummaryWriter(pathlib.Path(job_log_dir) / "summaries" / name)
 
 
 def write_scalars(
-    writer: metric_writers.MetricWriter, step: int, prefix: str, scalars: Mapping[str, float]
+    writer: SummaryWriter, step: int, prefix: str, scalars: Mapping[str, float]
 ) -> None:
     """Writes ``prefix/name`` scalars at ``step`` and flushes."""
     writer.write_scalars(step, {f"{prefix}/{k}": float(v) for k, v in scalars.items()})
-    writer.flush()
 
 
 class Progress:

@@ -1,10 +1,6 @@
 """Benchmark reports: figures that agree with each other, the files, main.py's mode, the sweep."""
 
 import json
-import os
-import pathlib
-import subprocess
-import sys
 from importlib import metadata
 
 import jax
@@ -13,8 +9,8 @@ import pytest
 import paxlite
 from paxlite import base_experiment, bench, bench_sweep, train
 from tasks.lm.synthetic import LmSyntheticTiny
+from tests.paxlite.test_main import NO_INPUT_LIBRARIES, run_main
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
 PNG = b"\x89PNG\r\n\x1a\n"
 
 
@@ -73,21 +69,18 @@ def test_sweep_report_from_points(figures, tmp_path):
 
 
 def test_main_benchmark_mode(tmp_path):
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
-    env["JAX_PLATFORMS"] = "cpu"
     job = tmp_path / "job"
-    proc = subprocess.run(
-        [sys.executable, "-m", "paxlite.main", "--exp=LmSyntheticTiny", f"--job_log_dir={job}"]
-        + ["--mode=benchmark", "--bench_steps=4", "--bench_warmup=1", "--mfu_definition=palm"],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
+    proc = run_main(
+        f"--job_log_dir={job}",
+        "--mode=benchmark",
+        "--bench_steps=4",
+        "--bench_warmup=1",
+        "--mfu_definition=palm",
+        report_imports=True,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "Benchmark:" in proc.stdout and "MFU" in proc.stdout
+    assert NO_INPUT_LIBRARIES in proc.stdout
     report = json.loads((job / "benchmark.json").read_text())
     assert report["mfu_definition"] == "palm" and report["timed_steps"] == 4
     assert report["peak"]["source"].startswith("calibrated")  # CPU: measured in this run

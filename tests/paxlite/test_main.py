@@ -12,6 +12,7 @@ import orbax.checkpoint as ocp
 import pytest
 from absl import flags
 from tensorboard.backend.event_processing import event_accumulator
+from tensorboard.util import tensor_util
 
 REPO = pathlib.Path(__file__).resolve().parents[2]
 EXP = "tasks.lm.synthetic.LmSyntheticTiny"
@@ -23,12 +24,29 @@ SHORT = [
 ]
 
 
-def run_main(*args: str, devices: int = 1, timeout: int = 300) -> subprocess.CompletedProcess:
+# Runs paxlite.main as `python -m` does, then prints which heavy input libraries it imported.
+REPORT_IMPORTS = (
+    "import atexit, runpy, sys; atexit.register(lambda: print('imported input libraries:', "
+    "[m for m in ('tensorflow', 'seqio', 'tensorflow_datasets') if m in sys.modules])); "
+    "runpy.run_module('paxlite.main', run_name='__main__', alter_sys=True)"
+)
+NO_INPUT_LIBRARIES = "imported input libraries: []"
+
+
+def run_main(
+    *args: str, devices: int = 1, timeout: int = 300, report_imports: bool = False
+) -> subprocess.CompletedProcess:
+    """``python -m paxlite.main --exp=EXP ARGS`` on ``devices`` CPU devices.
+
+    With ``report_imports`` the process prints, at exit, which of TensorFlow, SeqIO and
+    TFDS it imported (:data:`NO_INPUT_LIBRARIES` when none).
+    """
     env = dict(os.environ)
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     env["JAX_PLATFORMS"] = "cpu"
+    launch = ["-c", REPORT_IMPORTS] if report_imports else ["-m", "paxlite.main"]
     return subprocess.run(
-        [sys.executable, "-m", "paxlite.main", f"--exp={EXP}", *args],
+        [sys.executable, *launch, f"--exp={EXP}", *args],
         cwd=REPO,
         env=env,
         capture_output=True,
@@ -59,10 +77,7 @@ def main_in_process(*argv: str, exp: str = EXP) -> tuple[int, str]:
 def scalar_series(logdir: pathlib.Path, tag: str) -> list[tuple[int, float]]:
     acc = event_accumulator.EventAccumulator(str(logdir), size_guidance={"tensors": 0})
     acc.Reload()
-    return [
-        (e.step, float(np.asarray(__import__("tensorflow").make_ndarray(e.tensor_proto))))
-        for e in acc.Tensors(tag)
-    ]
+    return [(e.step, float(tensor_util.make_ndarray(e.tensor_proto))) for e in acc.Tensors(tag)]
 
 
 def restore_params(job_dir: pathlib.Path, step: int):
@@ -82,9 +97,10 @@ def restore_params(job_dir: pathlib.Path, step: int):
 
 def test_train_and_eval_end_to_end(tmp_path):
     job = tmp_path / "job"
-    proc = run_main(f"--job_log_dir={job}", "--mode=train_and_eval", *SHORT)
+    proc = run_main(f"--job_log_dir={job}", "--mode=train_and_eval", *SHORT, report_imports=True)
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert "step      60/60" in proc.stdout and "tokens/s" in proc.stdout
+    assert NO_INPUT_LIBRARIES in proc.stdout  # Synthetic data: no TensorFlow, not even for events.
 
     losses = scalar_series(job / "summaries" / "train", "train/loss")
     assert [s for s, _ in losses] == [10, 20, 30, 40, 50, 60]

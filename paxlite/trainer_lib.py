@@ -8,7 +8,6 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
-import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
@@ -148,8 +147,3 @@ def make_eval_step(
         return sums
 
     return eval_step
-
-
-def unbox(tree: Any) -> Any:
-    """Strips flax's logical-partitioning boxes."""
-    return nn.unbox(tree)

@@ -17,7 +17,7 @@ from typing import Any
 
 import flax.linen as nn
 import jax
-from jax.sharding import Mesh, NamedSharding
+from jax.sharding import Mesh
 
 LogicalAxes = tuple[str | None, ...]
 LogicalAxisRules = Sequence[tuple[str, str | tuple[str, ...] | None]]
@@ -122,9 +122,3 @@ def sharded_init(
         with jax.set_mesh(mesh):
             variables = jax.jit(init_unboxed, out_shardings=unboxed_shardings)(*args)
     return variables, unboxed_shardings
-
-
-def named_sharding(mesh: Mesh, rules: LogicalAxisRules, axes: LogicalAxes) -> NamedSharding:
-    """The NamedSharding of an array whose axes have logical names ``axes``."""
-    spec = nn.logical_to_mesh_axes(axes, filter_rules_for_mesh(rules, mesh))
-    return NamedSharding(mesh, spec)

@@ -6,6 +6,7 @@ import signal
 import subprocess
 import sys
 
+import flax.linen as nn
 import jax
 import numpy as np
 
@@ -73,7 +74,7 @@ def test_a_skipped_nonfinite_step_leaves_params_and_optimizer_state_bit_equal():
     inp = config_lib.instantiate([c for c in exp.datasets() if c.is_training][0])
     good, bad = inp.get_next(), inp.get_next()
     bad.weights[0, 3] = np.inf
-    init = jax.jit(lambda k, b: trainer_lib.unbox(trainer_lib.make_init_fn(task)(k, b)))
+    init = jax.jit(lambda k, b: nn.unbox(trainer_lib.make_init_fn(task)(k, b)))
     step_fn = jax.jit(trainer_lib.make_train_step(task))
     key = jax.random.key(0)
     state, metrics = step_fn(init(key, good), good, key)

@@ -4,6 +4,7 @@ Through the plain scanned stack and the pipelined stack (where they are recorded
 the pipeline's stages), with the same weights.
 """
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
@@ -63,7 +64,7 @@ def _jit(fn):
 def plain_step():
     """The plain stack's initial state, and its first step's new state and metrics."""
     task, batch, key = _task("repeated"), _batch(), jax.random.key(0)
-    init = lambda k: trainer_lib.unbox(trainer_lib.make_init_fn(task)(k, batch))  # noqa: E731
+    init = lambda k: nn.unbox(trainer_lib.make_init_fn(task)(k, batch))  # noqa: E731
     state = _jit(init)(key)
     return state, *_jit(trainer_lib.make_train_step(task))(state, batch, key)
 

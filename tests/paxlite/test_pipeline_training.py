@@ -25,6 +25,7 @@ COMMON = [
     "--set=SUMMARY_INTERVAL_STEPS=1",
     "--set=SAVE_INTERVAL_STEPS=3",
     "--set=EVAL_INTERVAL_STEPS=0",
+    "--peak_tflops=1",  # No MFU calibration: not what these tests check.
 ]
 
 
@@ -51,7 +52,7 @@ def _unpipelined(tmp_path: pathlib.Path) -> tuple[list[float], dict]:
     exp = cls()
     job = train.build_job(exp, exp.task(), exp.datasets(), tmp_path, devices=jax.devices()[:2])
     assert job.train_input.batch_size == 16
-    result = train.run(job, train.Mode.TRAIN)
+    result = train.run(job, train.Mode.TRAIN, peak_tflops=1.0)  # (No MFU calibration.)
     return [s["loss"] for _, s in result["history"]], jax.device_get(result["state"].params)
 
 

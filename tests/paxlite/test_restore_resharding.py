@@ -33,7 +33,8 @@ def _job(job_dir, ici, devices):
 
 
 def _run(job_dir, ici, devices, stop_at_step=None):
-    return train.run(_job(job_dir, ici, devices), train.Mode.TRAIN, stop_at_step=stop_at_step)
+    job = _job(job_dir, ici, devices)
+    return train.run(job, train.Mode.TRAIN, stop_at_step=stop_at_step, peak_tflops=1.0)
 
 
 def _losses_after_stop(result) -> list[float]:

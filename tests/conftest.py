@@ -21,6 +21,9 @@ os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")
 if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # The first process of the run makes it.
     _cache_dir = tempfile.mkdtemp(prefix="paxlite-tests-jax-cache-")
     os.environ["JAX_COMPILATION_CACHE_DIR"] = _cache_dir
+    # Hypothesis's own caches (not its example database, which is off) go there too, not
+    # into .hypothesis/ of the working directory.
+    os.environ["HYPOTHESIS_STORAGE_DIRECTORY"] = os.path.join(_cache_dir, "hypothesis")
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")

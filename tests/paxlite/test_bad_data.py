@@ -11,11 +11,8 @@ inside ``train.run``. All files are real, made here in temporary directories.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import shutil
-import subprocess
-import sys
 import time
 from collections.abc import Callable
 
@@ -24,7 +21,7 @@ import seqio
 import tensorflow as tf
 import tensorflow_datasets as tfds
 
-from tests.paxlite.test_main import REPO, main_in_process
+from tests.paxlite.test_main import main_in_process, run_main
 from tests.praxis_lite.test_seqio_input import train_spm
 
 TEXT_EXP = "tasks.lm.text.LmTextTiny"
@@ -305,17 +302,13 @@ def test_every_format_is_tried_with_every_kind_of_damage():
 def test_a_bad_line_found_mid_run_gives_one_line_in_a_real_process(tmp_path, good):
     """A fresh process: nothing on the real stderr but the one line (TF's C++ logs included)."""
     args, phrases = _jsonl_bad_line_57(tmp_path, good)
-    env = dict(os.environ, JAX_PLATFORMS="cpu")
-    env.pop("TF_CPP_MIN_LOG_LEVEL", None)  # main.py's own default must keep TF quiet.
-    proc = subprocess.run(
-        [sys.executable, "-m", "paxlite.main", f"--exp={TEXT_EXP}"]
-        + [f"--job_log_dir={tmp_path / 'job'}", *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
+    proc = run_main(
+        f"--job_log_dir={tmp_path / 'job'}",
+        *args,
+        exp=TEXT_EXP,
+        devices=8,
         timeout=120,
-        check=False,
+        unset_env=("TF_CPP_MIN_LOG_LEVEL",),  # main.py's own default must keep TF quiet.
     )
     assert proc.returncode == 2, proc.stderr[-3000:]
     lines = [line for line in proc.stderr.splitlines() if not _tf_startup_line(line)]

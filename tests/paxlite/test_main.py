@@ -34,19 +34,25 @@ NO_INPUT_LIBRARIES = "imported input libraries: []"
 
 
 def run_main(
-    *args: str, devices: int = 1, timeout: int = 300, report_imports: bool = False
+    *args: str,
+    devices: int = 1,
+    timeout: int = 300,
+    report_imports: bool = False,
+    exp: str = EXP,
+    unset_env: tuple[str, ...] = (),
 ) -> subprocess.CompletedProcess:
     """``python -m paxlite.main --exp=EXP ARGS`` on ``devices`` CPU devices.
 
     With ``report_imports`` the process prints, at exit, which of TensorFlow, SeqIO and
-    TFDS it imported (:data:`NO_INPUT_LIBRARIES` when none).
+    TFDS it imported (:data:`NO_INPUT_LIBRARIES` when none). ``unset_env``: variables of
+    this process the run does not inherit.
     """
-    env = dict(os.environ)
+    env = {k: v for k, v in os.environ.items() if k not in unset_env}
     env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
     env["JAX_PLATFORMS"] = "cpu"
     launch = ["-c", REPORT_IMPORTS] if report_imports else ["-m", "paxlite.main"]
     return subprocess.run(
-        [sys.executable, *launch, f"--exp={EXP}", *args],
+        [sys.executable, *launch, f"--exp={exp}", *args],
         cwd=REPO,
         env=env,
         capture_output=True,

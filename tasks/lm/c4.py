@@ -24,12 +24,8 @@ from paxlite import experiment_registry
 from praxis_lite import config as config_lib
 from praxis_lite import schedules
 from praxis_lite.layers.embedding_softmax import PositionalEmbedding, TrainablePositionalEmbedding
-from praxis_lite.seqio_input import (
-    SeqIOInput,
-    lm_preprocessors,
-    make_vocabulary,
-    register_task_once,
-)
+from praxis_lite.seqio_input import SeqIOInput
+from praxis_lite.seqio_tasks import lm_preprocessors, make_vocabulary, register_task_once
 from tasks.lm import model_params
 from tasks.lm.lm_cloud import PaxTransformerLm
 

@@ -29,14 +29,9 @@ from paxlite import experiment_registry
 from paxlite.base_experiment import KnobError
 from praxis_lite import config as config_lib
 from praxis_lite.base_input import InputDataError
-from praxis_lite.seqio_input import (
-    DecodeForm,
-    SeqIOInput,
-    check_tfrecord,
-    lm_preprocessors,
-    make_vocabulary,
-    register_task_once,
-)
+from praxis_lite.seqio_checks import check_tfrecord
+from praxis_lite.seqio_input import DecodeForm, SeqIOInput
+from praxis_lite.seqio_tasks import lm_preprocessors, make_vocabulary, register_task_once
 from tasks.lm.synthetic import LmSyntheticTiny
 
 _AUTOTUNE = tf.data.AUTOTUNE

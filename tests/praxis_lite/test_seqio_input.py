@@ -12,11 +12,12 @@ import seqio
 import tensorflow as tf
 
 from paxlite import decode_lib
-from praxis_lite import seqio_input
+from praxis_lite import seqio_tasks
 from praxis_lite.base_input import InputConfigError, InputDataError
 from praxis_lite.decoding import DecoderParams
 from praxis_lite.py_utils import NestedMap
-from praxis_lite.seqio_input import DecodeForm, InputDataNotFoundError, SeqIOInput
+from praxis_lite.seqio_checks import InputDataNotFoundError
+from praxis_lite.seqio_input import DecodeForm, SeqIOInput
 
 T = 24
 TRAIN_FILES = 4
@@ -439,13 +440,13 @@ def test_concat_and_split_preprocessors():
         lambda: ({"targets": np.asarray(d, np.int32)} for d in docs),
         output_signature={"targets": tf.TensorSpec([None], tf.int32)},
     )
-    ds = seqio_input.reduce_concat_tokens(ds, batch_size=2)
+    ds = seqio_tasks.reduce_concat_tokens(ds, batch_size=2)
     assert [x["targets"].tolist() for x in ds.as_numpy_iterator()] == [
         [5, 6, 7, 8],
         [9, 10, 11, 12, 13],
     ]
     features = {"targets": seqio.Feature(seqio.ByteVocabulary(), add_eos=True)}
-    pieces = seqio_input.split_tokens_to_targets_length(ds, {"targets": 4}, features)
+    pieces = seqio_tasks.split_tokens_to_targets_length(ds, {"targets": 4}, features)
     assert [x["targets"].tolist() for x in pieces.as_numpy_iterator()] == [
         [5, 6, 7],
         [8],

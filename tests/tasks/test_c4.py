@@ -21,7 +21,8 @@ from paxlite import base_experiment, train
 from praxis_lite import config as config_lib
 from praxis_lite import optimizers, schedules
 from praxis_lite.py_utils import NestedMap
-from praxis_lite.seqio_input import InputDataNotFoundError, SeqIOInput
+from praxis_lite.seqio_checks import InputDataNotFoundError
+from praxis_lite.seqio_input import SeqIOInput
 from tasks.lm import c4
 from tests.praxis_lite.test_seqio_input import read_all, train_spm
 

@@ -15,7 +15,7 @@ import tensorflow as tf
 from paxlite import base_experiment, train
 from paxlite.base_experiment import KnobError
 from praxis_lite.base_input import InputConfigError, InputDataError
-from praxis_lite.seqio_input import InputDataNotFoundError
+from praxis_lite.seqio_checks import InputDataNotFoundError
 from tasks.lm import text
 from tasks.lm.text import LmTextTiny, TextFormat
 from tests.paxlite.test_main import scalar_series

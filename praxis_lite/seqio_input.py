@@ -88,7 +88,12 @@ _AUTOTUNE = tf.data.AUTOTUNE
 # (numpy_function): at interpreter shutdown those can never finish and tearing the
 # pipeline down would hang, so every input is closed at exit, before the shutdown.
 _open_inputs: weakref.WeakValueDictionary[int, SeqIOInput] = weakref.WeakValueDictionary()
-atexit.register(lambda: [inp.close() for inp in list(_open_inputs.values())])
+
+
+@atexit.register
+def _close_open_inputs() -> None:
+    for inp in list(_open_inputs.values()):
+        inp.close()
 
 
 class DecodeForm(enum.Enum):

@@ -27,3 +27,28 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # The first process of the ru
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+
+# Modules whose tests run whole training jobs (often in subprocesses): run them first, so
+# that the workers end the run on short tests and neither waits alone on a long one.
+_LONG_MODULES = (
+    "test_multiprocess",
+    "test_reliability",
+    "test_pipeline_training",
+    "test_decode",
+    "test_text",
+    "test_main",
+    "test_c4",
+    "test_bad_inputs",
+    "test_restore_resharding",
+    "test_sharded_training",
+)
+
+
+def pytest_collection_modifyitems(items):
+    """Long modules first (in the order above), the rest as collected."""
+
+    def rank(item) -> int:
+        name = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
+        return _LONG_MODULES.index(name) if name in _LONG_MODULES else len(_LONG_MODULES)
+
+    items.sort(key=rank)

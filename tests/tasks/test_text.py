@@ -64,7 +64,7 @@ def test_trains_on_a_file(tmp_path, fmt):
     path = write(tmp_path, fmt)
     exp = experiment(TEXT_DATA_PATH=path, TEXT_FORMAT=fmt, TEXT_TASK_NAME=f"text_{fmt.value}")
     job = train.build_job(exp, exp.task(), exp.datasets(), tmp_path / "job")
-    result = train.run(job, train.Mode.TRAIN)
+    result = train.run(job, train.Mode.TRAIN, peak_tflops=1.0)  # (No MFU calibration.)
     losses = [s["loss"] for _, s in result["history"]]
     assert len(losses) == 8 and np.isfinite(losses).all()
     assert losses[-1] < losses[0]
@@ -200,7 +200,7 @@ def test_decodes_prompts_cut_from_held_out_documents(tmp_path):
     job = train.build_job(
         exp, task_cfg, [train_cfg], job_dir, jax.devices()[:1], exp.decoder_datasets()
     )
-    metrics = train.run(job, train.Mode.TRAIN_AND_EVAL)["decode"]["prompts"]
+    metrics = train.run(job, train.Mode.TRAIN_AND_EVAL, peak_tflops=1.0)["decode"]["prompts"]
     rows = [json.loads(x) for x in (job_dir / "decoder_out" / "prompts_step2.jsonl").open()]
     kept = [d for d in held_out if len(d) + 1 > 8]  # Bytes plus EOS.
     assert len(rows) == metrics["num_examples"] == len(kept) == 6

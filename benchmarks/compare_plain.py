@@ -5,7 +5,7 @@
 For each config, both steps are compiled, warmed up, then timed in alternating
 rounds (plain, paxlite, plain, ...) so that this machine's drift hits both
 alike. The paxlite side runs the training loop's own path: the compiled step
-(``train.compile_train_step``), the prefetching input thread and the synthetic
+(``train_setup.compile_train_step``), the prefetching input thread and the synthetic
 random-token input; the plain side makes its random tokens on the host each
 step and calls its jitted step. Prints tokens/s of both (medians over rounds)
 and paxlite / plain.
@@ -23,12 +23,12 @@ from collections.abc import Iterator
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import flax.linen as nn  # noqa: E402
 import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
 from benchmarks.plain_jax_lm import PlainRunner, Shape  # noqa: E402
-from paxlite import base_experiment, bench, prefetch, train  # noqa: E402
+from paxlite import base_experiment, partitioning, prefetch, train_setup  # noqa: E402
+from paxlite.job import build_job  # noqa: E402
 from praxis_lite import config as config_lib  # noqa: E402
 from praxis_lite.synthetic_input import SyntheticLmInput  # noqa: E402
 from tasks.lm.lm_cloud import LmCloudSpmd  # noqa: E402
@@ -82,17 +82,14 @@ class PaxliteRunner:
             "PERCORE_BATCH_SIZE": shape.batch,
         }
         exp = base_experiment.with_overrides(_PlainComparable, knobs)()
-        self.job = train.build_job(
-            exp, exp.task(), exp.datasets(), "/nonexistent", jax.devices()[:1]
-        )
+        self.job = build_job(exp, exp.task(), exp.datasets(), "/nonexistent", jax.devices()[:1])
         with self._scope():
-            self.state, jitted, sample, self.key = bench.init_state(self.job)
-            self.step_fn, self.compile_s = train.compile_train_step(
-                jitted, self.state, sample, self.key
-            )
-        sharding = train.batch_sharding_of(self.job)
+            run = train_setup.init_or_restore(self.job, train_setup.StateSource.FRESH)
+            self.state, self.key = run.state, run.train_key
+            self.step_fn, self.compile_s = train_setup.compile_train_step(self.job, run)
+        sharding = self.job.batch_sharding
         self.batches = prefetch.Prefetcher(
-            self.job.train_input, lambda b: train._to_global(b, sharding)
+            self.job.train_input, lambda b: partitioning.to_global(b, sharding)
         )
         self.tokens_per_step = shape.batch * shape.seq_len
         self.step = 0
@@ -101,7 +98,7 @@ class PaxliteRunner:
     def _scope(self) -> Iterator[None]:
         """The mesh and logical rules, as the training loop has them (only around our calls,
         so the plain step never runs under them)."""
-        with jax.set_mesh(self.job.mesh), nn.logical_axis_rules(self.job.rules):
+        with self.job.scope():
             yield
 
     def run(self, steps: int) -> float:

@@ -23,19 +23,14 @@ command line into a new subclass, parsing each value to the declared type;
 from __future__ import annotations
 
 import abc
-import ast
-import collections.abc
-import contextlib
 import difflib
-import enum
 import re
 import sys
-import types
 import typing
-import warnings
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
+from paxlite.knob_types import matches_type, parse_knob_value, type_name, value_hint
 from praxis_lite.sharding import DEFAULT_RULES
 
 _KNOB_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -144,6 +139,15 @@ class BaseExperiment(abc.ABC):
         task's ``decode_interval_steps`` is set): prompt/target batches, see BaseInput."""
         return []
 
+    def stand_in_datasets(self, dataset_cfgs: list[Any]) -> list[Any]:
+        """The inputs a compile-only run (``--mode=compile``) takes batch shapes from.
+
+        A dry run must not need the data. The default keeps ``dataset_cfgs`` (the
+        experiment's ``datasets()`` with overrides); families whose inputs read
+        files return synthetic inputs of the same batch shapes.
+        """
+        return dataset_cfgs
+
     def logical_axis_rules(self) -> tuple[tuple[str, Any], ...]:
         """The logical-axis -> mesh-axis rules for this experiment's mesh."""
         return self.LOGICAL_AXIS_RULES
@@ -173,18 +177,19 @@ class BaseExperiment(abc.ABC):
 
         One per process with plain data parallelism; fewer when processes hold
         the same batch rows (e.g. the 'stage' axis across processes: every stage
-        needs the same microbatches). See :func:`paxlite.mesh.infeed_split`.
+        needs the same microbatches). See :func:`paxlite.partitioning.infeed_split`.
         """
         import jax
 
         from paxlite import mesh as mesh_lib
+        from paxlite import partitioning
         from praxis_lite.sharding import filter_rules_for_mesh
 
         if jax.process_count() == 1:
             return 1
         mesh = mesh_lib.create_mesh(self.ICI_MESH_SHAPE, self.DCN_MESH_SHAPE, self.MESH_AXIS_NAMES)
         rules = filter_rules_for_mesh(self.logical_axis_rules(), mesh)
-        return mesh_lib.infeed_split(mesh_lib.batch_sharding(mesh, rules))[0]
+        return partitioning.infeed_split(partitioning.batch_sharding(mesh, rules))[0]
 
     def infeed_batch_size(self) -> int:
         """The batch this process's input produces: the global batch over the infeed hosts."""
@@ -259,7 +264,7 @@ def with_overrides(cls: type[_E], overrides: Mapping[str, Any]) -> type[_E]:
             except ValueError:
                 raise KnobError(
                     f"cannot set {cls.__qualname__}.{name} to {raw!r}: the knob is declared "
-                    f"{type_name(tp)}; pass {_value_hint(tp)}."
+                    f"{type_name(tp)}; pass {value_hint(tp)}."
                 ) from None
         elif matches_type(raw, tp):
             values[name] = raw
@@ -272,112 +277,6 @@ def with_overrides(cls: type[_E], overrides: Mapping[str, Any]) -> type[_E]:
         **values,
     }
     return type(cls)(cls.__name__, (cls,), namespace)
-
-
-def parse_knob_value(text: str, tp: Any) -> Any:
-    """Parses command-line ``text`` to a value of type ``tp``.
-
-    Accepts Python literals (``4``, ``0.5``, ``'x'``, ``(1, 2, 4)``, ``1,2,4``,
-    ``[1, 2]`` for a tuple knob), ``true``/``false``, ``None``/``none``, enum
-    member names (``RELU`` or ``Activation.RELU``), bare text for ``str`` knobs
-    and comma-separated bare words for tuples of str (``data,mdl``). Ints are
-    converted to float for float knobs.
-
-    Raises:
-      ValueError: ``text`` does not denote a value of type ``tp``.
-    """
-    stripped = text.strip()
-    lowered = stripped.lower()
-    candidates: list[Any] = []
-    member = _enum_member(stripped, tp)
-    if member is not None:
-        candidates.append(member)
-    if lowered in ("true", "false"):
-        candidates.append(lowered == "true")
-    if lowered in ("none", "null"):
-        candidates.append(None)
-    with (
-        contextlib.suppress(ValueError, TypeError, SyntaxError, MemoryError, RecursionError),
-        warnings.catch_warnings(),
-    ):
-        warnings.simplefilter("ignore")  # e.g. "invalid escape sequence" in arbitrary text
-        candidates.append(ast.literal_eval(stripped))
-    if "," in stripped:  # Bare words for a tuple of str: data,mdl or (data, mdl).
-        parts = [part.strip() for part in stripped.strip("()[]").split(",")]
-        candidates.append(tuple(parts[:-1] if parts[-1] == "" else parts))
-    for candidate in candidates:
-        try:
-            value = _coerce(candidate, tp)
-        except OverflowError:  # An int too large for a float knob: not a float.
-            continue
-        if matches_type(value, tp):
-            return value
-    if matches_type(text, tp):
-        return text
-    raise ValueError(f"{text!r} is not a {type_name(tp)}")
-
-
-def matches_type(value: Any, tp: Any) -> bool:
-    """Whether ``value`` is of the annotated type ``tp``.
-
-    Checks ``int``/``float``/``bool``/``str``, ``None``, enums and other classes,
-    unions, ``Literal``, ``tuple[...]``, ``list[...]``, ``set``, ``dict``,
-    ``Sequence``, ``Mapping``, ``type[...]`` and ``Callable``. An int is a valid
-    float; a bool is not an int. Types it cannot check (TypeVars, ...) accept.
-    """
-    if tp is Any or tp is object:
-        return True
-    if tp is None or tp is type(None):
-        return value is None
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        return any(matches_type(value, arg) for arg in args)
-    if origin is typing.Literal:
-        return any(value == arg and type(value) is type(arg) for arg in args)
-    if origin is ClassVar:
-        return matches_type(value, args[0])
-    if tp is bool:
-        return isinstance(value, bool)
-    if tp is int:
-        return isinstance(value, int) and not isinstance(value, bool)
-    if tp is float:
-        return isinstance(value, (int, float)) and not isinstance(value, bool)
-    if origin is tuple:
-        if not isinstance(value, tuple):
-            return False
-        if len(args) == 2 and args[1] is Ellipsis:
-            return all(matches_type(item, args[0]) for item in value)
-        return not args or (len(value) == len(args) and all(map(matches_type, value, args)))
-    if origin in (list, set, frozenset, collections.abc.Sequence, collections.abc.Set):
-        return (
-            isinstance(value, origin)
-            and not isinstance(value, str)
-            and all(matches_type(item, args[0]) for item in value)
-        )
-    if origin in (dict, collections.abc.Mapping):
-        return isinstance(value, origin) and all(
-            matches_type(k, args[0]) and matches_type(v, args[1]) for k, v in value.items()
-        )
-    if origin is type:
-        return isinstance(value, type) and (
-            args[0] is Any or not isinstance(args[0], type) or issubclass(value, args[0])
-        )
-    if origin is collections.abc.Callable:
-        return callable(value)
-    if isinstance(origin, type):
-        return isinstance(value, origin)
-    if isinstance(tp, type):
-        return isinstance(value, tp)
-    return True
-
-
-def type_name(tp: Any) -> str:
-    """A readable name for an annotated type: ``int``, ``tuple[int, ...] | None``."""
-    if tp is None or tp is type(None):
-        return "None"
-    if typing.get_origin(tp) is None and isinstance(tp, type):
-        return tp.__qualname__
-    return repr(tp).replace("typing.", "")
 
 
 def _collect_knob_types(cls: type) -> dict[str, Any]:
@@ -432,69 +331,13 @@ def _check_class_knobs(cls: type[BaseExperiment]) -> None:
 def _type_mismatch(cls: type, name: str, value: Any, tp: Any) -> str:
     return (
         f"{cls.__qualname__}.{name} is declared {type_name(tp)} but set to {value!r} "
-        f"({type(value).__name__}); use {_value_hint(tp)}."
+        f"({type(value).__name__}); use {value_hint(tp)}."
     )
-
-
-def _value_hint(tp: Any) -> str:
-    """How to write a value of type ``tp``, for error messages."""
-    members = [m for arg in _union_args(tp) if _is_enum(arg) for m in arg.__members__]
-    if members:
-        return f"one of {', '.join(members)}"
-    if tp is bool:
-        return "true or false"
-    if any(typing.get_origin(arg) is tuple for arg in _union_args(tp)):
-        return (
-            f"a value of type {type_name(tp)} (a tuple: (1, 2) in Python, 1,2 on the command line)"
-        )
-    return f"a value of type {type_name(tp)}"
 
 
 def _did_you_mean(name: str, candidates: Mapping[str, Any]) -> str:
     close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
     return f" (did you mean {' or '.join(close)}?)" if close else ""
-
-
-def _union_args(tp: Any) -> tuple[Any, ...]:
-    if typing.get_origin(tp) in (typing.Union, types.UnionType):
-        return typing.get_args(tp)
-    return (tp,)
-
-
-def _is_enum(tp: Any) -> bool:
-    return isinstance(tp, type) and issubclass(tp, enum.Enum)
-
-
-def _enum_member(text: str, tp: Any) -> enum.Enum | None:
-    """The member of an enum in ``tp`` named ``text`` (``RELU`` or ``Activation.RELU``)."""
-    for arg in _union_args(tp):
-        if _is_enum(arg):
-            name = text.removeprefix(arg.__name__ + ".")
-            if name in arg.__members__:
-                return arg.__members__[name]
-    return None
-
-
-def _coerce(value: Any, tp: Any) -> Any:
-    """Converts lists/tuples to the container type ``tp`` asks for and ints to float."""
-    origin, args = typing.get_origin(tp), typing.get_args(tp)
-    if origin is typing.Union or origin is types.UnionType:
-        for arg in args:
-            converted = _coerce(value, arg)
-            if matches_type(converted, arg):
-                return converted
-        return value
-    if tp is float and isinstance(value, int) and not isinstance(value, bool):
-        return float(value)
-    if tp in (tuple, list) and isinstance(value, (tuple, list)):
-        return tp(value)
-    if origin in (tuple, list) and isinstance(value, (tuple, list)):
-        if origin is tuple and not (len(args) == 2 and args[1] is Ellipsis):
-            if len(args) != len(value):
-                return value
-            return tuple(map(_coerce, value, args))
-        return origin(_coerce(item, args[0]) if args else item for item in value)
-    return value
 
 
 # __init_subclass__ covers subclasses only; BaseExperiment's own knobs are set here, once the

@@ -30,14 +30,12 @@ import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
-import fiddle as fdl
 import jax
 import numpy as np
 from jax.sharding import NamedSharding, PartitionSpec
 
-from paxlite import summaries
+from paxlite import partitioning, summaries
 from paxlite.tasks_lib import SingleTask
-from praxis_lite import config as config_lib
 from praxis_lite import decoding
 from praxis_lite.base_input import BaseInput
 from praxis_lite.decoding import DecoderParams
@@ -59,42 +57,10 @@ class Postprocessing(Protocol):
 
 
 def check_can_decode(model: Any) -> None:
-    """Raises :class:`DecodeConfigError` unless ``model`` can prefill and extend a KV cache.
-
-    The model needs ``prefill``/``extend_step`` (LanguageModel) and its
-    transformer stack an ``extend`` method: the plain and repeated stacks have
-    one, the pipelined stack does not.
-    """
-    if not hasattr(model, "prefill") or not hasattr(model, "extend_step"):
-        raise DecodeConfigError(
-            f"{type(model).__name__} cannot decode: it needs prefill() and extend_step() "
-            "(LanguageModel has them)."
-        )
-    stack = _stack_class(model)
-    if stack is not None and not hasattr(stack, "extend"):
-        raise DecodeConfigError(
-            f"Decoding is not supported for the {stack.__name__} stack (the model's "
-            "stacked_transformer_tpl has no extend() for a KV cache). Decode the same "
-            "experiment and checkpoint with pipelining off: for the LM experiments, "
-            "--set=NUM_STAGES=1 with the 'stage' mesh devices on another axis (e.g. "
-            "--set=ICI_MESH_SHAPE=1,1,2,1 for LmSyntheticTinyPipeline); a GPipe "
-            "(CIRCULAR_REPEAT=1) checkpoint has the plain repeated stack's weights."
-        )
-
-
-def _stack_class(model: Any) -> type | None:
-    """The class of ``model.lm_tpl.stacked_transformer_tpl`` (None if the model has no such)."""
-    node: Any = model
-    for field in ("lm_tpl", "stacked_transformer_tpl"):
-        node = getattr(node, field, None)
-        if isinstance(node, config_lib.Template):
-            node = node.value
-        if node is None:
-            return None
-    if isinstance(node, fdl.Buildable):
-        callable_ = fdl.get_callable(node)
-        return callable_ if isinstance(callable_, type) else None
-    return type(node)
+    """Raises :class:`DecodeConfigError` unless ``model`` can decode (its contract says why not)."""
+    reason = model.decode_unsupported()
+    if reason is not None:
+        raise DecodeConfigError(reason)
 
 
 def check_decode_input(inp: BaseInput) -> None:
@@ -301,6 +267,24 @@ class DecodeProgram:
             i.name: summaries.create_writer(self.job_log_dir, f"decode_{i.name}")
             for i in self.inputs
         }
+
+    @classmethod
+    def for_job(cls, job: Any, params_shardings: Any) -> DecodeProgram:
+        """The program of a ``paxlite.job.Job``'s decoder inputs (which it must have)."""
+        if not job.decoder_inputs:
+            raise ValueError(
+                "This run decodes, but the job has no decoder inputs; pass "
+                "decoder_dataset_cfgs (the experiment's decoder_datasets()) to build_job."
+            )
+        layout = job.batch_sharding
+        return cls(
+            job.task,
+            job.decoder_inputs,
+            job.job_log_dir,
+            params_shardings,
+            layout,
+            lambda b: partitioning.to_global(b, layout),
+        )
 
     def _decode(self, model_params: Any, batch: Any, key: jax.Array, steps: int) -> Any:
         if steps not in self._jitted:

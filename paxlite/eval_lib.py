@@ -8,6 +8,7 @@ from typing import Any
 import jax
 import numpy as np
 
+from paxlite import summaries
 from praxis_lite.base_input import BaseInput
 from praxis_lite.py_utils import NestedMap
 
@@ -28,10 +29,12 @@ def run_eval_pass(
     log-likelihood of every real example (weight > 0), once per pass.
 
     Returns:
-      loss and accuracy (weighted by tokens), log_pplx, num_batches, num_tokens,
-      and the score metrics by name.
+      the model's metrics averaged by their weights (``loss`` and, for LMs,
+      accuracy and log_pplx over tokens), num_batches, num_tokens (the loss's
+      summed weight), and the score metrics by name.
     """
-    totals = {"loss_sum": 0.0, "correct_sum": 0.0, "weight_sum": 0.0}
+    sums: dict[str, float] = {}
+    weights: dict[str, float] = {}
     targets: list[str] = []
     scores: list[float] = []
     num_batches = 0
@@ -40,30 +43,71 @@ def run_eval_pass(
             batch = eval_input.get_next()
         except StopIteration:
             break
-        sums = jax.device_get(eval_step(params, to_global(batch)))
-        for key in totals:
-            totals[key] += float(np.asarray(sums[key]))
-        if "example_score" in sums:
-            real = np.asarray(sums["example_weight"]) > 0
-            labels = np.asarray(sums["labels"])[real]
-            lengths = [int(np.count_nonzero(row)) for row in labels]
-            targets += eval_input.ids_to_strings(labels, lengths)
-            scores += [float(x) for x in np.asarray(sums["example_score"])[real]]
+        out = jax.device_get(eval_step(params, to_global(batch)))
+        for name in out["sums"]:
+            sums[name] = sums.get(name, 0.0) + float(np.asarray(out["sums"][name]))
+            weights[name] = weights.get(name, 0.0) + float(np.asarray(out["weights"][name]))
+        if "per_example" in out:
+            new_targets, new_scores = _scored_examples(out["per_example"], eval_input)
+            targets += new_targets
+            scores += new_scores
         num_batches += 1
     if eval_input.reset_for_eval:
         eval_input.reset()
     if num_batches == 0:
         raise ValueError(f"Eval input '{eval_input.name}' produced no batch.")
-    weight = max(totals["weight_sum"], 1e-8)
-    loss = totals["loss_sum"] / weight
-    metrics = {
-        "loss": loss,
-        "log_pplx": loss,
-        "accuracy": totals["correct_sum"] / weight,
-        "num_batches": float(num_batches),
-        "num_tokens": totals["weight_sum"],
-    }
+    metrics = {name: total / max(weights[name], 1e-8) for name, total in sums.items()}
+    metrics["num_batches"] = float(num_batches)
+    metrics["num_tokens"] = weights["loss"]
     for metric_fn in eval_input.score_metric_fns if scores else ():
         for name, value in metric_fn(targets, scores).items():
             metrics[name] = float(getattr(value, "value", value))
     return metrics
+
+
+def _scored_examples(per_example: dict[str, Any], eval_input: BaseInput):
+    """``(target texts, scores)`` of the real examples (weight > 0) of one batch."""
+    real = np.asarray(per_example["weight"]) > 0
+    target_ids = np.asarray(per_example["target_ids"])[real]
+    lengths = [int(np.count_nonzero(row)) for row in target_ids]
+    texts = eval_input.ids_to_strings(target_ids, lengths)
+    return texts, [float(x) for x in np.asarray(per_example["score"])[real]]
+
+
+class Evaluator:
+    """The eval inputs of a run with their jitted step and summary writers (built once).
+
+    Args:
+      eval_step: the jitted ``eval_step(params, global_batch)`` (see ``trainer_lib``).
+      inputs: the eval inputs.
+      job_log_dir: summaries go to ``<job_log_dir>/summaries/eval_<name>``.
+      to_global: host-local numpy batch -> global arrays.
+    """
+
+    def __init__(
+        self,
+        eval_step: Callable[[Any, Any], dict[str, Any]],
+        inputs: list[BaseInput],
+        job_log_dir: Any,
+        to_global: Callable[[NestedMap], Any],
+    ):
+        self._eval_step, self._inputs, self._to_global = eval_step, inputs, to_global
+        self._writers = {
+            i.name: summaries.create_writer(job_log_dir, f"eval_{i.name}") for i in inputs
+        }
+
+    def run(self, params: Any, step: int) -> dict[str, dict[str, float]]:
+        """One pass of every eval input; writes summaries and a console line; metrics by name."""
+        results = {}
+        for inp in self._inputs:
+            metrics = run_eval_pass(self._eval_step, params, inp, self._to_global)
+            summaries.write_scalars(self._writers[inp.name], step, f"eval_{inp.name}", metrics)
+            shown = ", ".join(
+                f"{k} {v:.4f}" for k, v in metrics.items() if k not in ("num_batches", "num_tokens")
+            )
+            summaries.log(
+                f"eval '{inp.name}' at step {step}: {shown} over "
+                f"{int(metrics['num_batches'])} batches"
+            )
+            results[inp.name] = metrics
+        return results

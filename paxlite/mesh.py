@@ -2,18 +2,13 @@
 
 from __future__ import annotations
 
-import functools
 import math
 from collections.abc import Sequence
-from typing import Any
 
-import flax.linen as nn
 import jax
 import numpy as np
 from jax.experimental import mesh_utils
-from jax.sharding import Mesh, NamedSharding, PartitionSpec
-
-from praxis_lite.sharding import BATCH
+from jax.sharding import Mesh
 
 
 class MeshShapeError(ValueError):
@@ -60,40 +55,22 @@ def create_mesh(
     return Mesh(array, tuple(axis_names))
 
 
-def batch_sharding(mesh: Mesh, rules: Any) -> NamedSharding:
-    """How batches are laid out: dim 0 over the mesh axes the rules give 'batch'."""
-    return NamedSharding(mesh, PartitionSpec(*nn.logical_to_mesh_axes((BATCH,), rules)))
+def axis_sizes(
+    ici_mesh_shape: Sequence[int],
+    dcn_mesh_shape: Sequence[int] | None,
+    axis_names: Sequence[str],
+) -> dict[str, int]:
+    """Mesh axis name -> devices on it (ICI x DCN), without building a mesh."""
+    dcn = tuple(dcn_mesh_shape) if dcn_mesh_shape else (1,) * len(ici_mesh_shape)
+    return {
+        name: ici * slices
+        for name, ici, slices in zip(axis_names, ici_mesh_shape, dcn, strict=True)
+    }
 
 
-@functools.lru_cache(maxsize=64)
-def infeed_split(sharding: NamedSharding) -> tuple[int, int]:
-    """``(num_infeed_hosts, infeed_host_index)``: how the processes share the input.
-
-    Processes whose devices hold the same rows of a batch laid out by
-    ``sharding`` (over dim 0) must read the same examples: e.g. with the 'stage'
-    axis across processes, every stage runs the same microbatches. So the
-    input is split into one part per distinct block of rows (in row order), not
-    one per process; with plain data parallelism that is one part per process.
-
-    Raises:
-      MeshShapeError: processes hold overlapping or uneven parts of the batch.
-    """
-    spec = sharding.spec[0] if sharding.spec else None
-    axes = (spec,) if isinstance(spec, str) else tuple(spec or ())
-    shards = math.prod(sharding.mesh.shape[a] for a in axes)
-    rows: dict[int, set[int]] = {}
-    for device, index in sharding.devices_indices_map((shards,)).items():
-        start, stop, _ = index[0].indices(shards)
-        rows.setdefault(device.process_index, set()).update(range(start, stop))
-    blocks = sorted({frozenset(r) for r in rows.values()}, key=min)
-    contiguous = all(max(b) - min(b) + 1 == len(b) for b in blocks)
-    if not contiguous or len({len(b) for b in blocks}) != 1 or sum(map(len, blocks)) != shards:
-        raise MeshShapeError(
-            f"The processes hold overlapping or uneven parts of the batch (mesh "
-            f"{dict(sharding.mesh.shape)}, batch over {axes}); order the mesh axes so each "
-            "process holds one contiguous, equal block of the data-parallel axes."
-        )
-    return len(blocks), blocks.index(frozenset(rows[jax.process_index()]))
+def mesh_size(ici_mesh_shape: Sequence[int], dcn_mesh_shape: Sequence[int] | None) -> int:
+    """Devices in the mesh: the product of the ICI and DCN shapes."""
+    return math.prod(ici_mesh_shape) * math.prod(dcn_mesh_shape or (1,))
 
 
 def _hybrid_device_array(ici: tuple[int, ...], dcn: tuple[int, ...], devices) -> np.ndarray:

@@ -24,7 +24,7 @@ from tensorboard.summary.writer.record_writer import RecordWriter
 from tensorboard.util import tensor_util
 
 if TYPE_CHECKING:
-    from paxlite.mfu import StepCost
+    from paxlite.step_cost import StepCost
 
 
 class SummaryWriter:
@@ -96,7 +96,7 @@ class Progress:
     The window starts at :meth:`start_window` (call it once the warm-up steps,
     which include compilation, are done and their results are ready), so the
     first interval's rates exclude them. With ``cost`` (a
-    :class:`paxlite.mfu.StepCost`), reports also carry TFLOP/s per device and
+    :class:`paxlite.step_cost.StepCost`), reports also carry TFLOP/s per device and
     MFU under ``cost.definition``.
     """
 

@@ -18,7 +18,8 @@ class Learner:
 
     Attributes:
       optimizer: the optimizer (learning rate, schedule, clipping, weight decay).
-      loss_name: the model-output key minimized (``total_loss`` for TransformerLm).
+      loss_name: the model metric minimized (a key of the model's ``metrics``; LanguageModel
+        names its objective ``total_loss``).
     """
 
     optimizer: BaseOptimizer

@@ -58,10 +58,11 @@ def make_train_step(
     A step whose loss or gradient norm is not finite leaves params and optimizer
     state unchanged and is counted in ``nonfinite_steps`` (checked on the host only
     at summary/save points, so there is no extra sync per step).
-    Metrics: loss, accuracy, log_pplx, grad_norm, learning_rate, num_tokens,
-    aux_loss (the sum of the layers' ``add_aux_loss`` terms, added to the loss that is
-    differentiated), nonfinite_steps, and ``summaries/<layer path>/<name>`` for each
-    ``add_summary`` of the model (see ``praxis_lite.base_layer.summary_scalars``).
+    Metrics: ``loss`` (the model's metric named by ``task.learner.loss_name``), the
+    model's other metrics by name, ``num_tokens`` (the loss's weight), ``aux_loss``
+    (the sum of the layers' ``add_aux_loss`` terms, added to the loss that is
+    differentiated), grad_norm, learning_rate, nonfinite_steps, and
+    ``summaries/<layer path>/<name>`` for each ``add_summary`` of the model.
     """
     model = task.model
     optimizer = task.learner.optimizer
@@ -77,73 +78,74 @@ def make_train_step(
             mutable=[SUMMARIES, AUX_LOSS],
         )
         summaries, aux_loss = summaries_and_aux_losses(mutables)
-        return out[loss_name] + aux_loss, (out, aux_loss, summary_scalars(summaries))
+        loss = out.metrics[loss_name][0]
+        return loss + aux_loss, (out.metrics, aux_loss, summary_scalars(summaries))
 
     def train_step(state: TrainState, batch: NestedMap, key: jax.Array):
         step_key = jax.random.fold_in(key, state.step)
-        grads, (out, aux_loss, summaries) = jax.grad(loss_fn, has_aux=True)(
+        grads, (model_metrics, aux_loss, summaries) = jax.grad(loss_fn, has_aux=True)(
             state.params, batch, step_key
         )
-        updates, opt_state = tx.update(grads, state.opt_state, state.params)
-        params = optax.apply_updates(state.params, updates)
         grad_norm = optax.tree.norm(grads)
-        finite = jnp.isfinite(out[loss_name]) & jnp.isfinite(grad_norm)
-        only_if_finite = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
-        params = jax.tree_util.tree_map(only_if_finite, params, state.params)
-        opt_state = jax.tree_util.tree_map(only_if_finite, opt_state, state.opt_state)
-        nonfinite_steps = state.nonfinite_steps + (~finite).astype(jnp.int32)
-        first_bad = jnp.where(
-            (state.first_nonfinite_step < 0) & ~finite, state.step, state.first_nonfinite_step
-        )
+        loss, num_tokens = model_metrics[loss_name]
+        finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
+        new_state = _apply_if_finite(tx, state, grads, finite)
         metrics = {
-            "loss": out[loss_name],
-            "accuracy": out.get("accuracy", jnp.zeros(())),
-            "log_pplx": out.get("log_pplx", jnp.zeros(())),
-            "num_tokens": out.get("num_tokens", jnp.zeros(())),
+            "loss": loss,
+            **{k: mean for k, (mean, _) in model_metrics.items() if k != loss_name},
+            "num_tokens": num_tokens,
             "aux_loss": aux_loss,
             "grad_norm": grad_norm,
-            "nonfinite_steps": nonfinite_steps,
+            "nonfinite_steps": new_state.nonfinite_steps,
             "learning_rate": optimizer.learning_rate_at(state.step),
             **{f"summaries/{name}": value for name, value in summaries.items()},
         }
-        new_state = TrainState(
-            step=state.step + 1,
-            params=params,
-            opt_state=opt_state,
-            nonfinite_steps=nonfinite_steps,
-            first_nonfinite_step=first_bad,
-        )
         return new_state, metrics
 
     return train_step
 
 
+def _apply_if_finite(
+    tx: optax.GradientTransformation, state: TrainState, grads: Any, finite: jax.Array
+) -> TrainState:
+    """The next state: the update applied if ``finite``, else params and moments kept."""
+    updates, opt_state = tx.update(grads, state.opt_state, state.params)
+    params = optax.apply_updates(state.params, updates)
+    only_if_finite = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
+    first_bad = jnp.where(
+        (state.first_nonfinite_step < 0) & ~finite, state.step, state.first_nonfinite_step
+    )
+    return TrainState(
+        step=state.step + 1,
+        params=jax.tree_util.tree_map(only_if_finite, params, state.params),
+        opt_state=jax.tree_util.tree_map(only_if_finite, opt_state, state.opt_state),
+        nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32),
+        first_nonfinite_step=first_bad,
+    )
+
+
 def make_eval_step(
     task: SingleTask, per_example: bool = False
-) -> Callable[[Any, NestedMap], Metrics]:
-    """``eval_step(params, batch) -> sums``: weighted sums to average over batches.
+) -> Callable[[Any, NestedMap], dict[str, Any]]:
+    """``eval_step(params, batch) -> {'sums': {...}, 'weights': {...}}`` to average over batches.
 
-    Returns ``loss_sum``, ``correct_sum`` (accuracy x weight), ``weight_sum``; with
-    ``per_example``, also ``example_score [B]`` (summed target log-likelihood),
-    ``example_weight [B]`` (summed label weights; 0 for padded examples) and the
-    batch's ``labels [B, T]``, for SeqIO score metrics.
+    ``sums[name]`` is the model's metric times its weight, ``weights[name]`` the
+    weight; the learner's loss metric is named ``loss``. With ``per_example``,
+    also the model's ``per_example`` outputs (``score [B]``, ``weight [B]``,
+    ``target_ids [B, T]``), for SeqIO score metrics.
     """
     model = task.model
     loss_name = task.learner.loss_name
 
-    def eval_step(params: Any, batch: NestedMap) -> Metrics:
+    def eval_step(params: Any, batch: NestedMap) -> dict[str, Any]:
         out = model.apply({"params": params}, batch, train=False)
-        weight = out.get("num_tokens", jnp.ones(()))
-        sums = {
-            "loss_sum": out[loss_name] * weight,
-            "correct_sum": out.get("accuracy", jnp.zeros(())) * weight,
-            "weight_sum": weight,
+        named = {("loss" if k == loss_name else k): v for k, v in out.metrics.items()}
+        result = {
+            "sums": {k: mean * weight for k, (mean, weight) in named.items()},
+            "weights": {k: weight for k, (_, weight) in named.items()},
         }
         if per_example:
-            token_weights = batch["weights"].astype(jnp.float32)
-            sums["example_score"] = -jnp.sum(out.per_token_xent * token_weights, axis=-1)
-            sums["example_weight"] = jnp.sum(token_weights, axis=-1)
-            sums["labels"] = batch["labels"]
-        return sums
+            result["per_example"] = dict(out.per_example)
+        return result
 
     return eval_step

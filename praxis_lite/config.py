@@ -166,6 +166,18 @@ def instantiate(cfg: Any, *, _shared_ids: frozenset[int] | None = None, **overri
     return fdl.build(_freeze_templates(cfg, _shared_ids))
 
 
+def unbound_layer(template: Any) -> Any:
+    """The layer of a template or config, built unbound: its fields and methods, no weights.
+
+    Built with ``parent=None``, so calling this inside a layer's method does not
+    make the result that layer's child.
+    """
+    value = template.value if isinstance(template, Template) else template
+    if not isinstance(value, fdl.Buildable):
+        return value
+    return instantiate(value, parent=None)
+
+
 def shared_config_ids(cfg: Any) -> frozenset[int]:
     """Ids of the Buildables reachable from ``cfg`` along more than one path."""
     shared = set()

@@ -1,16 +1,73 @@
-"""Task-facing models: a layer that takes an input batch and returns its metrics."""
+"""Task-facing models and the contract the trainer meets them through.
+
+The trainer (``paxlite``) never reads a model's field or class names: it asks
+the methods of :class:`BaseModel`. A new model family is a new subclass.
+"""
 
 from __future__ import annotations
 
+from typing import Any
+
 import jax
+import jax.numpy as jnp
 
 from praxis_lite.base_layer import BaseLayer
-from praxis_lite.config import template_field
+from praxis_lite.config import template_field, unbound_layer
+from praxis_lite.layers.embedding_softmax import SharedEmbeddingSoftmax
+from praxis_lite.layers.linears import MLPBlock
 from praxis_lite.layers.transformer_models import TransformerLm
+from praxis_lite.model_flops import FlopsDefinition, TrainFlops
 from praxis_lite.py_utils import NestedMap
+from praxis_lite.sharding import BATCH, EMBED, LENGTH
+
+#: ``(mean over the batch, its weight)``: averaged over batches weighted by ``weight``.
+WeightedScalar = tuple[jax.Array, jax.Array]
 
 
-class LanguageModel(BaseLayer):
+class BaseModel(BaseLayer):
+    """What the trainer needs from a model: batch spec, loss and metrics, FLOPs, decoding.
+
+    Subclasses implement ``__call__`` and :meth:`batch_spec`; :meth:`train_flops`
+    and decoding (``prefill``/``extend_step`` with :meth:`decode_unsupported`
+    returning None) are optional.
+    """
+
+    def __call__(self, batch: NestedMap, *, train: bool = False) -> NestedMap:
+        """Loss and metrics of ``batch``.
+
+        Returns:
+          A NestedMap with ``metrics``: ``{name: WeightedScalar}``, the means over
+          the batch with their weights; the learner's ``loss_name`` is one of them
+          (the objective), and its weight is what throughput counts (tokens, or
+          examples for a model without sequences). Optionally ``per_example``:
+          ``score [B]`` (summed log-likelihood of the targets), ``weight [B]`` (0
+          for padded examples) and ``target_ids [B, T]``, for eval score metrics.
+          Other fields are the model's own.
+        """
+        raise NotImplementedError
+
+    def batch_spec(self) -> dict[str, int]:
+        """``{key: rank}`` of the arrays the model reads from a batch (all with batch dim 0)."""
+        raise NotImplementedError
+
+    def train_flops(self, batch: NestedMap) -> TrainFlops | None:
+        """Training FLOPs of one example like ``batch``'s (arrays or shapes); None: uncounted."""
+        del batch
+        return None
+
+    def decode_unsupported(self) -> str | None:
+        """Why this model cannot decode (one sentence with the fix), or None if it can.
+
+        A model that decodes has ``prefill(ids, paddings=, positions=, max_len=)``
+        and ``extend_step(ids, positions=)`` (see :class:`LanguageModel`).
+        """
+        return (
+            f"{type(self).__name__} cannot decode: it needs prefill() and extend_step() "
+            "(LanguageModel has them)."
+        )
+
+
+class LanguageModel(BaseModel):
     """Next-token prediction over an LM batch.
 
     The batch is a NestedMap of ``[B, T]`` arrays: ``ids`` (inputs), ``labels``
@@ -27,7 +84,11 @@ class LanguageModel(BaseLayer):
         self.lm = self.create_child(self.lm_tpl)
 
     def __call__(self, batch: NestedMap, *, train: bool = False) -> NestedMap:
-        """Returns TransformerLm's metrics plus ``num_tokens`` (sum of weights)."""
+        """TransformerLm's outputs, ``num_tokens``, and the contract's metrics and per_example.
+
+        Metrics (weighted by counted tokens): ``total_loss`` (the objective),
+        ``accuracy``, ``log_pplx``.
+        """
         out = self.lm(
             batch["ids"],
             labels=batch["labels"],
@@ -37,8 +98,43 @@ class LanguageModel(BaseLayer):
             positions=batch.get("segment_pos"),
             train=train,
         )
-        out.num_tokens = out.total_weight
+        out.num_tokens = weight = out.total_weight
+        out.metrics = {
+            "total_loss": (out.total_loss, weight),
+            "accuracy": (out.accuracy, weight),
+            "log_pplx": (out.log_pplx, weight),
+        }
+        token_weights = _token_weights(batch)
+        out.per_example = NestedMap(
+            score=-jnp.sum(out.per_token_xent * token_weights, axis=-1),
+            weight=jnp.sum(token_weights, axis=-1),
+            target_ids=batch["labels"],
+        )
         return out
+
+    def batch_spec(self) -> dict[str, int]:
+        return {"ids": 2, "labels": 2}
+
+    def train_flops(self, batch: NestedMap) -> TrainFlops:
+        """The Transformer count (``praxis_lite.model_flops``) for ``T = ids.shape[1]``."""
+        return self._lm().train_flops(int(batch["ids"].shape[1]))
+
+    def decode_unsupported(self) -> str | None:
+        stack = unbound_layer(self._lm().stacked_transformer_tpl)
+        if hasattr(stack, "extend"):
+            return None
+        return (
+            f"Decoding is not supported for the {type(stack).__name__} stack (the model's "
+            "stacked_transformer_tpl has no extend() for a KV cache). Decode the same "
+            "experiment and checkpoint with pipelining off: for the LM experiments, "
+            "--set=NUM_STAGES=1 with the 'stage' mesh devices on another axis (e.g. "
+            "--set=ICI_MESH_SHAPE=1,1,2,1 for LmSyntheticTinyPipeline); a GPipe "
+            "(CIRCULAR_REPEAT=1) checkpoint has the plain repeated stack's weights."
+        )
+
+    def _lm(self) -> Any:
+        """The unbound TransformerLm of ``lm_tpl`` (its fields and counts, no weights)."""
+        return unbound_layer(self.lm_tpl)
 
     def logits(self, batch: NestedMap) -> jax.Array:
         """``[B, T, V]`` next-token logits."""
@@ -66,3 +162,105 @@ class LanguageModel(BaseLayer):
         Reads and extends the ``'cache'`` collection written by :meth:`prefill`.
         """
         return self.lm.extend(ids[:, None], positions=positions[:, None])[:, 0]
+
+
+def _token_weights(batch: NestedMap) -> jax.Array:
+    """``[B, T]`` loss weights: ``weights``, else ``1 - paddings``, else ones."""
+    if "weights" in batch:
+        return batch["weights"].astype(jnp.float32)
+    if "paddings" in batch:
+        return 1.0 - batch["paddings"].astype(jnp.float32)
+    return jnp.ones(batch["labels"].shape, jnp.float32)
+
+
+class ClassificationMlpModel(BaseModel):
+    """Pax's ``ClassificationMLPModel``: each token's class predicted by an MLP, made trainable.
+
+    The batch is a NestedMap of ``[B, T]`` arrays: ``ids`` (input classes in
+    ``[0, V)``), ``labels`` (target classes), and ``weights`` or ``paddings`` (loss
+    weights: ``weights``, else ``1 - paddings``, else ones). Every token is classified
+    on its own (no mixing over ``T``)::
+
+      ids [B, T] -> softmax table lookup [B, T, D] -> mlp [B, T, D] -> logits [B, T, V]
+
+    with one ``[V, D]`` table for the lookup and the logits (``x @ table^T``).
+
+    Unlike Pax: Pax's ``compute_loss`` reports the accuracy as ``total_loss``, which
+    has no gradient, so its model never learns. Here ``total_loss`` is the
+    token-weighted softmax cross-entropy of ``labels`` (plus the softmax's z-loss
+    term, 0 by default) and ``accuracy`` (argmax == labels, token-weighted) is a
+    metric of its own. The MLP child is named ``mlp`` (Pax's ``mlp_layers_0`` is a
+    legacy checkpoint name), and the softmax has no bias (Pax's has one).
+
+    Attributes:
+      mlp_tpl: the MLP (``MLPBlock``); its dims in and out must both be the
+        softmax's ``input_dims`` (``D``).
+      softmax_tpl: the shared table (``SharedEmbeddingSoftmax``, with ``input_dims``
+        ``D`` and ``num_classes`` ``V`` set).
+    """
+
+    mlp_tpl: object = template_field(MLPBlock)
+    softmax_tpl: object = template_field(SharedEmbeddingSoftmax)
+
+    def setup(self) -> None:
+        self._check_dims()
+        self.mlp = self.create_child(self.mlp_tpl)
+        self.softmax = self.create_child(self.softmax_tpl)
+
+    def __call__(self, batch: NestedMap, *, train: bool = False) -> NestedMap:
+        """The softmax's outputs (``logits [B, T, V]``, ...) and the metrics.
+
+        Metrics (weighted by counted tokens): ``total_loss`` (the objective) and
+        ``accuracy``. ``train`` changes nothing (no dropout).
+        """
+        del train
+        labels = batch["labels"]
+        x = self.constrain(self.softmax.emb_lookup(batch["ids"]), (BATCH, LENGTH, EMBED))
+        x = self.mlp(x)
+        token_weights = _token_weights(batch)
+        out = self.softmax(x, labels, token_weights)
+        correct = (jnp.argmax(out.logits, axis=-1) == labels).astype(jnp.float32)
+        weight = out.total_weight
+        accuracy = jnp.sum(correct * token_weights) / jnp.maximum(weight, 1e-8)
+        out.metrics = {"total_loss": (out.avg_loss, weight), "accuracy": (accuracy, weight)}
+        return out
+
+    def batch_spec(self) -> dict[str, int]:
+        return {"ids": 2, "labels": 2}
+
+    def train_flops(self, batch: NestedMap) -> TrainFlops:
+        """Per example of ``T = ids.shape[1]`` tokens: ``6N``: ``6 * N_mlp * T``; ``palm``
+        and ``causal`` (no attention): ``6 * (N_mlp + D*V) * T``.
+
+        ``N_mlp``: the MLP's matmul weights (biases left out); ``D*V``: the logits
+        projection (the table lookup is not a matmul).
+        """
+        seq_len = int(batch["ids"].shape[1])
+        mlp, softmax = unbound_layer(self.mlp_tpl), unbound_layer(self.softmax_tpl)
+        n_mlp = mlp.matmul_params()
+        with_logits = 6.0 * (n_mlp + softmax.input_dims * softmax.num_classes) * seq_len
+        per_example = {
+            FlopsDefinition.SIX_N.value: 6.0 * n_mlp * seq_len,
+            FlopsDefinition.PALM.value: with_logits,
+            FlopsDefinition.CAUSAL.value: with_logits,
+        }
+        return TrainFlops(
+            per_example=per_example,
+            tokens_per_example=seq_len,
+            description=(
+                f"MLP L={mlp.num_layers} D={softmax.input_dims} F={mlp.hidden_dims} "
+                f"V={softmax.num_classes}"
+            ),
+            non_embedding_params=n_mlp,
+        )
+
+    def _check_dims(self) -> None:
+        """The MLP reads and writes vectors of the softmax's ``input_dims``."""
+        dims = unbound_layer(self.mlp_tpl).layer_dims()
+        d = unbound_layer(self.softmax_tpl).input_dims
+        if dims[0] != d or dims[-1] != d:
+            raise ValueError(
+                f"ClassificationMlpModel: the MLP maps {dims[0]} -> {dims[-1]} dims but the "
+                f"softmax table has input_dims={d}; set mlp_tpl.ff_tpl.input_dims and "
+                f"output_dims to {d}."
+            )

@@ -115,10 +115,15 @@ def sharded_init(
         abstract = jax.eval_shape(init_fn, *args)
         shardings = logical_shardings(abstract, mesh, rules)
         unboxed_shardings = strip_boxes(shardings)
-
-        def init_unboxed(*a):
-            return nn.unbox(init_fn(*a))
-
         with jax.set_mesh(mesh):
-            variables = jax.jit(init_unboxed, out_shardings=unboxed_shardings)(*args)
+            variables = init_with_shardings(init_fn, unboxed_shardings, *args)
     return variables, unboxed_shardings
+
+
+def init_with_shardings(init_fn: Callable[..., Any], shardings: Any, *args: Any) -> Any:
+    """``init_fn(*args)`` unboxed, jitted so each variable is created on its sharding.
+
+    ``shardings`` (unboxed NamedShardings, e.g. from :func:`logical_shardings`)
+    mirror the tree ``init_fn`` returns; nothing is materialized on one device first.
+    """
+    return jax.jit(lambda *a: nn.unbox(init_fn(*a)), out_shardings=shardings)(*args)

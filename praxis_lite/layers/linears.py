@@ -8,7 +8,7 @@ import jax.numpy as jnp
 
 from praxis_lite.base_layer import BaseLayer, Initializer
 from praxis_lite.config import template_field
-from praxis_lite.layers.activations import ReLU
+from praxis_lite.layers.activations import Identity, ReLU
 from praxis_lite.sharding import EMBED, MLP, LogicalAxes
 
 
@@ -87,3 +87,63 @@ class FeedForward(BaseLayer):
         if self.bias is not None:
             y = self.bias(y)
         return self.activation(y)
+
+
+class MLPBlock(BaseLayer):
+    """``num_layers`` FeedForward layers in a row: ``[..., D_in] -> [..., D_out]``.
+
+    As Pax's ``MLPBlock``: the block's dims are ``ff_tpl``'s ``input_dims`` (``D_in``)
+    and ``output_dims`` (``D_out``). The first layer maps ``D_in -> hidden_dims``,
+    the middle ones ``hidden_dims -> hidden_dims``, the last ``hidden_dims -> D_out``
+    (one layer: ``D_in -> D_out``). Every layer is a copy of ``ff_tpl`` (same weight
+    axes, bias and activation); the weights of layer ``i`` live under ``mlp_layers_{i}``
+    (Pax's names).
+
+    Attributes:
+      num_layers: number of FeedForward layers (at least 1).
+      hidden_dims: output dims of every layer but the last.
+      activate_final: apply the last layer's activation; if False, the last layer
+        ends with its bias (an identity activation).
+      ff_tpl: the template of every layer; its ``input_dims``/``output_dims`` are the
+        block's ``D_in``/``D_out``.
+    """
+
+    num_layers: int
+    hidden_dims: int
+    activate_final: bool = True
+    ff_tpl: object = template_field(FeedForward)
+
+    def setup(self) -> None:
+        dims = self.layer_dims()
+        layers = []
+        for i in range(self.num_layers):
+            overrides = dict(input_dims=dims[i], output_dims=dims[i + 1])
+            if i == self.num_layers - 1 and not self.activate_final:
+                overrides["activation_tpl"] = Identity.HParams.config()
+            layers.append(self.stamp_child(self.ff_tpl, **overrides))
+        self.mlp_layers = layers
+
+    def layer_dims(self) -> list[int]:
+        """``[D_in, hidden_dims, ..., hidden_dims, D_out]``: the dims between the layers."""
+        if self.num_layers < 1:
+            raise ValueError(f"MLPBlock: num_layers must be >= 1, got {self.num_layers}.")
+        ff = self.ff_tpl.value
+        try:
+            d_in, d_out = ff.input_dims, ff.output_dims
+        except AttributeError:
+            raise TypeError(
+                "MLPBlock: its dims come from ff_tpl; set cfg.ff_tpl.input_dims "
+                "and cfg.ff_tpl.output_dims."
+            ) from None
+        return [d_in] + [self.hidden_dims] * (self.num_layers - 1) + [d_out]
+
+    def matmul_params(self) -> int:
+        """Weights of the layers' projections (biases left out): ``sum_i d_i * d_{i+1}``."""
+        dims = self.layer_dims()
+        return sum(a * b for a, b in zip(dims[:-1], dims[1:], strict=True))
+
+    def __call__(self, x: jax.Array) -> jax.Array:
+        """``[..., D_in] -> [..., D_out]``."""
+        for layer in self.mlp_layers:
+            x = layer(x)
+        return x

@@ -58,6 +58,7 @@ from praxis_lite import config as config_lib
 from praxis_lite.base_layer import AUX_LOSS, PARAMS, SUMMARIES, BaseLayer
 from praxis_lite.config import template_field
 from praxis_lite.layers.repeats import StackedTransformerRepeated, _ScanBody
+from praxis_lite.model_flops import StackLayout
 from praxis_lite.sharding import BATCH, EMBED, LENGTH, STAGES
 
 _REPEAT_WEIGHTS = "pipeline_repeat_weights"
@@ -106,6 +107,11 @@ class LayerwiseShardablePipelined(BaseLayer):
     def num_layers(self) -> int:
         """``L``: all layers of the pipeline."""
         return self.num_stages * self.circular_repeat * self._stage_config().num_layers
+
+    def layout(self) -> StackLayout:
+        """All ``L`` blocks, run inside the pipeline's loop."""
+        block = self._stage_config().block_tpl
+        return StackLayout(self.num_layers, getattr(block, "value", block), pipelined=True)
 
     def microbatches(self, batch_size: int) -> int:
         """``M`` for a batch of ``batch_size``; raises if the batch does not split."""
@@ -204,25 +210,13 @@ class LayerwiseShardablePipelined(BaseLayer):
         return jax.tree_util.tree_map(split, stored)
 
     # --- the schedule -----------------------------------------------------
-    def _pipeline(
-        self,
-        stored: Any,
-        x: jax.Array,
-        side: tuple[jax.Array | None, ...],
-        num_micro: int,
-        train: bool,
-        dropout_key: jax.Array | None,
-        collect: tuple[str, ...],
-    ) -> tuple[jax.Array, dict[str, Any]]:
-        """Runs the schedule: ``x [B, T, D]`` -> (``[B, T, D]``, recorded ``collect`` collections).
+    def _stages(self, train: bool, collect: tuple[str, ...]) -> Any:
+        """``stages(weights, repeat, h, pad, seg, pos, keys)``: every device's stage at once.
 
-        What the stages record (``add_summary`` / ``add_aux_loss``) is averaged over the
-        microbatches, per layer: ``[L, ...]`` in layer order, as the plain scanned stack
-        records it (the same numbers for batch means and for terms that do not depend
-        on the data).
+        Vmapped over the 'stages' axis (``[S, ...]`` inputs, one virtual stage per
+        device); returns ``(out [S, mb, T, D], recorded collections)``.
         """
-        s, r, m = self.num_stages, self.circular_repeat, num_micro
-        weights = self._stage_weights(stored)
+        r = self.circular_repeat
         stage_body = config_lib.instantiate(self._stage_config(), parent=None)
         stage_axis = _mesh_axis_of(STAGES)
 
@@ -251,7 +245,28 @@ class LayerwiseShardablePipelined(BaseLayer):
                 policy=jax.checkpoint_policies.save_anything_except_these_names(_REPEAT_WEIGHTS),
                 prevent_cse=False,
             )
-        stages = jax.vmap(run_stage, spmd_axis_name=stage_axis)
+        return jax.vmap(run_stage, spmd_axis_name=stage_axis)
+
+    def _pipeline(
+        self,
+        stored: Any,
+        x: jax.Array,
+        side: tuple[jax.Array | None, ...],
+        num_micro: int,
+        train: bool,
+        dropout_key: jax.Array | None,
+        collect: tuple[str, ...],
+    ) -> tuple[jax.Array, dict[str, Any]]:
+        """Runs the schedule: ``x [B, T, D]`` -> (``[B, T, D]``, recorded ``collect`` collections).
+
+        What the stages record (``add_summary`` / ``add_aux_loss``) is averaged over the
+        microbatches, per layer: ``[L, ...]`` in layer order, as the plain scanned stack
+        records it (the same numbers for batch means and for terms that do not depend
+        on the data).
+        """
+        s, r, m = self.num_stages, self.circular_repeat, num_micro
+        weights = self._stage_weights(stored)
+        stages = self._stages(train, collect)
 
         micro_x = self._constrain_micro(_to_microbatches(x, m), EMBED)
         micro_side = tuple(None if a is None else _to_microbatches(a, m) for a in side)

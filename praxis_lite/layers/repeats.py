@@ -15,6 +15,7 @@ from praxis_lite.base_layer import AUX_LOSS, PARAMS, SUMMARIES, BaseLayer
 from praxis_lite.config import template_field
 from praxis_lite.layers.attentions import CACHE
 from praxis_lite.layers.transformers import Transformer
+from praxis_lite.model_flops import StackLayout
 from praxis_lite.sharding import LAYERS
 
 
@@ -88,6 +89,15 @@ class StackedTransformerRepeated(BaseLayer):
     num_layers: int
     block_tpl: object = template_field(Transformer)
     remat_policy: RematPolicy = RematPolicy.SAVE_NOTHING
+
+    def layout(self) -> StackLayout:
+        """``num_layers`` blocks as one scanned loop body (remat when a policy is on)."""
+        return StackLayout(
+            self.num_layers,
+            self.block_tpl.value,
+            scan_trips=self.num_layers,
+            remat=self.remat_policy is not RematPolicy.NONE,
+        )
 
     def __call__(
         self,

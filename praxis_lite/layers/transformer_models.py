@@ -9,10 +9,11 @@ import jax
 import jax.numpy as jnp
 
 from praxis_lite.base_layer import BaseLayer
-from praxis_lite.config import template_field
+from praxis_lite.config import template_field, unbound_layer
 from praxis_lite.layers.embedding_softmax import SharedEmbeddingSoftmax
 from praxis_lite.layers.normalizations import LayerNorm
 from praxis_lite.layers.transformers import StackedTransformer
+from praxis_lite.model_flops import LmShape, StackLayout, TrainFlops
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import BATCH, EMBED, LENGTH, VOCAB
 
@@ -57,6 +58,25 @@ class TransformerLm(BaseLayer):
             self.position_emb = self.create_child(self.position_emb_tpl, embedding_dims=d)
         self.transformer = self.create_child(self.stacked_transformer_tpl)
         self.final_ln = self.create_child(self.final_ln_tpl, dim=d)
+
+    def stack_layout(self) -> StackLayout:
+        """How the stack runs its blocks (asked of the stack layer itself)."""
+        return unbound_layer(self.stacked_transformer_tpl).layout()
+
+    def lm_shape(self) -> LmShape:
+        """The sizes the model FLOPs depend on (see ``praxis_lite.model_flops``)."""
+        layout = self.stack_layout()
+        block = unbound_layer(layout.block).matmul_shape()
+        return LmShape(
+            num_layers=layout.num_layers,
+            model_dims=self.model_dims,
+            vocab_size=self.vocab_size,
+            **block,
+        )
+
+    def train_flops(self, seq_len: int) -> TrainFlops:
+        """Training FLOPs of one example of ``seq_len`` tokens, by definition."""
+        return TrainFlops.of_lm(self.lm_shape(), seq_len, self.stack_layout())
 
     def embed(self, ids: jax.Array, positions: jax.Array | None) -> jax.Array:
         """Token (and position) embeddings ``[B, T, D]``."""

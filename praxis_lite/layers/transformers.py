@@ -15,6 +15,7 @@ from praxis_lite.layers.activations import ReLU
 from praxis_lite.layers.attentions import DotProductAttention
 from praxis_lite.layers.linears import Bias, Linear
 from praxis_lite.layers.normalizations import LayerNorm
+from praxis_lite.model_flops import StackLayout
 from praxis_lite.sharding import BATCH, EMBED, LENGTH, MLP
 
 
@@ -130,6 +131,17 @@ class Transformer(BaseLayer):
         )
         self.residual_dropout = nn.Dropout(self.residual_dropout_prob)
 
+    def matmul_shape(self) -> dict[str, int | bool]:
+        """The block's FLOPs-relevant sizes: heads, kv heads, dims per head, gated, causal."""
+        return {
+            "hidden_dims": self.hidden_dims,
+            "num_heads": self.num_heads,
+            "num_kv_heads": self.num_kv_heads or self.num_heads,
+            "dim_per_head": self.dim_per_head or self.input_dims // self.num_heads,
+            "gated": bool(getattr(self.tr_fflayer_tpl.value, "use_gated_activation", False)),
+            "causal": bool(getattr(self.tr_atten_tpl.value, "is_causal", True)),
+        }
+
     def __call__(
         self,
         x: jax.Array,
@@ -183,6 +195,10 @@ class StackedTransformer(BaseLayer):
 
     def setup(self) -> None:
         self.x_layers = [self.stamp_child(self.block_tpl) for _ in range(self.num_layers)]
+
+    def layout(self) -> StackLayout:
+        """``num_layers`` blocks, one after another (no loop XLA counts once)."""
+        return StackLayout(self.num_layers, self.block_tpl.value)
 
     def __call__(
         self,

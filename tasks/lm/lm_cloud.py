@@ -6,17 +6,15 @@ derived here through the pure builders of ``model_params``.
 
 from __future__ import annotations
 
-import math
 from typing import Any
 
 import jax.numpy as jnp
 
-from paxlite import experiment_registry
+from paxlite import experiment_registry, mesh_checks
 from paxlite.base_experiment import BaseExperiment, KnobError
 from praxis_lite import config as config_lib
 from praxis_lite.layers.repeats import RematPolicy
 from praxis_lite.sharding import (
-    BATCH,
     EMBED,
     FSDP_AND_TENSOR_PARALLEL_RULES,
     HEAD_DIM,
@@ -102,7 +100,8 @@ class LmCloudSpmd(BaseExperiment):
         super().validate()
         self._check_ranges()
         self._check_heads()
-        self._check_pipeline()
+        plan = mesh_checks.MeshPlan.of(self)
+        self._check_pipeline(plan)
         kv_heads = self.NUM_KV_HEADS or self.NUM_HEADS
         sizes = {
             EMBED: ("MODEL_DIMS", self.MODEL_DIMS),
@@ -117,110 +116,26 @@ class LmCloudSpmd(BaseExperiment):
             sizes[STAGES] = ("NUM_LAYERS / CIRCULAR_REPEAT", per_repeat)
         else:
             sizes[LAYERS] = ("NUM_LAYERS", self.NUM_LAYERS)
-        self._check_even_split(sizes)
+        plan.check_even_split(sizes)
 
-    def _check_pipeline(self) -> None:
+    def _check_pipeline(self, plan: mesh_checks.MeshPlan) -> None:
         """Stages, microbatches and circular repeats fit the layers, the batch and the mesh."""
-        name = type(self).__qualname__
         for knob in ("NUM_STAGES", "CIRCULAR_REPEAT", "MICROBATCH_SIZE", "NUM_MICROBATCHES"):
             value = getattr(self, knob)
             if value is not None and value < 1:
-                raise KnobError(f"{name}.{knob} = {value}; it must be at least 1.")
+                raise KnobError(f"{plan.owner}.{knob} = {value}; it must be at least 1.")
         stages, repeat = self.NUM_STAGES, self.CIRCULAR_REPEAT
-        mesh = self._mesh_sizes()
         if stages == 1:
-            if mesh.get("stage", 1) > 1:
-                raise KnobError(
-                    f"{name}: the mesh has {mesh['stage']} devices on its 'stage' axis but "
-                    f"NUM_STAGES=1; set NUM_STAGES={mesh['stage']} to pipeline, or put those "
-                    "devices on another mesh axis."
-                )
-            if repeat > 1:
-                raise KnobError(
-                    f"{name}: CIRCULAR_REPEAT={repeat} needs a pipeline; set NUM_STAGES > 1 "
-                    "or CIRCULAR_REPEAT=1."
-                )
+            plan.check_no_stage_axis(repeat)
             return
-        if "stage" not in self.MESH_AXIS_NAMES:
-            raise KnobError(
-                f"{name}: NUM_STAGES={stages} needs a 'stage' mesh axis, but MESH_AXIS_NAMES = "
-                f"{self.MESH_AXIS_NAMES}; set MESH_AXIS_NAMES=stage,replica,data,mdl and "
-                f"ICI_MESH_SHAPE/DCN_MESH_SHAPE with {stages} devices on 'stage'."
-            )
-        if mesh["stage"] != stages:
-            raise KnobError(
-                f"{name}: NUM_STAGES={stages} but the mesh has {mesh['stage']} devices on its "
-                f"'stage' axis (mesh {mesh}); make ICI_MESH_SHAPE x DCN_MESH_SHAPE give 'stage' "
-                f"{stages} devices, or set NUM_STAGES={mesh['stage']}."
-            )
-        if self._mesh_axes_of(STAGES, mesh) != ("stage",):
-            raise KnobError(
-                f"{name}: LOGICAL_AXIS_RULES must map '{STAGES}' to the 'stage' mesh axis to "
-                f"pipeline (its first rule for '{STAGES}' gives "
-                f"{self._mesh_axes_of(STAGES, mesh) or None}); add ('{STAGES}', 'stage')."
-            )
-        if self.NUM_LAYERS % (stages * repeat):
-            raise KnobError(
-                f"{name}: NUM_LAYERS={self.NUM_LAYERS} does not split into NUM_STAGES={stages} "
-                f"x CIRCULAR_REPEAT={repeat} stages of equal depth; make NUM_LAYERS a multiple "
-                f"of {stages * repeat}, or change NUM_STAGES / CIRCULAR_REPEAT."
-            )
-        self._check_microbatches(stages, repeat, mesh)
-
-    def _check_microbatches(self, stages: int, repeat: int, mesh: dict[str, int]) -> None:
-        name = type(self).__qualname__
-        if self.MICROBATCH_SIZE is not None and self.NUM_MICROBATCHES is not None:
-            raise KnobError(
-                f"{name}: set MICROBATCH_SIZE or NUM_MICROBATCHES, not both (got "
-                f"{self.MICROBATCH_SIZE} and {self.NUM_MICROBATCHES})."
-            )
-        batch = self.global_batch_size(math.prod(mesh.values()))
-        if self.MICROBATCH_SIZE is not None:
-            if batch % self.MICROBATCH_SIZE:
-                raise KnobError(
-                    f"{name}: the global batch {batch} (PERCORE_BATCH_SIZE x devices) does not "
-                    f"split into microbatches of MICROBATCH_SIZE={self.MICROBATCH_SIZE}; make "
-                    "the batch a multiple of MICROBATCH_SIZE."
-                )
-            count, knob = batch // self.MICROBATCH_SIZE, "MICROBATCH_SIZE"
-        else:
-            count, knob = self.NUM_MICROBATCHES or stages, "NUM_MICROBATCHES"
-            if batch % count:
-                raise KnobError(
-                    f"{name}: the global batch {batch} (PERCORE_BATCH_SIZE x devices) does not "
-                    f"split into NUM_MICROBATCHES={count} microbatches; make the batch a "
-                    "multiple of NUM_MICROBATCHES (it defaults to NUM_STAGES)."
-                )
-        batch_axes = self._mesh_axes_of(BATCH, mesh)
-        ways = math.prod(mesh[a] for a in batch_axes)
-        if (batch // count) % ways:
-            raise KnobError(
-                f"{name}: a microbatch of {batch // count} examples does not split over the "
-                f"{ways} data-parallel devices of mesh axes {batch_axes}; change {knob} so each "
-                f"microbatch is a multiple of {ways}."
-            )
-        if repeat > 1 and count < stages:
-            raise KnobError(
-                f"{name}: the circular schedule (CIRCULAR_REPEAT={repeat}) needs at least "
-                f"NUM_STAGES={stages} microbatches, got {count}; lower {knob} or raise the batch."
-            )
-
-    def _mesh_sizes(self) -> dict[str, int]:
-        """Mesh axis name -> devices on it (ICI x DCN)."""
-        dcn = self.DCN_MESH_SHAPE or (1,) * len(self.ICI_MESH_SHAPE)
-        return {
-            axis: ici * slices
-            for axis, ici, slices in zip(
-                self.MESH_AXIS_NAMES, self.ICI_MESH_SHAPE, dcn, strict=True
-            )
-        }
-
-    def _mesh_axes_of(self, logical: str, mesh: dict[str, int]) -> tuple[str, ...]:
-        """The mesh axes (of more than one device) that the first rule for ``logical`` names."""
-        rules = dict(reversed(tuple(self.logical_axis_rules())))  # The first rule wins.
-        mesh_axes = rules.get(logical) or ()
-        mesh_axes = (mesh_axes,) if isinstance(mesh_axes, str) else tuple(mesh_axes)
-        return tuple(a for a in mesh_axes if mesh.get(a, 1) > 1)
+        plan.check_stages(stages, repeat, self.NUM_LAYERS)
+        plan.check_microbatches(
+            self.global_batch_size(plan.num_devices),
+            stages,
+            repeat,
+            self.MICROBATCH_SIZE,
+            self.NUM_MICROBATCHES,
+        )
 
     def _check_ranges(self) -> None:
         name = type(self).__qualname__
@@ -283,23 +198,19 @@ class LmCloudSpmd(BaseExperiment):
             return "DIMS_PER_HEAD"
         return "MODEL_DIMS // NUM_HEADS"
 
-    def _check_even_split(self, sizes: dict[str, tuple[str, int]]) -> None:
-        """Each weight dimension divides by the mesh axes its logical axis maps to.
-
-        ``jit`` splits arrays only evenly. A logical axis maps to the mesh axes of its
-        first rule in ``logical_axis_rules()``; a mesh axis has ICI x DCN devices.
-        """
-        mesh = self._mesh_sizes()
-        for logical, (knob, size) in sizes.items():
-            mesh_axes = self._mesh_axes_of(logical, mesh)
-            ways = math.prod(mesh[a] for a in mesh_axes)
-            if size % ways:
-                raise KnobError(
-                    f"{type(self).__qualname__}: {knob}={size} does not split evenly over the "
-                    f"{ways} devices of mesh axes {mesh_axes} that LOGICAL_AXIS_RULES map "
-                    f"'{logical}' onto (mesh {mesh}); make {knob} a multiple of {ways}, or "
-                    "change ICI_MESH_SHAPE / DCN_MESH_SHAPE."
-                )
+    def stand_in_datasets(self, dataset_cfgs: list[Any]) -> list[Any]:
+        """The training input as random tokens of its per-host batch and ``MAX_SEQ_LEN``."""
+        return [
+            config_lib.Config(
+                SyntheticLmInput,
+                batch_size=cfg.batch_size,
+                seq_len=self.MAX_SEQ_LEN,
+                vocab_size=self.VOCAB_SIZE,
+                random_tokens=True,
+            )
+            for cfg in dataset_cfgs
+            if getattr(cfg, "is_training", True)
+        ]
 
     def model(self) -> Any:
         """The LanguageModel config from the model knobs."""

@@ -16,7 +16,7 @@ from praxis_lite.layers.pipeline import LayerwiseShardablePipelined
 from praxis_lite.layers.repeats import RematPolicy, StackedTransformerRepeated
 from praxis_lite.layers.transformer_models import TransformerLm
 from praxis_lite.layers.transformers import StackedTransformer
-from praxis_lite.models import LanguageModel
+from praxis_lite.models import ClassificationMlpModel, LanguageModel
 
 
 class Activation(enum.Enum):
@@ -113,6 +113,29 @@ def transformer_lm(
     return config_lib.set_dtypes(model, fprop_dtype=fprop_dtype)
 
 
+def classification_mlp(
+    *,
+    num_layers: int,
+    input_dims: int,
+    hidden_dims: int,
+    output_dims: int,
+    fprop_dtype=jnp.float32,
+) -> config_lib.Config:
+    """A ``ClassificationMlpModel`` config as Pax's ``ClassificationModelAdam`` sets it.
+
+    The MLP maps ``input_dims -> hidden_dims (x num_layers - 1) -> output_dims``; the
+    shared table has ``input_dims`` classes of ``input_dims`` dims, unscaled (Pax's
+    ``scale_sqrt_depth=False``), so ``output_dims`` must equal ``input_dims``.
+    """
+    model = ClassificationMlpModel.HParams.config()
+    model.mlp_tpl.num_layers, model.mlp_tpl.hidden_dims = num_layers, hidden_dims
+    model.mlp_tpl.ff_tpl.input_dims, model.mlp_tpl.ff_tpl.output_dims = input_dims, output_dims
+    model.softmax_tpl = SharedEmbeddingSoftmax.HParams.config(
+        input_dims=input_dims, num_classes=input_dims, scale_sqrt_depth=False
+    )
+    return config_lib.set_dtypes(model, fprop_dtype=fprop_dtype)
+
+
 def block_config(stack: config_lib.Config) -> config_lib.Config:
     """The Transformer block config of a stack config (plain, repeated or pipelined)."""
     if stack.__fn_or_cls__ is LayerwiseShardablePipelined:
@@ -132,10 +155,15 @@ def adam_learner(
     decay_start: int = 1,
     decay_end: int = 2,
     min_ratio: float = 1.0,
+    decay: type[schedules.BaseSchedule] = schedules.LinearRampupCosineDecay,
 ) -> config_lib.Config:
-    """Adam(W) with linear warmup then cosine decay to ``min_ratio`` (1.0 = no decay)."""
+    """Adam(W) with linear warmup then ``decay`` to ``min_ratio`` (1.0 = no decay).
+
+    ``decay``: a linear-rampup schedule class, ``LinearRampupCosineDecay`` or
+    ``LinearRampupExponentialDecay``.
+    """
     schedule = config_lib.Config(
-        schedules.LinearRampupCosineDecay,
+        decay,
         warmup_steps=warmup_steps,
         decay_start=max(decay_start, warmup_steps),
         decay_end=max(decay_end, max(decay_start, warmup_steps) + 1),

@@ -4,7 +4,8 @@ import math
 
 import jax
 
-from paxlite import aot, base_experiment, train
+from paxlite import aot, base_experiment
+from paxlite.job import build_job
 from praxis_lite import sharding
 from tasks.lm.synthetic import LmSyntheticTiny
 
@@ -18,7 +19,7 @@ def test_compile_reports_sizes_without_allocating(tmp_path):
         },
     )
     exp = cls()
-    job = train.build_job(exp, exp.task(), exp.datasets(), tmp_path / "job")
+    job = build_job(exp, exp.task(), exp.datasets(), tmp_path / "job")
     figures = aot.compile_train_step(job)
     assert figures["num_devices"] == 8 and figures["mesh"] == {"replica": 1, "data": 4, "mdl": 2}
     assert figures["num_params"] == 104_192

@@ -16,7 +16,8 @@ import pytest
 
 from paxlite import checkpoints
 from paxlite.base_experiment import KnobError, with_overrides
-from paxlite.main import UsageError, check_job_dir_writable
+from paxlite.flags import UsageError
+from paxlite.job_config import check_job_dir_writable
 from tasks.lm.synthetic import LmSyntheticTiny
 from tests.paxlite.test_main import run_main
 

@@ -13,10 +13,10 @@ from paxlite.base_experiment import (
     apply_knob_overrides,
     format_knobs,
     knobs,
-    matches_type,
     with_overrides,
 )
 from paxlite.experiment_registry import experiment_name
+from paxlite.knob_types import matches_type
 from praxis_lite.sharding import DEFAULT_RULES
 
 

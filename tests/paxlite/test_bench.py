@@ -7,7 +7,8 @@ import jax
 import pytest
 
 import paxlite
-from paxlite import base_experiment, bench, bench_sweep, train
+from paxlite import base_experiment, bench, bench_report, bench_sweep
+from paxlite.job import build_job
 from tasks.lm.synthetic import LmSyntheticTiny
 from tests.paxlite.test_main import NO_INPUT_LIBRARIES, run_main
 
@@ -18,7 +19,7 @@ PNG = b"\x89PNG\r\n\x1a\n"
 def figures(tmp_path_factory):
     knobs = {"ICI_MESH_SHAPE": (1, 2, 1), "PERCORE_BATCH_SIZE": 0.5}
     exp = base_experiment.with_overrides(LmSyntheticTiny, knobs)()
-    job = train.build_job(
+    job = build_job(
         exp, exp.task(), exp.datasets(), tmp_path_factory.mktemp("j"), jax.devices()[:2]
     )
     settings = bench.BenchSettings(steps=6, warmup=1, windows=3, peak_tflops=0.5)
@@ -48,7 +49,7 @@ def test_figures_agree_with_each_other(figures):
 
 
 def test_report_files(figures, tmp_path):
-    paths = bench.write_report(figures, tmp_path)
+    paths = bench_report.write_report(figures, tmp_path)
     assert [p.name for p in paths] == ["benchmark.json", "benchmark.md", "benchmark.png"]
     assert json.loads(paths[0].read_text())["mfu"] == pytest.approx(figures["mfu"])
     md = paths[1].read_text()

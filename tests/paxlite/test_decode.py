@@ -17,9 +17,10 @@ import pytest
 from absl import flags
 from jax.sharding import NamedSharding, PartitionSpec
 
-from paxlite import decode_lib, train
+from paxlite import decode_lib, decode_run, partitioning, train, train_setup
 from paxlite.base_experiment import with_overrides
-from paxlite.main import resolve_configs
+from paxlite.job import build_job
+from paxlite.overrides import resolve_configs
 from praxis_lite.decoding import DecoderParams
 from tasks.lm.synthetic import LmSyntheticTiny, LmSyntheticTinyPipeline
 from tests.paxlite.test_main import EXP, restore_params, run_main, scalar_series
@@ -47,7 +48,7 @@ def _job(job_dir, devices, decode_interval_steps=0, **knobs):
     task_cfg = exp.task()
     task_cfg.decode_interval_steps = decode_interval_steps
     train_only = [cfg for cfg in exp.datasets() if cfg.is_training]  # no eval: faster
-    return train.build_job(
+    return build_job(
         exp, task_cfg, train_only, job_dir, devices, decoder_dataset_cfgs=exp.decoder_datasets()
     )
 
@@ -56,7 +57,7 @@ def _job(job_dir, devices, decode_interval_steps=0, **knobs):
 def trained(tmp_path_factory):
     job_dir = tmp_path_factory.mktemp("decode") / "job"
     job = _job(job_dir, jax.devices()[:1], decode_interval_steps=STEPS // 2)
-    result = train.run(job, train.Mode.TRAIN_AND_EVAL, peak_tflops=1.0)  # (No MFU calibration.)
+    result = train.run(job, evaluate=True, peak_tflops=1.0)  # (No MFU calibration.)
     return job_dir, result
 
 
@@ -74,7 +75,7 @@ def _continues(row, vocab=64):
 
 def test_greedy_decoding_of_the_trained_model_continues_the_progressions(trained):
     job_dir, result = trained
-    metrics = result["decode"][NAME]
+    metrics = result.decode[NAME]
     assert metrics["num_examples"] == 16
     assert metrics["exact_match"] >= 0.9, metrics
     assert metrics["token_accuracy"] >= 0.95, metrics
@@ -122,20 +123,19 @@ def test_decode_through_main_writes_jsonl_and_metrics(trained):
 
 def test_sharded_decoding_on_8_devices_matches_1_device(trained, tmp_path):
     _, result = trained
-    params = jax.device_get(result["state"].params)
+    params = jax.device_get(result.state.params)
     # Temperature sampling with top-k and EOS: the same key gives the same draws on any mesh.
     dparams = DecoderParams(temperature=1.0, top_k=5, eos_id=7)
     outputs = []
     for devices, ici in ((jax.devices()[:1], (1, 1, 1)), (jax.devices(), (1, 2, 4))):
         job = _job(tmp_path / str(len(devices)), devices, ICI_MESH_SHAPE=ici)
         batch = job.experiment.decoder_datasets()
-        inp = train.instantiate_input(batch[0])
+        inp = partitioning.instantiate_input(batch[0])
         host_batch = inp.get_next()
-        sharding = train.batch_sharding_of(job)
+        sharding = job.batch_sharding
         with jax.set_mesh(job.mesh), nn.logical_axis_rules(job.rules):
-            sample = train._to_global(job.train_input.get_next(), sharding)
-            init_fn = train.trainer_lib.make_init_fn(job.task)
-            _, state_shardings = train.abstract_train_state(job, init_fn, sample)
+            sample = partitioning.to_global(job.train_input.get_next(), sharding)
+            _, state_shardings = train_setup.abstract_train_state(job, sample)
             sharded = jax.device_put(params, state_shardings.params)
             w_q = sharded["lm"]["transformer"]["repeat"]["block"]["self_attention"]["w_q"]
             assert len(w_q.sharding.device_set) == len(devices)
@@ -145,7 +145,7 @@ def test_sharded_decoding_on_8_devices_matches_1_device(trained, tmp_path):
                 in_shardings=(state_shardings.params, sharding, replicated),
                 out_shardings=replicated,
             )
-            out = fn(sharded, train._to_global(host_batch, sharding), jax.random.key(3))
+            out = fn(sharded, partitioning.to_global(host_batch, sharding), jax.random.key(3))
         outputs.append(jax.device_get(out))
     one, eight = outputs
     np.testing.assert_array_equal(one["tokens"], eight["tokens"])
@@ -218,7 +218,7 @@ def test_a_bfloat16_run_trains_and_decodes_through_main(tmp_path, capsys):
 def test_decode_without_a_checkpoint_is_one_clear_error(tmp_path):
     job = _job(tmp_path / "empty", jax.devices()[:1])
     with pytest.raises(FileNotFoundError, match="--mode=decode needs a checkpoint"):
-        train.run(job, train.Mode.DECODE)
+        decode_run.run(job)
 
 
 def test_fdl_set_reaches_a_decoder_dataset(trained):
@@ -229,11 +229,11 @@ def test_fdl_set_reaches_a_decoder_dataset(trained):
         exp, ["decoder_datasets[0].num_batches=2", "decoder_datasets[0].name='twice'"], []
     )
     train_only = [cfg for cfg in datasets if cfg.is_training]
-    job = train.build_job(
+    job = build_job(
         exp, task_cfg, train_only, job_dir, jax.devices()[:1], decoder_dataset_cfgs=decoders
     )
     assert [(i.name, i.num_batches) for i in job.decoder_inputs] == [("twice", 2)]
-    metrics = train.run(job, train.Mode.DECODE)["decode"]
+    metrics = decode_run.run(job).decode
     assert list(metrics) == ["twice"] and metrics["twice"]["num_examples"] == 32
     assert len(_progression_rows(job_dir / "decoder_out" / "twice_step150.jsonl")) == 32
 
@@ -259,7 +259,7 @@ def test_pipelined_stack_cannot_decode_one_clear_error(tmp_path):
     exp = LmSyntheticTinyPipeline()
     devices = jax.devices()[:2]
     with pytest.raises(decode_lib.DecodeConfigError) as e:  # a ValueError: main.py exits 2
-        train.build_job(exp, exp.task(), exp.datasets(), tmp_path, devices, exp.decoder_datasets())
+        build_job(exp, exp.task(), exp.datasets(), tmp_path, devices, exp.decoder_datasets())
     message = str(e.value)
     assert "\n" not in message
     assert "not supported for the LayerwiseShardablePipelined stack" in message
@@ -270,8 +270,8 @@ def test_pipelined_stack_cannot_decode_one_clear_error(tmp_path):
         LmSyntheticTinyPipeline, {"NUM_STAGES": 1, "ICI_MESH_SHAPE": (1, 1, 2, 1)}
     )()
     jobs = [
-        train.build_job(exp, exp.task(), exp.datasets(), tmp_path, devices),
-        train.build_job(
+        build_job(exp, exp.task(), exp.datasets(), tmp_path, devices),
+        build_job(
             plain, plain.task(), plain.datasets(), tmp_path, devices, plain.decoder_datasets()
         ),
     ]
@@ -279,9 +279,8 @@ def test_pipelined_stack_cannot_decode_one_clear_error(tmp_path):
     for job in jobs:
         sample = job.train_input.get_next()
         with jax.set_mesh(job.mesh), nn.logical_axis_rules(job.rules):
-            init_fn = train.trainer_lib.make_init_fn(job.task)
-            abstract, _ = train.abstract_train_state(
-                job, init_fn, train._to_global(sample, train.batch_sharding_of(job))
+            abstract, _ = train_setup.abstract_train_state(
+                job, partitioning.to_global(sample, job.batch_sharding)
             )
         shapes.append(jax.tree_util.tree_map(lambda x: x.shape, abstract.params))
     assert shapes[0] == shapes[1]

@@ -10,7 +10,7 @@ from praxis_lite.synthetic_input import SyntheticLmInput
 
 def _sum_step(params, batch):
     ids = np.asarray(batch["ids"])
-    return {"loss_sum": float(ids.sum()), "correct_sum": 0.0, "weight_sum": float(ids.size)}
+    return {"sums": {"loss": float(ids.sum())}, "weights": {"loss": float(ids.size)}}
 
 
 def test_fixed_number_of_batches():

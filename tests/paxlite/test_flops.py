@@ -1,28 +1,36 @@
 """Analytic model FLOPs: a hand count, the real parameter count, and XLA's count of the step."""
 
-import dataclasses
-
 import flax.linen as nn
 import jax
 import numpy as np
 import pytest
 
-from paxlite import aot, base_experiment, flops, train
+from paxlite import aot, base_experiment, flops, step_cost
+from paxlite.job import build_job
 from praxis_lite import config as config_lib
-from praxis_lite.layers.transformers import StackedTransformer
+from praxis_lite.config import unbound_layer
+from praxis_lite.layers.pipeline import LayerwiseShardablePipelined
+from praxis_lite.layers.repeats import StackedTransformerRepeated
+from praxis_lite.model_flops import FlopsDefinition, LmShape
+from praxis_lite.models import BaseModel
 from tasks.lm.synthetic import LmSyntheticTiny
+
+
+def lm_shape(model) -> LmShape:
+    """The shape a LanguageModel (config or built) counts its FLOPs from."""
+    return unbound_layer(unbound_layer(model).lm_tpl).lm_shape()
 
 
 def tiny_job(tmp_path, **knobs):
     cls = base_experiment.with_overrides(LmSyntheticTiny, {"ICI_MESH_SHAPE": (1, 1, 1), **knobs})
     exp = cls()
-    return exp, train.build_job(exp, exp.task(), exp.datasets(), tmp_path, jax.devices()[:1])
+    return exp, build_job(exp, exp.task(), exp.datasets(), tmp_path, jax.devices()[:1])
 
 
 def test_hand_counted_tiny_lm():
     # LmSyntheticTiny: L=2, D=64, F=256, 4 heads of 16, V=64, T=32, global batch 16 x 8 devices.
-    shape = flops.lm_shape(LmSyntheticTiny().task().model)
-    assert shape == flops.LmShape(
+    shape = lm_shape(LmSyntheticTiny().task().model)
+    assert shape == LmShape(
         num_layers=2,
         model_dims=64,
         hidden_dims=256,
@@ -60,7 +68,7 @@ def test_non_embedding_params_match_the_model_weights(tmp_path):
         for path, leaf in jax.tree_util.tree_leaves_with_path(params)
         if str(path[-1].key).startswith("w")
     }
-    shape = flops.lm_shape(job.task.model)
+    shape = lm_shape(job.task.model)
     assert (shape.num_layers, shape.num_kv_heads, shape.gated) == (3, 2, True)
     assert shape.non_embedding_params == sum(weights.values())
 
@@ -89,36 +97,38 @@ def test_analytic_count_agrees_with_xla(tmp_path, knobs):
     """
     exp, job = tiny_job(tmp_path, USE_REPEATED_LAYER=False, PERCORE_BATCH_SIZE=0.5, **knobs)
     figures = aot.compile_train_step(job)
-    shape = flops.lm_shape(job.task.model)
-    palm = shape.flops_per_step(
-        figures["global_batch"], exp.MAX_SEQ_LEN, flops.FlopsDefinition.PALM
-    )
-    assert flops.scan_trip_count(job.task.model) == 1
+    shape = lm_shape(job.task.model)
+    palm = shape.flops_per_step(figures["global_batch"], exp.MAX_SEQ_LEN, FlopsDefinition.PALM)
+    assert unbound_layer(job.task.model.lm_tpl).stack_layout().scan_trips == 1
     assert palm <= figures["xla_flops_per_step"] <= palm / 0.85
 
 
 def test_layers_multiply_through_nested_stacks():
-    """A stack that wraps a stack (as a pipeline wraps its stage) counts every block."""
-
-    @dataclasses.dataclass
-    class Staged:
-        num_stages: int
-        circular_repeat: int
-        num_microbatches: int
-        stage_tpl: object
-
+    """A pipeline counts every block of every stage and repeat (not its microbatches)."""
     lm = LmSyntheticTiny().task().model.lm_tpl
-    stage = config_lib.Config(StackedTransformer, num_layers=3)
-    stage.block_tpl = lm.stacked_transformer_tpl.block_tpl
-    lm.stacked_transformer_tpl = config_lib.Config(
-        Staged, num_stages=2, circular_repeat=2, num_microbatches=8, stage_tpl=stage
+    pipeline = config_lib.Config(
+        LayerwiseShardablePipelined, num_stages=2, circular_repeat=2, num_microbatches=8
     )
-    assert flops.lm_shape(lm).num_layers == 12  # microbatches do not multiply layers
+    pipeline.stage_tpl = config_lib.Config(StackedTransformerRepeated, num_layers=3)
+    pipeline.stage_tpl.block_tpl = lm.stacked_transformer_tpl.block_tpl
+    lm.stacked_transformer_tpl = pipeline
+    layout = unbound_layer(lm).stack_layout()
+    assert (layout.num_layers, layout.pipelined) == (12, True)
+    assert unbound_layer(lm).lm_shape().num_layers == 12
 
 
-def test_not_an_lm_is_one_clear_error():
-    with pytest.raises(flops.ModelShapeError, match="model_dims and vocab_size"):
-        flops.lm_shape(config_lib.Config(StackedTransformer, num_layers=2))
+class _Uncounted(BaseModel):
+    """A model that does not count its FLOPs (the contract's default)."""
+
+    def __call__(self, batch, *, train=False):
+        raise NotImplementedError
+
+
+def test_a_model_without_a_count_gets_xla_only():
+    batch = {"x": jax.ShapeDtypeStruct((8, 3), np.float32)}
+    cost = step_cost.step_cost(_Uncounted(), batch, num_devices=1)
+    assert cost.analytic_flops == {} and cost.global_batch == 8
+    assert "not counted" in cost.describe()
 
 
 def test_format_flops():

@@ -80,6 +80,26 @@ def main_in_process(*argv: str, exp: str = EXP) -> tuple[int, str]:
     return exit_info.value.code, stderr.getvalue()
 
 
+def run_main_in_process(*argv: str, exp: str = EXP) -> tuple[int, str, str]:
+    """``paxlite.main.main`` in this process: ``(exit code, stdout, stderr)``.
+
+    Unlike :func:`main_in_process`, for runs that may succeed: a run that
+    returns without ``sys.exit`` is exit code 0.
+    """
+    from paxlite import main
+
+    stdout, stderr, code = io.StringIO(), io.StringIO(), 0
+    try:
+        flags.FLAGS(["paxlite", f"--exp={exp}", *argv])
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            main.main(["paxlite"])
+    except SystemExit as e:
+        code = e.code
+    finally:
+        flags.FLAGS.unparse_flags()
+    return code, stdout.getvalue(), stderr.getvalue()
+
+
 def scalar_series(logdir: pathlib.Path, tag: str) -> list[tuple[int, float]]:
     acc = event_accumulator.EventAccumulator(str(logdir), size_guidance={"tensors": 0})
     acc.Reload()

@@ -6,7 +6,8 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from paxlite import flops, mfu, summaries
+from paxlite import mfu, step_cost, summaries
+from praxis_lite.model_flops import FlopsDefinition
 
 
 @pytest.mark.parametrize(
@@ -65,8 +66,8 @@ def test_matmul_measurement_is_plausible():
 
 
 def test_rates_of_a_window():
-    cost = mfu.StepCost(
-        definition=flops.FlopsDefinition.CAUSAL,
+    cost = step_cost.StepCost(
+        definition=FlopsDefinition.CAUSAL,
         analytic_flops={"6N": 1e12, "palm": 3e12, "causal": 2e12},
         xla_flops=4e12,
         xla_flops_note="",

@@ -13,10 +13,10 @@ from paxlite.base_experiment import (
     KnobError,
     apply_knob_overrides,
     knobs,
-    matches_type,
-    parse_knob_value,
 )
-from paxlite.main import UsageError, resolve_configs
+from paxlite.flags import UsageError
+from paxlite.knob_types import matches_type, parse_knob_value
+from paxlite.overrides import resolve_configs
 from tasks.lm.synthetic import LmSyntheticTiny
 
 KNOB_TYPES = LmSyntheticTiny._knob_types

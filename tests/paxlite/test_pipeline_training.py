@@ -14,6 +14,7 @@ import numpy as np
 import pytest
 
 from paxlite import base_experiment, train
+from paxlite.job import build_job
 from tasks.lm.synthetic import LmSyntheticTinyPipeline
 from tests.paxlite.test_main import REPO, main_in_process, restore_params, run_main, scalar_series
 from tests.paxlite.test_multiprocess import _env, _free_port
@@ -50,10 +51,10 @@ def _unpipelined(tmp_path: pathlib.Path) -> tuple[list[float], dict]:
         },
     )
     exp = cls()
-    job = train.build_job(exp, exp.task(), exp.datasets(), tmp_path, devices=jax.devices()[:2])
+    job = build_job(exp, exp.task(), exp.datasets(), tmp_path, devices=jax.devices()[:2])
     assert job.train_input.batch_size == 16
-    result = train.run(job, train.Mode.TRAIN, peak_tflops=1.0)  # (No MFU calibration.)
-    return [s["loss"] for _, s in result["history"]], jax.device_get(result["state"].params)
+    result = train.run(job, peak_tflops=1.0)  # (No MFU calibration.)
+    return [s["loss"] for _, s in result.history], jax.device_get(result.state.params)
 
 
 def test_pipeline_trains_checkpoints_resumes_and_matches_unpipelined_and_two_processes(

@@ -3,6 +3,7 @@
 import jax
 
 from paxlite import base_experiment, prefetch, train
+from paxlite.job import build_job
 from tasks.lm.synthetic import LmSyntheticTiny
 
 
@@ -15,7 +16,7 @@ def test_nothing_compiles_during_the_steps(tmp_path, monkeypatch):
         "PERCORE_BATCH_SIZE": 0.5,
     }
     exp = base_experiment.with_overrides(LmSyntheticTiny, knobs)()
-    job = train.build_job(exp, exp.task(), exp.datasets()[:1], tmp_path / "job", jax.devices()[:2])
+    job = build_job(exp, exp.task(), exp.datasets()[:1], tmp_path / "job", jax.devices()[:2])
 
     batches_taken = [0]
     take = prefetch.Prefetcher.next
@@ -34,11 +35,11 @@ def test_nothing_compiles_during_the_steps(tmp_path, monkeypatch):
         )
     )
     try:
-        result = train.run(job, train.Mode.TRAIN)
+        result = train.run(job)
     finally:
         jax.monitoring.clear_event_listeners()
         jax.config.update("jax_enable_compilation_cache", True)
-    assert batches_taken[0] == 30 and result["history"][-1][0] == 30
+    assert batches_taken[0] == 30 and result.history[-1][0] == 30
     assert compiles and compiles[0] == 0  # init and the train step compile before the loop
     # Checkpoint saves and summaries may compile small helpers once (at their first use);
     # the steps themselves never do, so nothing compiles after the first save's step.

@@ -12,6 +12,7 @@ import numpy as np
 import pytest
 
 from paxlite import base_experiment, train
+from paxlite.job import build_job
 from tasks.lm.synthetic import LmSyntheticTiny
 
 STEPS, STOP = 14, 10
@@ -29,16 +30,16 @@ def _job(job_dir, ici, devices):
         },
     )
     exp = cls()
-    return train.build_job(exp, exp.task(), exp.datasets(), job_dir, devices=devices)
+    return build_job(exp, exp.task(), exp.datasets(), job_dir, devices=devices)
 
 
 def _run(job_dir, ici, devices, stop_at_step=None):
     job = _job(job_dir, ici, devices)
-    return train.run(job, train.Mode.TRAIN, stop_at_step=stop_at_step, peak_tflops=1.0)
+    return train.run(job, stop_at_step=stop_at_step, peak_tflops=1.0)
 
 
 def _losses_after_stop(result) -> list[float]:
-    return [s["loss"] for step, s in result["history"] if step > STOP]
+    return [s["loss"] for step, s in result.history if step > STOP]
 
 
 @pytest.fixture(scope="module")
@@ -49,15 +50,15 @@ def uninterrupted_and_stopped_on_8(tmp_path_factory):
     stopped = tmp_path_factory.mktemp("eight") / "job"
     _run(stopped, (1, 8, 1), jax.devices(), stop_at_step=STOP)
     assert sorted(p.name for p in (stopped / "checkpoints").iterdir()) == [str(STOP)]
-    params = jax.device_get(straight["state"].params)
+    params = jax.device_get(straight.state.params)
     return _losses_after_stop(straight), params, stopped
 
 
 def _assert_continues_as_uninterrupted(result, reference_losses, reference_params, count):
-    leaf = jax.tree_util.tree_leaves(result["state"].params)[0]
+    leaf = jax.tree_util.tree_leaves(result.state.params)[0]
     assert len(leaf.sharding.device_set) == count
     np.testing.assert_allclose(_losses_after_stop(result), reference_losses, rtol=2e-5, atol=2e-5)
-    params = jax.device_get(result["state"].params)
+    params = jax.device_get(result.state.params)
     for got, want in zip(
         jax.tree_util.tree_leaves(params), jax.tree_util.tree_leaves(reference_params), strict=True
     ):

@@ -5,6 +5,7 @@ import numpy as np
 import pytest
 
 from paxlite import base_experiment, train
+from paxlite.job import build_job
 from praxis_lite import sharding
 from tasks.lm.synthetic import LmSyntheticTiny
 
@@ -25,10 +26,10 @@ def _losses(tmp_path, name, devices, ici, rules):
         },
     )
     exp = cls()
-    job = train.build_job(exp, exp.task(), exp.datasets(), tmp_path / name, devices=devices)
-    result = train.run(job, train.Mode.TRAIN, peak_tflops=1.0)  # (No MFU calibration.)
-    params = result["state"].params
-    return [s["loss"] for _, s in result["history"]], params
+    job = build_job(exp, exp.task(), exp.datasets(), tmp_path / name, devices=devices)
+    result = train.run(job, peak_tflops=1.0)  # (No MFU calibration.)
+    params = result.state.params
+    return [s["loss"] for _, s in result.history], params
 
 
 @pytest.fixture(scope="module")

@@ -18,6 +18,7 @@ import tensorflow as tf
 import tensorflow_datasets as tfds
 
 from paxlite import base_experiment, train
+from paxlite.job import build_job
 from praxis_lite import config as config_lib
 from praxis_lite import optimizers, schedules
 from praxis_lite.py_utils import NestedMap
@@ -228,12 +229,12 @@ def test_tiny_c4_experiment_trains_and_evaluates(data, tmp_path):
     exp = cls()
     datasets = exp.datasets()
     datasets[0].shuffle_buffer_size = 256  # Pax's 100k buffer is for the real C4.
-    job = train.build_job(exp, exp.task(), datasets, tmp_path / "job")
-    result = train.run(job, train.Mode.TRAIN_AND_EVAL, peak_tflops=1.0)  # (No MFU calibration.)
-    losses = [s["loss"] for _, s in result["history"]]
+    job = build_job(exp, exp.task(), datasets, tmp_path / "job")
+    result = train.run(job, evaluate=True, peak_tflops=1.0)  # (No MFU calibration.)
+    losses = [s["loss"] for _, s in result.history]
     assert len(losses) == 12 and np.isfinite(losses).all()
     assert np.mean(losses[-3:]) < np.mean(losses[:3])
-    metrics = result["eval"]["validation"]
+    metrics = result.eval["validation"]
     assert np.isfinite(metrics["loss"]) and metrics["num_batches"] >= 1
 
 

@@ -12,8 +12,9 @@ import pytest
 import seqio
 import tensorflow as tf
 
-from paxlite import base_experiment, train
+from paxlite import base_experiment, partitioning, train
 from paxlite.base_experiment import KnobError
+from paxlite.job import build_job
 from praxis_lite.base_input import InputConfigError, InputDataError
 from praxis_lite.seqio_checks import InputDataNotFoundError
 from tasks.lm import text
@@ -56,16 +57,16 @@ def experiment(**knobs) -> LmTextTiny:
 
 
 def inputs(exp: LmTextTiny) -> list:
-    return [train.instantiate_input(cfg) for cfg in exp.datasets()]
+    return [partitioning.instantiate_input(cfg) for cfg in exp.datasets()]
 
 
 @pytest.mark.parametrize("fmt", [TextFormat.LINES, TextFormat.JSONL])
 def test_trains_on_a_file(tmp_path, fmt):
     path = write(tmp_path, fmt)
     exp = experiment(TEXT_DATA_PATH=path, TEXT_FORMAT=fmt, TEXT_TASK_NAME=f"text_{fmt.value}")
-    job = train.build_job(exp, exp.task(), exp.datasets(), tmp_path / "job")
-    result = train.run(job, train.Mode.TRAIN, peak_tflops=1.0)  # (No MFU calibration.)
-    losses = [s["loss"] for _, s in result["history"]]
+    job = build_job(exp, exp.task(), exp.datasets(), tmp_path / "job")
+    result = train.run(job, peak_tflops=1.0)  # (No MFU calibration.)
+    losses = [s["loss"] for _, s in result.history]
     assert len(losses) == 8 and np.isfinite(losses).all()
     assert losses[-1] < losses[0]
 
@@ -197,10 +198,8 @@ def test_decodes_prompts_cut_from_held_out_documents(tmp_path):
     task_cfg.decode_interval_steps = 2
     train_cfg = exp.datasets()[0]
     job_dir = tmp_path / "job"
-    job = train.build_job(
-        exp, task_cfg, [train_cfg], job_dir, jax.devices()[:1], exp.decoder_datasets()
-    )
-    metrics = train.run(job, train.Mode.TRAIN_AND_EVAL, peak_tflops=1.0)["decode"]["prompts"]
+    job = build_job(exp, task_cfg, [train_cfg], job_dir, jax.devices()[:1], exp.decoder_datasets())
+    metrics = train.run(job, evaluate=True, peak_tflops=1.0).decode["prompts"]
     rows = [json.loads(x) for x in (job_dir / "decoder_out" / "prompts_step2.jsonl").open()]
     kept = [d for d in held_out if len(d) + 1 > 8]  # Bytes plus EOS.
     assert len(rows) == metrics["num_examples"] == len(kept) == 6

@@ -109,3 +109,43 @@ def test_feedforward_linear_template_fields_reach_the_child():
     layer = ref.build(cfg)
     variables = ref.init_variables(layer, np.ones((1, 3), np.float32), noise=0.0)
     np.testing.assert_array_equal(variables["params"]["linear"]["w"], np.full((3, 2), 0.5))
+
+
+# (input shape [..., D_in], hidden_dims, D_out, num_layers)
+MLP_SHAPES = [((4, 6), 8, 5, 3), ((2, 3, 8), 16, 4, 1)]
+
+
+@pytest.mark.parametrize("activate_final", [True, False])
+@pytest.mark.parametrize("in_shape, hidden_dims, out_dims, num_layers", MLP_SHAPES)
+def test_mlp_block(in_shape, hidden_dims, out_dims, num_layers, activate_final):
+    """relu(h @ w_i + b_i) per layer, the last one without relu unless activate_final."""
+    cfg = linears.MLPBlock.HParams.config(
+        num_layers=num_layers, hidden_dims=hidden_dims, activate_final=activate_final
+    )
+    cfg.ff_tpl.input_dims, cfg.ff_tpl.output_dims = in_shape[-1], out_dims
+    layer = ref.build(cfg)
+    x = ref.normal(in_shape)
+    variables = ref.init_variables(layer, x)
+    p = ref.to_numpy(variables["params"])
+    assert list(p) == [f"mlp_layers_{i}" for i in range(num_layers)]
+    dims = [in_shape[-1]] + [hidden_dims] * (num_layers - 1) + [out_dims]
+    assert [p[f"mlp_layers_{i}"]["linear"]["w"].shape for i in range(num_layers)] == list(
+        zip(dims[:-1], dims[1:], strict=True)
+    )
+    assert layer.matmul_params() == sum(a * b for a, b in zip(dims[:-1], dims[1:], strict=True))
+
+    want = x.astype(np.float64)
+    for i in range(num_layers):
+        ff = p[f"mlp_layers_{i}"]
+        want = want @ ff["linear"]["w"] + ff["bias"]["b"]
+        if i < num_layers - 1 or activate_final:
+            want = ref.relu(want)
+    y = layer.apply(variables, x)
+    assert y.shape == in_shape[:-1] + (out_dims,)
+    ref.assert_close(y, want, jnp.float32)
+
+
+def test_mlp_block_needs_dims_on_its_template():
+    layer = ref.build(linears.MLPBlock.HParams.config(num_layers=2, hidden_dims=4))
+    with pytest.raises(TypeError, match="ff_tpl.input_dims"):
+        layer.layer_dims()

@@ -1,0 +1,98 @@
+"""paxlite's command-line flags (absl), and the one :class:`Mode` enum every mode is chosen by."""
+
+from __future__ import annotations
+
+import enum
+
+from absl import flags
+from fiddle.absl_flags import utils as fdl_flag_utils  # noqa: F401  (defines --fdl_set, --fiddler)
+
+
+class Mode(enum.Enum):
+    """What a run does (``--mode``)."""
+
+    TRAIN = "train"
+    EVAL = "eval"
+    TRAIN_AND_EVAL = "train_and_eval"
+    DECODE = "decode"
+    COMPILE = "compile"
+    BENCHMARK = "benchmark"
+
+
+class UsageError(Exception):
+    """A problem with the command line; printed without a traceback."""
+
+
+FLAGS = flags.FLAGS
+flags.DEFINE_string("exp", None, "Registered experiment, e.g. tasks.lm.synthetic.LmSyntheticTiny.")
+flags.DEFINE_string("job_log_dir", None, "Directory for checkpoints, summaries and config.")
+flags.DEFINE_list(
+    "exp_search_packages",
+    ["tasks"],
+    "Packages whose modules are imported to resolve a short --exp name (e.g. LmSyntheticTiny).",
+)
+flags.DEFINE_enum_class(
+    "mode",
+    Mode.TRAIN,
+    Mode,
+    "What to run. decode: decode the experiment's decoder_datasets() with the latest "
+    "checkpoint. compile: a dry run that builds the experiment's mesh from fake CPU devices, "
+    "compiles the train step on abstract arrays and prints sizes and FLOPs. benchmark: time "
+    "the train step on the experiment's data (fresh parameters, no checkpoints) and write "
+    "benchmark.json/.md/.png into --job_log_dir.",
+)
+flags.DEFINE_float(
+    "peak_tflops",
+    None,
+    "Peak TFLOP/s of one device for MFU; default: the table of paxlite/mfu.py by device kind "
+    "and dtype, or on CPU a matmul timed at the start of the run (never cached).",
+)
+flags.DEFINE_enum(
+    "mfu_definition",
+    "causal",
+    ["causal", "palm", "6N"],
+    "Model-FLOPs count behind MFU (see paxlite/flops.py): causal (default), palm, 6N.",
+)
+flags.DEFINE_integer("bench_steps", 20, "--mode=benchmark: timed steps.")
+flags.DEFINE_integer("bench_warmup", 3, "--mode=benchmark: untimed warm-up steps first.")
+flags.DEFINE_multi_string("set", [], "KNOB=VALUE override of an UPPERCASE experiment knob.")
+flags.DEFINE_bool("print_config", False, "Print the resolved configuration and exit.")
+flags.DEFINE_integer(
+    "stop_at_step",
+    None,
+    "Stop this run at this step (with a checkpoint) even if num_train_steps is later; "
+    "re-running the command resumes. For staged runs and preemption drills.",
+)
+flags.DEFINE_string("coordinator_address", None, "host:port of process 0 (multi-process jobs).")
+flags.DEFINE_integer("num_processes", None, "Number of processes in the job.")
+flags.DEFINE_integer("process_id", None, "This process's index in [0, num_processes).")
+flags.DEFINE_integer("distributed_timeout_s", 300, "Seconds to wait for all processes to join.")
+flags.DEFINE_float(
+    "peer_timeout_s",
+    60.0,
+    "In a multi-process job, seconds without a heartbeat from another process after which "
+    "every other process stops (exit 4) with a message naming the lost one.",
+)
+flags.DEFINE_string(
+    "tfds_data_dir",
+    None,
+    "Directory holding prepared TFDS datasets (e.g. DIR/c4/en/3.0.1); overrides the data dir "
+    "of every SeqIO TFDS source. Default: TFDS's own ($TFDS_DATA_DIR or ~/tensorflow_datasets).",
+)
+
+
+#: Fiddle's absl flags that paxlite does not use (importing fiddle's flag module defines
+#: them), with what to pass instead. Given, they stop the run rather than being ignored.
+UNSUPPORTED_FIDDLE_FLAGS = {
+    "fdl_config": "the config comes from --exp; edit it with --fiddler or --fdl_set",
+    "fdl_config_file": "the config comes from --exp; edit it with --fiddler or --fdl_set",
+    "fdl_tags_set": "tags are not used; set each path with --fdl_set",
+    "fdl_help": "--print_config shows every knob and config path",
+}
+
+
+def reject_unsupported_fiddle_flags() -> None:
+    """Raises UsageError for the first of :data:`UNSUPPORTED_FIDDLE_FLAGS` given."""
+    for name, instead in UNSUPPORTED_FIDDLE_FLAGS.items():
+        if FLAGS[name].present:
+            raise UsageError(f"--{name} is not supported by paxlite: {instead}.")

@@ -1,0 +1,76 @@
+"""Command-line overrides: knobs (``--set``), Fiddle paths (``--fdl_set``) and fiddlers.
+
+Knob overrides make a subclass of the experiment with the new values, type-checked
+(``paxlite.base_experiment``); path overrides go through Fiddle's own absl-flag
+parser onto the task and dataset configs.
+"""
+
+from __future__ import annotations
+
+import importlib
+import sys
+from collections.abc import Sequence
+from typing import Any
+
+from fiddle.absl_flags import utils as fdl_flag_utils
+
+from paxlite import base_experiment, experiment_registry
+from paxlite.flags import UsageError
+from praxis_lite.py_utils import NestedMap
+
+
+def resolve_experiment(
+    name: str, knob_overrides: Sequence[str], search_packages: Sequence[str] = ()
+) -> Any:
+    """The experiment instance for ``name`` with ``KNOB=VALUE`` overrides applied."""
+    cls = experiment_registry.get(name, search_packages)
+    cls = base_experiment.apply_knob_overrides(cls, list(knob_overrides))
+    return cls()
+
+
+def resolve_configs(experiment: Any, fdl_sets: Sequence[str], fiddlers: Sequence[str]):
+    """``(task_cfg, dataset_cfgs, decoder_dataset_cfgs)`` with fiddlers and path overrides."""
+    root = NestedMap(
+        task=experiment.task(),
+        datasets=list(experiment.datasets()),
+        decoder_datasets=list(experiment.decoder_datasets()),
+    )
+    for name in fiddlers:
+        _find_fiddler(experiment, name)(root.task)
+    for assignment in fdl_sets:
+        if "=" not in assignment:
+            raise UsageError(f"--fdl_set expects PATH=VALUE, got {assignment!r}.")
+        path = assignment.split("=", 1)[0]
+        if not path.startswith(("task", "datasets", "decoder_datasets")):
+            raise UsageError(
+                f"--fdl_set path {path!r} must start with 'task.', 'datasets[i].' or "
+                "'decoder_datasets[i].', e.g. task.learner.optimizer.learning_rate=0.01."
+            )
+        try:
+            fdl_flag_utils.set_value(root, assignment)
+        except ValueError as e:
+            cause = f" {e.__cause__}" if e.__cause__ else ""
+            raise UsageError(f"--fdl_set {assignment}: {e}{cause}") from None
+    return root.task, root.datasets, root.decoder_datasets
+
+
+def _find_fiddler(experiment: Any, name: str):
+    module = sys.modules[type(experiment).__module__]
+    if hasattr(module, name):
+        return getattr(module, name)
+    if "." in name:
+        mod_name, fn_name = name.rsplit(".", 1)
+        try:
+            return getattr(importlib.import_module(mod_name), fn_name)
+        except (ImportError, AttributeError) as e:
+            raise UsageError(f"--fiddler {name}: {e}") from None
+    raise UsageError(
+        f"--fiddler {name}: no function {name!r} in {module.__name__}; pass a dotted path."
+    )
+
+
+def unproxied(error: BaseException) -> BaseException:
+    """The error itself, not Fiddle's proxy of it (which appends the config being built)."""
+    while hasattr(error, "proxy_base_exception"):
+        error = error.proxy_base_exception
+    return error

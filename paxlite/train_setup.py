@@ -1,0 +1,207 @@
+"""One way to get a run's train state (abstract, fresh or restored) and its jitted steps.
+
+Training, evaluation, decoding, the benchmark and compile-only runs all start
+here; call these inside ``job.scope()`` (the mesh and logical rules set).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import enum
+import time
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+from jax.sharding import NamedSharding, PartitionSpec
+
+from paxlite import checkpoints, partitioning, summaries, trainer_lib
+from paxlite.job import Job
+from paxlite.mfu import Peak
+from paxlite.step_cost import StepCost, step_cost
+from praxis_lite.base_input import InputConfigError
+from praxis_lite.model_flops import FlopsDefinition
+from praxis_lite.py_utils import NestedMap
+from praxis_lite.sharding import init_with_shardings, logical_shardings, strip_boxes
+
+
+class StateSource(enum.Enum):
+    """Where a run's train state comes from."""
+
+    ABSTRACT = "abstract"  # Shapes and shardings only (compile-only runs).
+    FRESH = "fresh"  # Initialized from the seed; no checkpoint read (benchmark).
+    LATEST_OR_FRESH = "latest_or_fresh"  # Resume from the latest checkpoint, else fresh.
+    LATEST = "latest"  # The latest checkpoint, which must exist (eval, decode).
+
+
+@dataclasses.dataclass
+class RunState:
+    """A run's starting point.
+
+    Attributes:
+      state: the TrainState (global arrays; ShapeDtypeStructs for ABSTRACT).
+      shardings: its NamedShardings.
+      sample: a global batch shaped like training's (abstract for ABSTRACT).
+      train_key: the replicated dropout key of the train steps.
+      restored_step: the checkpoint step restored, or None.
+    """
+
+    state: Any
+    shardings: Any
+    sample: NestedMap
+    train_key: Any
+    restored_step: int | None = None
+
+
+def check_batch_spec(job: Job, sample: NestedMap) -> None:
+    """Raises InputConfigError unless the train input's batch has what the model reads."""
+    missing = [
+        f"{key} (rank {rank})"
+        for key, rank in job.task.model.batch_spec().items()
+        if key not in sample or sample[key].ndim != rank
+    ]
+    if missing:
+        raise InputConfigError(
+            f"Input '{job.train_input.name}' yields batches with {', '.join(sorted(sample))}, "
+            f"but {type(job.task.model).__name__} reads {', '.join(missing)}; fix the "
+            "experiment's datasets() so its batches carry them."
+        )
+
+
+def abstract_train_state(job: Job, sample: NestedMap) -> tuple[Any, Any]:
+    """``(abstract TrainState with shardings, its NamedShardings)``, allocating nothing."""
+    init_fn = trainer_lib.make_init_fn(job.task)
+    abstract_boxed = jax.eval_shape(init_fn, jax.random.key(0), sample)
+    shardings = strip_boxes(logical_shardings(abstract_boxed, job.mesh, job.rules))
+    return checkpoints.abstract_like(strip_boxes(abstract_boxed), shardings), shardings
+
+
+def init_or_restore(
+    job: Job,
+    source: StateSource,
+    checkpointer: checkpoints.Checkpointer | None = None,
+    purpose: str = "This run",
+) -> RunState:
+    """The run's train state from ``source`` (``checkpointer`` for the LATEST sources).
+
+    ``purpose`` (e.g. ``--mode=decode``) names the run in the error for a missing checkpoint.
+
+    Raises:
+      FileNotFoundError: ``LATEST`` and the job dir has no checkpoint.
+      InputConfigError: the train input's batches lack what the model reads.
+    """
+    local = partitioning.read_sample(job.train_input)
+    check_batch_spec(job, local)
+    if source is StateSource.ABSTRACT:  # No device work at all (the devices may be a target's).
+        sample = partitioning.abstract_global(local, job.batch_sharding)
+        state, shardings = abstract_train_state(job, sample)
+        return RunState(state, shardings, sample, jax.eval_shape(lambda: jax.random.key(0)))
+    init_key, train_key = jax.random.split(jax.random.key(job.experiment.SEED))
+    sample = partitioning.to_global(local, job.batch_sharding)
+    abstract, shardings = abstract_train_state(job, sample)
+    key = partitioning.replicate(train_key, job.mesh)
+    latest = _latest_step(checkpointer, source, purpose)
+    if latest is not None:
+        state, input_state = checkpointer.restore(latest, abstract)
+        job.train_input.set_state(input_state)
+        summaries.log(f"Restored checkpoint at step {latest} from {checkpointer.directory}")
+        return RunState(state, shardings, sample, key, restored_step=latest)
+    init_fn = trainer_lib.make_init_fn(job.task)
+    state = init_with_shardings(init_fn, shardings, init_key, sample)
+    return RunState(state, shardings, sample, key)
+
+
+def _latest_step(
+    checkpointer: checkpoints.Checkpointer | None, source: StateSource, purpose: str
+) -> int | None:
+    if source is StateSource.FRESH or checkpointer is None:
+        return None
+    for skipped in checkpointer.interrupted_steps:
+        summaries.log(
+            f"Skipped the checkpoint at step {skipped} in {checkpointer.directory}: its save "
+            "was interrupted before it completed; its partial files were removed."
+        )
+    latest = checkpointer.latest_step()
+    if latest is None and source is StateSource.LATEST:
+        raise FileNotFoundError(
+            f"{purpose} needs a checkpoint, but {checkpointer.directory} has none; train first."
+        )
+    return latest
+
+
+def log_state_sizes(job: Job, run: RunState) -> None:
+    """One console line: mesh, devices, parameter count, per-device state sizes."""
+    state, mib = run.state, 2**20
+    num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
+    summaries.log(
+        f"Mesh {dict(job.mesh.shape)} on {jax.device_count()} {jax.devices()[0].platform} "
+        f"devices ({jax.process_count()} processes); {num_params:,} parameters; per device: "
+        f"params {partitioning.per_device_bytes(state.params) / mib:.2f} MiB, optimizer state "
+        f"{partitioning.per_device_bytes(state.opt_state) / mib:.2f} MiB"
+    )
+
+
+def jit_train_step(job: Job, state_shardings: Any) -> Any:
+    """The jitted train step: sharded in and out, the state's buffers donated."""
+    replicated = NamedSharding(job.mesh, PartitionSpec())
+    return jax.jit(
+        trainer_lib.make_train_step(job.task),
+        in_shardings=(state_shardings, job.batch_sharding, replicated),
+        out_shardings=(state_shardings, replicated),
+        donate_argnums=(0,),
+    )
+
+
+def compile_train_step(job: Job, run: RunState) -> tuple[Any, float]:
+    """``(compiled step, seconds)``: the jitted step compiled ahead of the loop.
+
+    The loop calls the compiled executable, so it cannot silently recompile:
+    arguments of another shape or sharding are an error.
+    """
+    start = time.perf_counter()
+    step = jit_train_step(job, run.shardings)
+    compiled = step.lower(run.state, run.sample, run.train_key).compile()
+    return compiled, time.perf_counter() - start
+
+
+def compile_with_cost(
+    job: Job, run: RunState, peak: Peak | None, definition: FlopsDefinition | None
+) -> tuple[Any, float, StepCost]:
+    """``(compiled step, compile seconds, its cost)``; logs both (training and the benchmark)."""
+    compiled, seconds = compile_train_step(job, run)
+    cost = step_cost(
+        job.task.model,
+        run.sample,
+        compiled,
+        num_devices=job.mesh.size,
+        definition=definition,
+        peak=peak,
+    )
+    summaries.log(f"Compiled the train step in {seconds:.1f} s. {cost.describe()}")
+    return compiled, seconds, cost
+
+
+@contextlib.contextmanager
+def restored(job: Job, purpose: str) -> Iterator[RunState]:
+    """The latest checkpoint's state, inside the job's scope (eval and decode runs).
+
+    Raises:
+      FileNotFoundError: the job dir has no checkpoint (the message names ``purpose``).
+    """
+    checkpointer = checkpoints.Checkpointer(job.job_log_dir, max_to_keep=job.task.max_to_keep)
+    try:
+        with job.scope():
+            yield init_or_restore(job, StateSource.LATEST, checkpointer, purpose=purpose)
+    finally:
+        checkpointer.close()
+
+
+def jit_eval_step(job: Job, params_shardings: Any) -> Any:
+    """The jitted eval step (per-example outputs when an eval input has score metrics)."""
+    per_example = any(i.score_metric_fns for i in job.eval_inputs)
+    return jax.jit(
+        trainer_lib.make_eval_step(job.task, per_example=per_example),
+        in_shardings=(params_shardings, job.batch_sharding),
+        out_shardings=NamedSharding(job.mesh, PartitionSpec()),
+    )

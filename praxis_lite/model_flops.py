@@ -1,0 +1,194 @@
+"""Model FLOPs of a train step: the definitions and the Transformer count behind them.
+
+A model states its training FLOPs through the model contract
+(``praxis_lite.models.BaseModel.train_flops``); the trainer turns them into MFU
+without knowing the model. Three labelled definitions (:class:`FlopsDefinition`),
+per token of a decoder-only Transformer:
+
+* ``6N``: ``6 * N_blocks`` (Kaplan et al. 2020, "Scaling laws", section 2.1).
+  ``N_blocks`` = weights of the matmuls inside the Transformer blocks (q, k, v,
+  output projection, feed-forward; biases and norms left out): the
+  non-embedding parameters.
+* ``palm``: ``6 * N + 12 * L*H*Q*T`` (Chowdhery et al. 2022, PaLM, Appendix B),
+  with ``N = N_blocks + D*V``: every weight a token multiplies, so the output
+  (logits) projection is in and an input embedding lookup is not (with a shared
+  embedding table, ``N`` is the whole table once). ``L`` layers, ``H`` heads,
+  ``Q`` dims per head, ``T`` sequence length: the full ``T x T`` attention map in
+  the forward and backward passes.
+* ``causal``: as ``palm`` with the attention term halved (``6 * L*H*Q*T``): a
+  causal model needs only the lower triangle of the attention map. This is the
+  default for MFU (MaxText counts the same way); ``palm`` is higher by the
+  masked half that dense kernels compute anyway.
+
+Training = forward + backward = 3 x forward; rematerialization (recomputing the
+forward in the backward pass) is not model work and is never counted.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import enum
+
+
+class FlopsDefinition(enum.Enum):
+    """Which model-FLOPs formula an MFU figure uses (see the module docstring)."""
+
+    SIX_N = "6N"
+    PALM = "palm"
+    CAUSAL = "causal"
+
+    @property
+    def formula(self) -> str:
+        return {
+            FlopsDefinition.SIX_N: "6 * N_blocks * tokens",
+            FlopsDefinition.PALM: "(6 * (N_blocks + D*V) + 12 * L*H*Q*T) * tokens",
+            FlopsDefinition.CAUSAL: "(6 * (N_blocks + D*V) + 6 * L*H*Q*T) * tokens",
+        }[self]
+
+
+DEFAULT_DEFINITION = FlopsDefinition.CAUSAL
+
+
+@dataclasses.dataclass(frozen=True)
+class StackLayout:
+    """How a Transformer stack runs its blocks (what a stack tells the FLOPs count).
+
+    Attributes:
+      num_layers: ``L`` blocks in all.
+      block: the block's config (a ``Transformer`` config).
+      scan_trips: blocks run as one scanned loop body, which XLA's cost analysis
+        counts once (1: no scan).
+      remat: the backward pass recomputes the forward (a remat policy is on).
+      pipelined: the blocks run inside a pipeline's loop (XLA's count of loop
+        bodies cannot be corrected).
+    """
+
+    num_layers: int
+    block: object
+    scan_trips: int = 1
+    remat: bool = False
+    pipelined: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class LmShape:
+    """What the FLOPs of a decoder-only Transformer LM depend on.
+
+    Attributes:
+      num_layers: ``L`` Transformer blocks in all.
+      model_dims: ``D``.
+      hidden_dims: ``F``, feed-forward hidden dims.
+      num_heads: ``H`` query heads.
+      num_kv_heads: key/value heads.
+      dim_per_head: ``Q``.
+      gated: the feed-forward has a gate projection (GLU variants: 3 matrices).
+      vocab_size: ``V``.
+      causal: the attention is causal.
+    """
+
+    num_layers: int
+    model_dims: int
+    hidden_dims: int
+    num_heads: int
+    num_kv_heads: int
+    dim_per_head: int
+    gated: bool
+    vocab_size: int
+    causal: bool = True
+
+    @property
+    def block_params(self) -> int:
+        """Matmul weights of one block: q, k, v, post projections and the feed-forward."""
+        d, q = self.model_dims, self.dim_per_head
+        attention = d * q * (2 * self.num_heads + 2 * self.num_kv_heads)
+        feed_forward = (3 if self.gated else 2) * d * self.hidden_dims
+        return attention + feed_forward
+
+    @property
+    def non_embedding_params(self) -> int:
+        """``N_blocks = L * block_params``."""
+        return self.num_layers * self.block_params
+
+    @property
+    def matmul_params(self) -> int:
+        """``N_blocks + D*V``: every weight a token is multiplied by (logits included)."""
+        return self.non_embedding_params + self.model_dims * self.vocab_size
+
+    def flops_per_token(self, seq_len: int, definition: FlopsDefinition) -> float:
+        """Train-step FLOPs per token (forward + backward) under ``definition``."""
+        attention = self.num_layers * self.num_heads * self.dim_per_head * seq_len
+        if definition is FlopsDefinition.SIX_N:
+            return 6.0 * self.non_embedding_params
+        if definition is FlopsDefinition.PALM:
+            return 6.0 * self.matmul_params + 12.0 * attention
+        return 6.0 * self.matmul_params + 6.0 * attention
+
+    def flops_per_step(
+        self, global_batch: int, seq_len: int, definition: FlopsDefinition = DEFAULT_DEFINITION
+    ) -> float:
+        """Train-step FLOPs of ``global_batch x seq_len`` tokens (all devices together)."""
+        return self.flops_per_token(seq_len, definition) * global_batch * seq_len
+
+    def all_definitions(self, global_batch: int, seq_len: int) -> dict[str, float]:
+        """``{definition value: FLOPs per step}`` for every definition."""
+        return {d.value: self.flops_per_step(global_batch, seq_len, d) for d in FlopsDefinition}
+
+    def block_flops_per_token(self, seq_len: int) -> float:
+        """``palm`` FLOPs of one block per token (what one more scan trip executes)."""
+        return 6.0 * self.block_params + 12.0 * self.num_heads * self.dim_per_head * seq_len
+
+    def describe(self) -> str:
+        """``L=2 D=64 F=256 heads=4x16 V=64`` style one-liner."""
+        kv = f" kv {self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""
+        return (
+            f"L={self.num_layers} D={self.model_dims} F={self.hidden_dims}"
+            f"{' gated' if self.gated else ''} heads={self.num_heads}x{self.dim_per_head}{kv} "
+            f"V={self.vocab_size}"
+        )
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainFlops:
+    """A model's training FLOPs (forward + backward) for one example of a batch.
+
+    Attributes:
+      per_example: ``{FlopsDefinition value: FLOPs}`` for one example.
+      tokens_per_example: tokens one example counts (``T`` for sequence models).
+      description: the counted shape in one line (for reports).
+      non_embedding_params: ``N_blocks`` where the model has it, else None.
+      scan_trips: layers run as one scanned loop body that XLA counts once.
+      scan_body_per_example: FLOPs XLA's count misses per extra scan trip, for
+        one example (with the recomputed forward when ``remat``).
+      xla_note: why XLA's count of this model cannot be corrected (loop bodies
+        it counts once); None when it can.
+    """
+
+    per_example: dict[str, float]
+    tokens_per_example: int
+    description: str
+    non_embedding_params: int | None = None
+    scan_trips: int = 1
+    scan_body_per_example: float = 0.0
+    xla_note: str | None = None
+
+    @classmethod
+    def of_lm(cls, shape: LmShape, seq_len: int, layout: StackLayout) -> TrainFlops:
+        """The count of a Transformer LM of ``shape`` on examples of ``seq_len`` tokens."""
+        body = shape.block_flops_per_token(seq_len) * seq_len * (4 / 3 if layout.remat else 1)
+        return cls(
+            per_example={d.value: shape.flops_per_step(1, seq_len, d) for d in FlopsDefinition},
+            tokens_per_example=seq_len,
+            description=shape.describe(),
+            non_embedding_params=shape.non_embedding_params,
+            scan_trips=layout.scan_trips,
+            scan_body_per_example=body,
+            xla_note=(
+                "loop bodies (pipeline iterations, scanned layers) counted once; not corrected"
+                if layout.pipelined
+                else None
+            ),
+        )
+
+    def per_step(self, global_batch: int) -> dict[str, float]:
+        """``{definition value: FLOPs}`` of a step of ``global_batch`` examples."""
+        return {name: flops * global_batch for name, flops in self.per_example.items()}

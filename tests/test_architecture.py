@@ -1,0 +1,95 @@
+"""The tree's shape, checked: package layering, no import cycles, small functions, thin main.py.
+
+Imports are read from the source (every ``import`` statement, also those inside
+functions: a lazy import is still a dependency).
+"""
+
+import ast
+import pathlib
+
+import pytest
+
+ROOT = pathlib.Path(__file__).resolve().parents[1]
+PACKAGES = ("praxis_lite", "paxlite", "tasks")
+MAX_FUNCTION_LINES = 80
+MAX_MAIN_LINES = 200
+
+
+def _modules() -> dict[str, pathlib.Path]:
+    """Dotted module name -> file, for every module of our packages."""
+    out = {}
+    for package in PACKAGES:
+        for path in (ROOT / package).rglob("*.py"):
+            parts = path.relative_to(ROOT).with_suffix("").parts
+            name = ".".join(parts[:-1] if parts[-1] == "__init__" else parts)
+            out[name] = path
+    return out
+
+
+def _imports(path: pathlib.Path, modules: dict[str, pathlib.Path]) -> set[str]:
+    """Our modules that ``path`` imports anywhere in its body."""
+    found = set()
+    for node in ast.walk(ast.parse(path.read_text())):
+        if isinstance(node, ast.Import):
+            names = [alias.name for alias in node.names]
+        elif isinstance(node, ast.ImportFrom) and node.module and not node.level:
+            names = [node.module] + [f"{node.module}.{a.name}" for a in node.names]
+        else:
+            continue
+        found.update(name for name in names if name in modules)
+    return found
+
+
+def _graph() -> dict[str, set[str]]:
+    modules = _modules()
+    return {name: _imports(path, modules) - {name} for name, path in modules.items()}
+
+
+def test_layering():
+    """praxis_lite never imports paxlite or tasks; paxlite never imports tasks."""
+    bad = [
+        f"{module} imports {target}"
+        for module, targets in _graph().items()
+        for target in targets
+        if (module.startswith("praxis_lite") and target.startswith(("paxlite", "tasks")))
+        or (module.startswith("paxlite") and target.startswith("tasks"))
+    ]
+    assert bad == []
+
+
+def test_no_import_cycles():
+    # A package's __init__ importing its submodules is not a cycle of concerns: skip packages.
+    packages = {m for m, p in _modules().items() if p.name == "__init__.py"}
+    graph = {m: ts - packages for m, ts in _graph().items() if m not in packages}
+    cycles = []
+    state: dict[str, int] = {}  # 1 = on the stack, 2 = done
+
+    def visit(node: str, stack: list[str]) -> None:
+        state[node] = 1
+        for target in sorted(graph.get(node, ())):
+            if state.get(target) == 1:
+                cycles.append(" -> ".join(stack[stack.index(target) :] + [target]))
+            elif target not in state:
+                visit(target, stack + [target])
+        state[node] = 2
+
+    for module in sorted(graph):
+        if module not in state:
+            visit(module, [module])
+    assert cycles == []
+
+
+@pytest.mark.parametrize("package", PACKAGES)
+def test_functions_are_small(package):
+    long = []
+    for path in (ROOT / package).rglob("*.py"):
+        for node in ast.walk(ast.parse(path.read_text())):
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef):
+                lines = node.end_lineno - node.lineno + 1
+                if lines > MAX_FUNCTION_LINES:
+                    long.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.name} ({lines})")
+    assert long == []
+
+
+def test_main_is_cli_glue():
+    assert len((ROOT / "paxlite" / "main.py").read_text().splitlines()) <= MAX_MAIN_LINES

@@ -102,9 +102,8 @@ class Evaluator:
         for inp in self._inputs:
             metrics = run_eval_pass(self._eval_step, params, inp, self._to_global)
             summaries.write_scalars(self._writers[inp.name], step, f"eval_{inp.name}", metrics)
-            shown = ", ".join(
-                f"{k} {v:.4f}" for k, v in metrics.items() if k not in ("num_batches", "num_tokens")
-            )
+            names = ["loss", *sorted(set(metrics) - {"loss", "num_batches", "num_tokens"})]
+            shown = ", ".join(f"{k} {metrics[k]:.4f}" for k in names)
             summaries.log(
                 f"eval '{inp.name}' at step {step}: {shown} over "
                 f"{int(metrics['num_batches'])} batches"

@@ -50,11 +50,11 @@ class _PlainComparable(LmCloudSpmd):
     NUM_HEADS = 4
     USE_REPEATED_LAYER = False
     FPROP_DTYPE = jnp.float32
-    LR_WARMUP_STEPS = 100
+    LR_COS_WARMUP = 100
     LEARNING_RATE = 1e-3
     PERCORE_BATCH_SIZE = 8
     SUMMARY_INTERVAL_STEPS = 1_000_000
-    SAVE_INTERVAL_STEPS = 1_000_000
+    CHECKPOINT_EVERY_N_STEPS = 1_000_000
 
     def datasets(self):
         return [

@@ -30,10 +30,34 @@ import typing
 from collections.abc import Mapping, Sequence
 from typing import Any, ClassVar, TypeVar
 
-from paxlite.knob_types import matches_type, parse_knob_value, type_name, value_hint
+from paxlite.knob_types import (
+    enum_member_of,
+    matches_type,
+    parse_knob_value,
+    type_name,
+    value_hint,
+)
 from praxis_lite.sharding import DEFAULT_RULES
 
 _KNOB_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
+
+#: Knob names of earlier paxlite versions -> what to write now (Pax's names, where Pax
+#: has the knob). An old name is an error that says this, not a string-distance guess.
+RENAMED_KNOBS = {
+    "REMAT_POLICY": "CHECKPOINT_POLICY",
+    "SAVE_INTERVAL_STEPS": "CHECKPOINT_EVERY_N_STEPS",
+    "MAX_TO_KEEP": "CHECKPOINT_MAX_TO_KEEP",
+    "SOFT_CAP_LOGITS": "SOFTMAX_CAP_LOGITS",
+    "ACTIVATION": "ACTIVATION_CLS",
+    "LR_WARMUP_STEPS": (
+        "LR_COS_WARMUP (with LR_SCHEDULE=linear_rampup_cosine_decay) or LR_LRED_WARMUP "
+        "(with LR_SCHEDULE=linear_rampup_exponential_decay)"
+    ),
+    "LR_DECAY_START": "LR_LRED_DECAY_START (or LR_COS_DECAY_START for a cosine LR_SCHEDULE)",
+    "LR_DECAY_END": "LR_LRED_DECAY_END (or LR_COS_DECAY_END for a cosine LR_SCHEDULE)",
+    "LR_DECAY_MIN_RATIO": "LR_LRED_MIN_RATIO (or LR_COS_MIN_RATIO for a cosine LR_SCHEDULE)",
+    "LR_MIN_RATIO": "LR_LRED_MIN_RATIO",
+}
 _E = TypeVar("_E", bound="BaseExperiment")
 
 
@@ -324,6 +348,9 @@ def _check_class_knobs(cls: type[BaseExperiment]) -> None:
     for name, tp in declared.items():
         if name in own or name in annotated_here:
             value = getattr(cls, name, MISSING)
+            member = enum_member_of(value, tp) if name in own else None
+            if member is not None:  # Pax's spelling of an enum knob: stored as the member.
+                setattr(cls, name, value := member)
             if value is not MISSING and not matches_type(value, tp):
                 raise KnobError(_type_mismatch(cls, name, value, tp))
 
@@ -336,6 +363,8 @@ def _type_mismatch(cls: type, name: str, value: Any, tp: Any) -> str:
 
 
 def _did_you_mean(name: str, candidates: Mapping[str, Any]) -> str:
+    if name in RENAMED_KNOBS:
+        return f" (it was renamed: {RENAMED_KNOBS[name]}; see CHANGELOG.md)"
     close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
     return f" (did you mean {' or '.join(close)}?)" if close else ""
 

@@ -22,7 +22,7 @@ def parse_knob_value(text: str, tp: Any) -> Any:
 
     Accepts Python literals (``4``, ``0.5``, ``'x'``, ``(1, 2, 4)``, ``1,2,4``,
     ``[1, 2]`` for a tuple knob), ``true``/``false``, ``None``/``none``, enum
-    member names (``RELU`` or ``Activation.RELU``), bare text for ``str`` knobs
+    members by name or Pax's spelling (see :func:`_enum_member`), bare text for ``str`` knobs
     and comma-separated bare words for tuples of str (``data,mdl``). Ints are
     converted to float for float knobs.
 
@@ -148,12 +148,39 @@ def _is_enum(tp: Any) -> bool:
 
 
 def _enum_member(text: str, tp: Any) -> enum.Enum | None:
-    """The member of an enum in ``tp`` named ``text`` (``RELU`` or ``Activation.RELU``)."""
+    """The member of an enum in ``tp`` that ``text`` spells.
+
+    By name, in any case and after any dotted prefix (``GELU``, ``gelu``,
+    ``Activation.GELU``, Pax's ``layers.AutodiffCheckpointType.SAVE_NOTHING``), or
+    by a string value (Pax's ``linear_rampup_cosine_decay``).
+    """
+    name = text.rsplit(".", 1)[-1].upper()
     for arg in _union_args(tp):
         if _is_enum(arg):
-            name = text.removeprefix(arg.__name__ + ".")
             if name in arg.__members__:
                 return arg.__members__[name]
+            for member in arg:
+                if isinstance(member.value, str) and member.value == text:
+                    return member
+    return None
+
+
+def enum_member_of(value: Any, tp: Any) -> enum.Enum | None:
+    """The member of an enum in ``tp`` that a class-body ``value`` stands for, if any.
+
+    A Pax experiment file sets enum-like knobs to strings (``LR_SCHEDULE =
+    'linear_rampup_cosine_decay'``) or to the class an enum member holds
+    (``ACTIVATION_CLS = activations.GELU``); both become the member.
+    """
+    if isinstance(value, enum.Enum):
+        return None
+    if isinstance(value, str):
+        return _enum_member(value, tp)
+    for arg in _union_args(tp):
+        if _is_enum(arg):
+            for member in arg:
+                if member.value is value:
+                    return member
     return None
 
 

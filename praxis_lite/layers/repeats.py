@@ -24,15 +24,15 @@ class RematPolicy(enum.Enum):
 
     NONE: no rematerialization (keep everything, plain autodiff).
     SAVE_NOTHING: recompute the whole block (least memory).
-    SAVE_DOT_PRODUCTS: keep matmul outputs without batch dims, recompute the rest.
-    SAVE_DOT_PRODUCTS_WITH_BATCH: keep every matmul output (incl. attention einsums).
+    SAVE_DOT_WITH_NO_BATCH_DIM: keep matmul outputs without batch dims, recompute the rest.
+    SAVE_DOT_ONLY: keep every matmul output (incl. attention einsums).
     SAVE_EVERYTHING: remat wrapper that saves every value (same memory as NONE).
     """
 
     NONE = "none"
     SAVE_NOTHING = "save_nothing"
-    SAVE_DOT_PRODUCTS = "save_dot_products"
-    SAVE_DOT_PRODUCTS_WITH_BATCH = "save_dot_products_with_batch"
+    SAVE_DOT_WITH_NO_BATCH_DIM = "save_dot_with_no_batch_dims"
+    SAVE_DOT_ONLY = "save_dot_only"
     SAVE_EVERYTHING = "save_everything"
 
     def checkpoint_policy(self):
@@ -41,8 +41,8 @@ class RematPolicy(enum.Enum):
         return {
             RematPolicy.NONE: None,
             RematPolicy.SAVE_NOTHING: policies.nothing_saveable,
-            RematPolicy.SAVE_DOT_PRODUCTS: policies.dots_with_no_batch_dims_saveable,
-            RematPolicy.SAVE_DOT_PRODUCTS_WITH_BATCH: policies.dots_saveable,
+            RematPolicy.SAVE_DOT_WITH_NO_BATCH_DIM: policies.dots_with_no_batch_dims_saveable,
+            RematPolicy.SAVE_DOT_ONLY: policies.dots_saveable,
             RematPolicy.SAVE_EVERYTHING: policies.everything_saveable,
         }[self]
 

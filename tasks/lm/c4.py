@@ -14,7 +14,6 @@ was looked for.
 
 from __future__ import annotations
 
-import enum
 from typing import Any
 
 import jax.numpy as jnp
@@ -22,11 +21,11 @@ import seqio
 
 from paxlite import experiment_registry
 from praxis_lite import config as config_lib
-from praxis_lite import schedules
 from praxis_lite.layers.embedding_softmax import PositionalEmbedding, TrainablePositionalEmbedding
 from praxis_lite.seqio_input import SeqIOInput
 from praxis_lite.seqio_tasks import lm_preprocessors, make_vocabulary, register_task_once
 from tasks.lm import model_params
+from tasks.lm.knob_groups import LrSchedule
 from tasks.lm.lm_cloud import PaxTransformerLm
 
 C4_TFDS_NAME = "c4/en:3.0.1"
@@ -70,22 +69,14 @@ def register_c4_task(
     return register_task_once(name, settings, make_task)
 
 
-class LrSchedule(enum.Enum):
-    """Learning-rate shapes after the linear warmup (both take the LR_DECAY_* knobs)."""
-
-    EXPONENTIAL_DECAY = schedules.LinearRampupExponentialDecay
-    COSINE_DECAY = schedules.LinearRampupCosineDecay
-
-
 class C4SpmdLmBase(PaxTransformerLm):
     """Family base of Pax's decoder-only LMs on C4 with Adam (Pax's ``C4SpmdAdam``).
 
     Beyond PaxTransformerLm: sinusoidal absolute positions and, by default,
     Pax's Adam recipe: learning rate 1e-3 (betas 0.9/0.99, epsilon 1e-6,
-    gradients clipped at 1: the family defaults), ramped up linearly for
-    LR_WARMUP_STEPS, then decayed exponentially from LR_DECAY_START to
-    LR_DECAY_MIN_RATIO x peak at LR_DECAY_END (Pax's
-    ``linear_rampup_exponential_decay``; LR_COS_MIN_RATIO is not used).
+    gradients clipped at 1: the family defaults), Pax's
+    ``linear_rampup_exponential_decay`` schedule (the LR_LRED_* knobs: ramped up
+    over 4000 steps, decayed from step 4001 to 0.1 x peak at step 300,000).
     Training reads the 'train' split (shuffled, packed if PACKED_INPUT); eval
     reads one epoch of 'validation' (not packed), padded so every host stops
     after the same batch.
@@ -94,19 +85,12 @@ class C4SpmdLmBase(PaxTransformerLm):
       VOCAB_PATH: the SentencePiece model (Pax's, on GCS, by default; a local path works).
       C4_TASK_NAME: the SeqIO task name the C4 task is registered under.
       PACKED_INPUT: pack several documents' pieces into each training row.
-      LR_SCHEDULE: the decay after the warmup (exponential, or cosine as in GPT-3).
-      LR_DECAY_START: step at which the decay starts (>= LR_WARMUP_STEPS).
-      LR_DECAY_END: step at which it reaches LR_DECAY_MIN_RATIO of the peak.
-      LR_DECAY_MIN_RATIO: the final learning rate as a fraction of LEARNING_RATE.
     """
 
     VOCAB_PATH: str = GPT_SPM_PATH
     C4_TASK_NAME: str = C4_TASK_NAME
     PACKED_INPUT: bool = True
-    LR_SCHEDULE: LrSchedule = LrSchedule.EXPONENTIAL_DECAY
-    LR_DECAY_START: int = 4001
-    LR_DECAY_END: int = 300_000
-    LR_DECAY_MIN_RATIO: float = 0.1
+    LR_SCHEDULE = LrSchedule.LINEAR_RAMPUP_EXPONENTIAL_DECAY
 
     LEARNING_RATE = 1e-3
     SUMMARY_INTERVAL_STEPS = 10
@@ -116,18 +100,6 @@ class C4SpmdLmBase(PaxTransformerLm):
         if not self.USE_ROTARY_POSITION_EMB:  # Pax's default: sinusoidal absolute positions.
             model.lm_tpl.position_emb_tpl = PositionalEmbedding.HParams.config()
         return model
-
-    def task(self) -> Any:
-        task_cfg = super().task()
-        task_cfg.learner.optimizer.lr_schedule = config_lib.Config(
-            self.LR_SCHEDULE.value,
-            warmup_steps=self.LR_WARMUP_STEPS,
-            decay_start=self.LR_DECAY_START,
-            decay_end=self.LR_DECAY_END,
-            min_ratio=self.LR_DECAY_MIN_RATIO,
-            max=1.0,
-        )
-        return task_cfg
 
     def datasets(self) -> list[Any]:
         """Registers the C4 task with VOCAB_PATH; returns the train and validation inputs."""
@@ -234,19 +206,19 @@ class C4SpmdGpt3AdamOrgHP(C4SpmdLmBase):
     VOCAB_SIZE = 50257
     USE_ATTENTION_BIAS = True
     ATTEN_LOGIT_CAP = 0.0
-    SOFT_CAP_LOGITS = 0.0
+    SOFTMAX_CAP_LOGITS = 0.0
 
     LEARNING_RATE = 6e-5
     WEIGHT_DECAY = 0.1
     ADAM_BETA2 = 0.95
     ADAM_EPSILON = 1e-8
-    LR_SCHEDULE = LrSchedule.COSINE_DECAY
-    LR_WARMUP_STEPS = 265
-    LR_DECAY_START = 266
-    LR_DECAY_END = 108_600
+    LR_SCHEDULE = LrSchedule.LINEAR_RAMPUP_COSINE_DECAY
+    LR_COS_WARMUP = 265
+    LR_COS_DECAY_START = 266
+    LR_COS_DECAY_END = 108_600
 
     EVAL_INTERVAL_STEPS = 100
-    SAVE_INTERVAL_STEPS = 100
+    CHECKPOINT_EVERY_N_STEPS = 100
 
     def model(self) -> Any:
         model = super().model()
@@ -275,7 +247,7 @@ class C4SpmdGpt3AdamOrgHPBS1p5k1536Replicas(C4SpmdGpt3AdamOrgHP):
     PERCORE_BATCH_SIZE = 1
     ICI_MESH_SHAPE = (1, 64, 24)
     FPROP_DTYPE = jnp.float32
-    MAX_TO_KEEP = 100
+    CHECKPOINT_MAX_TO_KEEP = 100
     EVAL_INTERVAL_STEPS = 25
     SUMMARY_INTERVAL_STEPS = 1
 
@@ -316,10 +288,10 @@ class C4SpmdPipelineGpt3SmallAdam64Replicas(C4SpmdPipelineGpt3AdamOrgHP):
     FPROP_DTYPE = jnp.bfloat16
     LEARNING_RATE = 2.0e-4
     ICI_MESH_SHAPE = (4, 1, 4, 4)
-    MAX_TO_KEEP = 1000
+    CHECKPOINT_MAX_TO_KEEP = 1000
     EVAL_INTERVAL_STEPS = 100
     SUMMARY_INTERVAL_STEPS = 1
-    SAVE_INTERVAL_STEPS = 200
+    CHECKPOINT_EVERY_N_STEPS = 200
 
 
 @experiment_registry.register

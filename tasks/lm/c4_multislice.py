@@ -92,4 +92,4 @@ class C4SpmdGpt3AdamDataParallel2x16x16(C4SpmdGpt3AdamOrgHP):
     DCN_MESH_SHAPE = (2, 1, 1)
     FPROP_DTYPE = jnp.bfloat16
     NUM_TRAIN_STEPS = 100
-    SAVE_INTERVAL_STEPS = 2000
+    CHECKPOINT_EVERY_N_STEPS = 2000

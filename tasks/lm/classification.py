@@ -12,25 +12,25 @@ from typing import Any
 import jax.numpy as jnp
 
 from paxlite import experiment_registry
-from paxlite.base_experiment import BaseExperiment, KnobError
+from paxlite.base_experiment import KnobError
 from praxis_lite import config as config_lib
-from praxis_lite import schedules
 from praxis_lite.synthetic_input import SyntheticLmInput
 from tasks.lm import model_params
+from tasks.lm.knob_groups import LoopKnobs, LrScheduleKnobs
 
 #: Batches of one eval pass (the eval input is finite and rewinds after each pass).
 EVAL_NUM_BATCHES = 4
 
 
-class ClassificationModelAdam(BaseExperiment):
+class ClassificationModelAdam(LoopKnobs, LrScheduleKnobs):
     """Family base: Pax's classification MLP trained with Adam on synthetic sequences.
 
-    Pax's defaults (``paxml/tasks/lm/model_params.py``), with Pax's
-    ``CHECKPOINT_EVERY_N_STEPS`` spelled SAVE_INTERVAL_STEPS as in the LM family.
-    The optimizer is Pax's ``set_default_adam``: Adam(W) with betas (0.9, 0.99),
-    epsilon 1e-6, gradients clipped at CLIP_GRADIENT_NORM_TO_VALUE, a linear ramp
-    over LR_WARMUP_STEPS, then exponential decay from LR_DECAY_START to
-    LR_DECAY_END down to LR_MIN_RATIO x LEARNING_RATE. The data is Pax's
+    Pax's defaults (``paxml/tasks/lm/model_params.py``). The optimizer is Pax's
+    ``set_default_adam``: Adam(W) with betas (0.9, 0.99), epsilon 1e-6, gradients
+    clipped at CLIP_GRADIENT_NORM_TO_VALUE, and Pax's
+    ``linear_rampup_exponential_decay`` (the LR_LRED_* knobs of
+    ``LrScheduleKnobs``: ramp over 4000 steps, decay from 4001 to 0.1 x peak at
+    300,000; Pax hard-codes these numbers, here they are knobs). The data is Pax's
     ``SyntheticDataset``: PERCORE_BATCH_SIZE x devices sequences of MAX_SEQ_LEN
     tokens, here SyntheticLmInput's progressions (each label follows from its
     token up to the stride, so the loss can fall) for training and for eval.
@@ -43,10 +43,8 @@ class ClassificationModelAdam(BaseExperiment):
         shared softmax table).
       MAX_SEQ_LEN: tokens per example.
       FPROP_DTYPE: compute dtype (weights stay float32).
-      LEARNING_RATE, WEIGHT_DECAY, CLIP_GRADIENT_NORM_TO_VALUE, LR_WARMUP_STEPS,
-        LR_DECAY_START, LR_DECAY_END, LR_MIN_RATIO: the optimizer, as above.
-      NUM_TRAIN_STEPS, SAVE_INTERVAL_STEPS, SUMMARY_INTERVAL_STEPS,
-        EVAL_INTERVAL_STEPS (0: eval at the end only), MAX_TO_KEEP: the loop.
+      LEARNING_RATE, WEIGHT_DECAY, CLIP_GRADIENT_NORM_TO_VALUE: the optimizer, as above;
+        the schedule and the loop: ``LrScheduleKnobs`` and ``LoopKnobs``.
     """
 
     NUM_LAYER: int = 8
@@ -60,16 +58,10 @@ class ClassificationModelAdam(BaseExperiment):
     LEARNING_RATE: float = 1e-3
     WEIGHT_DECAY: float = 1e-3
     CLIP_GRADIENT_NORM_TO_VALUE: float = 5.0
-    LR_WARMUP_STEPS: int = 4000
-    LR_DECAY_START: int = 4001
-    LR_DECAY_END: int = 300_000
-    LR_MIN_RATIO: float = 0.1
 
-    NUM_TRAIN_STEPS: int = 10
-    SAVE_INTERVAL_STEPS: int = 5
-    SUMMARY_INTERVAL_STEPS: int = 5
-    EVAL_INTERVAL_STEPS: int = 0
-    MAX_TO_KEEP: int = 10
+    NUM_TRAIN_STEPS = 10
+    CHECKPOINT_EVERY_N_STEPS = 5
+    SUMMARY_INTERVAL_STEPS = 5
 
     def validate(self) -> None:
         """Sizes are positive and the MLP's output fits the shared softmax table."""
@@ -112,11 +104,7 @@ class ClassificationModelAdam(BaseExperiment):
             beta2=0.99,
             epsilon=1e-6,
             clip_gradient_norm_to_value=self.CLIP_GRADIENT_NORM_TO_VALUE,
-            warmup_steps=self.LR_WARMUP_STEPS,
-            decay_start=self.LR_DECAY_START,
-            decay_end=self.LR_DECAY_END,
-            min_ratio=self.LR_MIN_RATIO,
-            decay=schedules.LinearRampupExponentialDecay,
+            lr_schedule=self.lr_schedule(),
         )
         model = model_params.classification_mlp(
             num_layers=self.NUM_LAYER,
@@ -125,15 +113,7 @@ class ClassificationModelAdam(BaseExperiment):
             output_dims=self.OUTPUT_DIM,
             fprop_dtype=self.FPROP_DTYPE,
         )
-        return model_params.single_task(
-            model,
-            learner,
-            num_train_steps=self.NUM_TRAIN_STEPS,
-            save_interval_steps=self.SAVE_INTERVAL_STEPS,
-            summary_interval_steps=self.SUMMARY_INTERVAL_STEPS,
-            eval_interval_steps=self.EVAL_INTERVAL_STEPS,
-            max_to_keep=self.MAX_TO_KEEP,
-        )
+        return self.single_task(model, learner)
 
 
 @experiment_registry.register
@@ -151,11 +131,11 @@ class MlpSyntheticTiny(ClassificationModelAdam):
     PERCORE_BATCH_SIZE = 32
     LEARNING_RATE = 1e-2
     WEIGHT_DECAY = 0.0
-    LR_WARMUP_STEPS = 10
-    LR_DECAY_START = 10
-    LR_DECAY_END = 200
+    LR_LRED_WARMUP = 10
+    LR_LRED_DECAY_START = 10
+    LR_LRED_DECAY_END = 200
     NUM_TRAIN_STEPS = 200
-    SAVE_INTERVAL_STEPS = 100
+    CHECKPOINT_EVERY_N_STEPS = 100
     SUMMARY_INTERVAL_STEPS = 20
     EVAL_INTERVAL_STEPS = 100
-    MAX_TO_KEEP = 2
+    CHECKPOINT_MAX_TO_KEEP = 2

@@ -11,7 +11,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from paxlite import experiment_registry, mesh_checks
-from paxlite.base_experiment import BaseExperiment, KnobError
+from paxlite.base_experiment import KnobError
 from praxis_lite import config as config_lib
 from praxis_lite.layers.repeats import RematPolicy
 from praxis_lite.sharding import (
@@ -27,23 +27,23 @@ from praxis_lite.sharding import (
 )
 from praxis_lite.synthetic_input import SyntheticLmInput
 from tasks.lm import model_params
+from tasks.lm.knob_groups import LoopKnobs, LrSchedule, LrScheduleKnobs
 from tasks.lm.model_params import Activation, Norm
 
 
-class LmCloudSpmd(BaseExperiment):
+class LmCloudSpmd(LoopKnobs, LrScheduleKnobs):
     """Family base of dense decoder-only LMs trained with Adam.
 
     Attributes (knobs): model shape (NUM_LAYERS, MODEL_DIMS, HIDDEN_DIMS,
     NUM_HEADS, NUM_KV_HEADS, DIMS_PER_HEAD, VOCAB_SIZE, MAX_SEQ_LEN), block
-    choices (ACTIVATION, USE_GATED_ACTIVATION, NORM, USE_ROTARY_POSITION_EMB,
-    USE_BIAS, USE_REPEATED_LAYER, REMAT_POLICY, DROPOUT_PROB, FPROP_DTYPE),
+    choices (ACTIVATION_CLS, USE_GATED_ACTIVATION, NORM, USE_ROTARY_POSITION_EMB,
+    USE_BIAS, USE_REPEATED_LAYER, CHECKPOINT_POLICY, DROPOUT_PROB, FPROP_DTYPE),
     attention details (COMBINE_QKV: one [3, D, N, H] q/k/v weight;
     ATTEN_LOGIT_CAP: tanh cap on attention logits, 0 for none;
     USE_ATTENTION_BIAS: attention biases, None to follow USE_BIAS),
     optimizer (LEARNING_RATE, WEIGHT_DECAY, ADAM_BETA1/2, ADAM_EPSILON,
-    CLIP_GRADIENT_NORM_TO_VALUE, LR_WARMUP_STEPS, LR_COS_MIN_RATIO) and loop
-    (NUM_TRAIN_STEPS, SAVE_INTERVAL_STEPS, SUMMARY_INTERVAL_STEPS,
-    EVAL_INTERVAL_STEPS, MAX_TO_KEEP).
+    CLIP_GRADIENT_NORM_TO_VALUE), the learning-rate schedule (``LrScheduleKnobs``:
+    cosine by default, LR_COS_*) and the loop (``LoopKnobs``).
 
     Pipeline parallelism (``praxis_lite.layers.pipeline``): NUM_STAGES > 1 splits
     the layers over that many stages along a 'stage' mesh axis (MESH_AXIS_NAMES
@@ -61,16 +61,16 @@ class LmCloudSpmd(BaseExperiment):
     DIMS_PER_HEAD: int | None = None
     VOCAB_SIZE: int = 32000
     MAX_SEQ_LEN: int = 1024
-    ACTIVATION: Activation = Activation.GELU
+    ACTIVATION_CLS: Activation = Activation.GELU
     USE_GATED_ACTIVATION: bool = False
     NORM: Norm = Norm.LAYER_NORM
     USE_ROTARY_POSITION_EMB: bool = True
     USE_BIAS: bool = True
     USE_REPEATED_LAYER: bool = True
-    REMAT_POLICY: RematPolicy = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY: RematPolicy = RematPolicy.SAVE_NOTHING
     DROPOUT_PROB: float = 0.0
     FPROP_DTYPE: Any = jnp.bfloat16
-    SOFT_CAP_LOGITS: float = 0.0
+    SOFTMAX_CAP_LOGITS: float = 0.0
     Z_LOSS_WEIGHT: float = 0.0
     COMBINE_QKV: bool = False
     ATTEN_LOGIT_CAP: float = 0.0
@@ -86,14 +86,7 @@ class LmCloudSpmd(BaseExperiment):
     ADAM_BETA2: float = 0.99
     ADAM_EPSILON: float = 1e-6
     CLIP_GRADIENT_NORM_TO_VALUE: float = 1.0
-    LR_WARMUP_STEPS: int = 4000
-    LR_COS_MIN_RATIO: float = 0.1
-
-    NUM_TRAIN_STEPS: int = 500_000
-    SAVE_INTERVAL_STEPS: int = 5000
-    SUMMARY_INTERVAL_STEPS: int = 100
-    EVAL_INTERVAL_STEPS: int = 0
-    MAX_TO_KEEP: int = 10
+    LR_SCHEDULE = LrSchedule.LINEAR_RAMPUP_COSINE_DECAY
 
     def validate(self) -> None:
         """Sizes are positive, heads divide the model dims, and weights split evenly on the mesh."""
@@ -146,9 +139,6 @@ class LmCloudSpmd(BaseExperiment):
             "NUM_HEADS",
             "VOCAB_SIZE",
             "MAX_SEQ_LEN",
-            "SAVE_INTERVAL_STEPS",
-            "SUMMARY_INTERVAL_STEPS",
-            "MAX_TO_KEEP",
         )
         for knob in at_least_one:
             if getattr(self, knob) < 1:
@@ -158,9 +148,6 @@ class LmCloudSpmd(BaseExperiment):
                 raise KnobError(
                     f"{name}.{knob} = {getattr(self, knob)}; it must be at least 1 (or None)."
                 )
-        for knob in ("NUM_TRAIN_STEPS", "EVAL_INTERVAL_STEPS", "LR_WARMUP_STEPS"):
-            if getattr(self, knob) < 0:
-                raise KnobError(f"{name}.{knob} = {getattr(self, knob)}; it must be >= 0.")
         if not 0.0 <= self.DROPOUT_PROB < 1.0:
             raise KnobError(f"{name}.DROPOUT_PROB = {self.DROPOUT_PROB}; it must be in [0, 1).")
 
@@ -222,7 +209,7 @@ class LmCloudSpmd(BaseExperiment):
             num_kv_heads=self.NUM_KV_HEADS,
             dims_per_head=self.DIMS_PER_HEAD,
             vocab_size=self.VOCAB_SIZE,
-            activation=self.ACTIVATION,
+            activation=self.ACTIVATION_CLS,
             use_gated_activation=self.USE_GATED_ACTIVATION,
             norm=self.NORM,
             use_rotary_position_emb=self.USE_ROTARY_POSITION_EMB,
@@ -231,13 +218,13 @@ class LmCloudSpmd(BaseExperiment):
             combine_qkv=self.COMBINE_QKV,
             atten_logit_cap=self.ATTEN_LOGIT_CAP,
             use_repeated_layer=self.USE_REPEATED_LAYER,
-            remat_policy=self.REMAT_POLICY,
+            remat_policy=self.CHECKPOINT_POLICY,
             num_stages=self.NUM_STAGES,
             num_microbatches=self.NUM_MICROBATCHES,
             microbatch_size=self.MICROBATCH_SIZE,
             circular_repeat=self.CIRCULAR_REPEAT,
             dropout_prob=self.DROPOUT_PROB,
-            soft_cap_logits=self.SOFT_CAP_LOGITS,
+            soft_cap_logits=self.SOFTMAX_CAP_LOGITS,
             z_loss_weight=self.Z_LOSS_WEIGHT,
             fprop_dtype=self.FPROP_DTYPE,
         )
@@ -250,20 +237,9 @@ class LmCloudSpmd(BaseExperiment):
             beta2=self.ADAM_BETA2,
             epsilon=self.ADAM_EPSILON,
             clip_gradient_norm_to_value=self.CLIP_GRADIENT_NORM_TO_VALUE,
-            warmup_steps=self.LR_WARMUP_STEPS,
-            decay_start=self.LR_WARMUP_STEPS,
-            decay_end=self.NUM_TRAIN_STEPS,
-            min_ratio=self.LR_COS_MIN_RATIO,
+            lr_schedule=self.lr_schedule(),
         )
-        return model_params.single_task(
-            self.model(),
-            learner,
-            num_train_steps=self.NUM_TRAIN_STEPS,
-            save_interval_steps=self.SAVE_INTERVAL_STEPS,
-            summary_interval_steps=self.SUMMARY_INTERVAL_STEPS,
-            eval_interval_steps=self.EVAL_INTERVAL_STEPS,
-            max_to_keep=self.MAX_TO_KEEP,
-        )
+        return self.single_task(self.model(), learner)
 
 
 def bfloat16_compute(task_cfg: Any) -> None:
@@ -283,12 +259,12 @@ class PaxTransformerLm(LmCloudSpmd):
     """
 
     DIMS_PER_HEAD = 128
-    ACTIVATION = Activation.GELU
+    ACTIVATION_CLS = Activation.GELU
     USE_ROTARY_POSITION_EMB = False
     COMBINE_QKV = True
     USE_ATTENTION_BIAS = False
     ATTEN_LOGIT_CAP = 50.0
-    SOFT_CAP_LOGITS = 30.0
+    SOFTMAX_CAP_LOGITS = 30.0
     USE_REPEATED_LAYER = True
     LOGICAL_AXIS_RULES = FSDP_AND_TENSOR_PARALLEL_RULES
 
@@ -343,7 +319,7 @@ class LmCloudSpmd2B(LmCloudSpmdSynthetic):
     NUM_HEADS = MODEL_DIMS // 128
     PERCORE_BATCH_SIZE = 8
     ICI_MESH_SHAPE = (1, 4, 1)
-    REMAT_POLICY = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY = RematPolicy.SAVE_NOTHING
 
 
 @experiment_registry.register
@@ -357,7 +333,7 @@ class LmCloudSpmd32B(LmCloudSpmdSynthetic):
     PERCORE_BATCH_SIZE = 8
     ICI_MESH_SHAPE = (1, 16, 4)
     # Pax saves the attention context and output projection; the nearest policy here.
-    REMAT_POLICY = RematPolicy.SAVE_DOT_PRODUCTS
+    CHECKPOINT_POLICY = RematPolicy.SAVE_DOT_WITH_NO_BATCH_DIM
 
 
 @experiment_registry.register
@@ -371,7 +347,7 @@ class LmCloudSpmd64B(LmCloudSpmdSynthetic):
     PERCORE_BATCH_SIZE = 4
     ICI_MESH_SHAPE = (1, 16, 8)
     # Pax saves the attention context and output projection; the nearest policy here.
-    REMAT_POLICY = RematPolicy.SAVE_DOT_PRODUCTS
+    CHECKPOINT_POLICY = RematPolicy.SAVE_DOT_WITH_NO_BATCH_DIM
 
 
 @experiment_registry.register
@@ -384,7 +360,7 @@ class LmCloudSpmd128B(LmCloudSpmdSynthetic):
     NUM_HEADS = MODEL_DIMS // 128
     PERCORE_BATCH_SIZE = 4
     ICI_MESH_SHAPE = (1, 64, 4)
-    REMAT_POLICY = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY = RematPolicy.SAVE_NOTHING
 
 
 @experiment_registry.register
@@ -397,7 +373,7 @@ class LmCloudSpmd256B(LmCloudSpmdSynthetic):
     NUM_HEADS = MODEL_DIMS // 128
     PERCORE_BATCH_SIZE = 4
     ICI_MESH_SHAPE = (1, 64, 8)
-    REMAT_POLICY = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY = RematPolicy.SAVE_NOTHING
 
 
 @experiment_registry.register
@@ -410,7 +386,7 @@ class LmCloudSpmd512B(LmCloudSpmdSynthetic):
     NUM_HEADS = MODEL_DIMS // 128
     PERCORE_BATCH_SIZE = 4
     ICI_MESH_SHAPE = (1, 64, 16)
-    REMAT_POLICY = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY = RematPolicy.SAVE_NOTHING
 
 
 @experiment_registry.register
@@ -423,7 +399,7 @@ class LmCloudSpmd1024B(LmCloudSpmdSynthetic):
     NUM_HEADS = MODEL_DIMS // 128
     PERCORE_BATCH_SIZE = 2
     ICI_MESH_SHAPE = (1, 256, 8)
-    REMAT_POLICY = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY = RematPolicy.SAVE_NOTHING
 
 
 @experiment_registry.register
@@ -462,7 +438,7 @@ class LmCloudSpmdPipeline9B(LmCloudSpmdPipeline):
     HIDDEN_DIMS = MODEL_DIMS * 4
     NUM_HEADS = MODEL_DIMS // 128
     FPROP_DTYPE = jnp.float32
-    REMAT_POLICY = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY = RematPolicy.SAVE_NOTHING
     ICI_MESH_SHAPE = (16, 4, 1, 1)
 
 
@@ -482,7 +458,7 @@ class LmCloudSpmdPipelineMultislice2B(LmCloudSpmdPipeline):
     MODEL_DIMS = 3072
     HIDDEN_DIMS = MODEL_DIMS * 4
     NUM_HEADS = MODEL_DIMS // 128
-    REMAT_POLICY = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY = RematPolicy.SAVE_NOTHING
     ICI_MESH_SHAPE = (1, 4, 1, 1)
     DCN_MESH_SHAPE = (2, 1, 1, 1)
 

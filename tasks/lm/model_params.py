@@ -6,9 +6,9 @@ import enum
 
 import jax.numpy as jnp
 
-from paxlite.tasks_lib import Learner, SingleTask
+from paxlite.tasks_lib import Learner
 from praxis_lite import config as config_lib
-from praxis_lite import optimizers, schedules
+from praxis_lite import optimizers
 from praxis_lite.layers import activations
 from praxis_lite.layers.embedding_softmax import RotaryPositionalEmbedding, SharedEmbeddingSoftmax
 from praxis_lite.layers.normalizations import LayerNorm, RmsNorm
@@ -146,30 +146,14 @@ def block_config(stack: config_lib.Config) -> config_lib.Config:
 def adam_learner(
     *,
     learning_rate: float,
-    weight_decay: float = 0.0,
-    beta1: float = 0.9,
-    beta2: float = 0.99,
-    epsilon: float = 1e-8,
-    clip_gradient_norm_to_value: float = 1.0,
-    warmup_steps: int = 0,
-    decay_start: int = 1,
-    decay_end: int = 2,
-    min_ratio: float = 1.0,
-    decay: type[schedules.BaseSchedule] = schedules.LinearRampupCosineDecay,
+    weight_decay: float,
+    beta1: float,
+    beta2: float,
+    epsilon: float,
+    clip_gradient_norm_to_value: float,
+    lr_schedule: config_lib.Config,
 ) -> config_lib.Config:
-    """Adam(W) with linear warmup then ``decay`` to ``min_ratio`` (1.0 = no decay).
-
-    ``decay``: a linear-rampup schedule class, ``LinearRampupCosineDecay`` or
-    ``LinearRampupExponentialDecay``.
-    """
-    schedule = config_lib.Config(
-        decay,
-        warmup_steps=warmup_steps,
-        decay_start=max(decay_start, warmup_steps),
-        decay_end=max(decay_end, max(decay_start, warmup_steps) + 1),
-        min_ratio=min_ratio,
-        max=1.0,
-    )
+    """Adam(W) with ``lr_schedule`` (a schedule config multiplying ``learning_rate``)."""
     optimizer = config_lib.Config(
         optimizers.Adam,
         learning_rate=learning_rate,
@@ -178,29 +162,6 @@ def adam_learner(
         epsilon=epsilon,
         weight_decay=weight_decay,
         clip_gradient_norm_to_value=clip_gradient_norm_to_value,
-        lr_schedule=schedule,
+        lr_schedule=lr_schedule,
     )
     return config_lib.Config(Learner, optimizer=optimizer)
-
-
-def single_task(
-    model: config_lib.Config,
-    learner: config_lib.Config,
-    *,
-    num_train_steps: int,
-    save_interval_steps: int,
-    summary_interval_steps: int,
-    eval_interval_steps: int,
-    max_to_keep: int,
-) -> config_lib.Config:
-    """A ``SingleTask`` config."""
-    return config_lib.Config(
-        SingleTask,
-        model=model,
-        learner=learner,
-        num_train_steps=num_train_steps,
-        save_interval_steps=save_interval_steps,
-        summary_interval_steps=summary_interval_steps,
-        eval_interval_steps=eval_interval_steps,
-        max_to_keep=max_to_keep,
-    )

@@ -23,19 +23,20 @@ class LmSyntheticTiny(LmCloudSpmd):
     NUM_HEADS = 4
     VOCAB_SIZE = 64
     MAX_SEQ_LEN = 32
-    ACTIVATION = Activation.GELU
+    ACTIVATION_CLS = Activation.GELU
     USE_REPEATED_LAYER = True
     FPROP_DTYPE = np.float32
     PERCORE_BATCH_SIZE = 16
     LEARNING_RATE = 3e-3
     WEIGHT_DECAY = 0.0
-    LR_WARMUP_STEPS = 20
+    LR_COS_WARMUP = 20
+    LR_COS_DECAY_START = 20
     LR_COS_MIN_RATIO = 0.1
     NUM_TRAIN_STEPS = 300
-    SAVE_INTERVAL_STEPS = 100
+    CHECKPOINT_EVERY_N_STEPS = 100
     SUMMARY_INTERVAL_STEPS = 25
     EVAL_INTERVAL_STEPS = 100
-    MAX_TO_KEEP = 2
+    CHECKPOINT_MAX_TO_KEEP = 2
 
     def datasets(self) -> list[Any]:
         common = dict(seq_len=self.MAX_SEQ_LEN, vocab_size=self.VOCAB_SIZE)

@@ -83,7 +83,7 @@ def test_model_knobs_that_do_not_divide_fail_before_anything_runs(tmp_path, args
             ["6 devices", "mesh {'replica': 2, 'data': 2, 'mdl': 6}", "DCN_MESH_SHAPE"],
         ),
         ({"ICI_MESH_SHAPE": (1, -1, -1)}, ["ICI_MESH_SHAPE", "at least 1"]),
-        ({"SAVE_INTERVAL_STEPS": 0}, ["SAVE_INTERVAL_STEPS = 0"]),
+        ({"CHECKPOINT_EVERY_N_STEPS": 0}, ["CHECKPOINT_EVERY_N_STEPS = 0"]),
         ({"DROPOUT_PROB": 1.0}, ["DROPOUT_PROB", "[0, 1)"]),
         ({"LOGICAL_AXIS_RULES": (("heads", 1),)}, ["LOGICAL_AXIS_RULES maps 'heads' to 1"]),
     ],
@@ -190,7 +190,7 @@ def trained_job(tmp_path_factory) -> pathlib.Path:
     proc = run_main(
         f"--job_log_dir={job}",
         "--set=NUM_TRAIN_STEPS=2",
-        "--set=SAVE_INTERVAL_STEPS=1",
+        "--set=CHECKPOINT_EVERY_N_STEPS=1",
         "--set=SUMMARY_INTERVAL_STEPS=1",
     )
     assert proc.returncode == 0, proc.stderr[-3000:]

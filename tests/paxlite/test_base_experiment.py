@@ -34,7 +34,7 @@ class LmBase(BaseExperiment):
     NAME: str = "lm"
     OPTIONAL_NAME: str | None = None
     MICROBATCH_SIZE: int | None = None
-    ACTIVATION: Activation = Activation.RELU
+    ACTIVATION_CLS: Activation = Activation.RELU
     HIDDEN_DIMS: list[int] = [8, 8]  # noqa: RUF012 -- a knob value, never mutated
     DEPTH: "int | None" = None  # a string annotation, as with `from __future__ import annotations`
     PERCORE_BATCH_SIZE = 2
@@ -147,7 +147,7 @@ def test_non_knob_attributes_are_not_checked():
         ("USE_BIAS", 1),
         ("NAME", 3),
         ("MICROBATCH_SIZE", "8"),
-        ("ACTIVATION", "relu"),
+        ("ACTIVATION_CLS", "swish"),
         ("HIDDEN_DIMS", (8, 8)),
         ("HIDDEN_DIMS", [8, "8"]),
         ("ICI_MESH_SHAPE", [1, 2, 1]),
@@ -174,13 +174,40 @@ def test_list_for_tuple_knob_error_shows_tuple_syntax():
         ("LEARNING_RATE", 3),
         ("MICROBATCH_SIZE", None),
         ("MICROBATCH_SIZE", 4),
-        ("ACTIVATION", Activation.GELU),
+        ("ACTIVATION_CLS", Activation.GELU),
         ("DCN_MESH_SHAPE", (2, 1, 1)),
         ("DEPTH", 3),
     ],
 )
 def test_right_type_is_accepted(knob: str, value: Any):
     assert getattr(type("Good", (Lm,), {knob: value}), knob) == value
+
+
+@pytest.mark.parametrize("spelling", ["relu", "RELU", "Activation.RELU", "layers.ReLU"])
+def test_pax_spelling_of_an_enum_knob_in_a_class_body_becomes_the_member(spelling):
+    """A Pax file writes strings or classes for enum-like knobs; they become our members."""
+    assert type("PaxStyle", (Lm,), {"ACTIVATION_CLS": spelling}).ACTIVATION_CLS is Activation.RELU
+
+
+def test_the_class_an_enum_member_holds_becomes_the_member():
+    from praxis_lite.layers import activations
+    from tasks.lm.model_params import Activation as LayerActivation
+    from tasks.lm.synthetic import LmSyntheticTiny
+
+    cls = type("PaxStyle", (LmSyntheticTiny,), {"ACTIVATION_CLS": activations.ReLU})
+    assert cls.ACTIVATION_CLS is LayerActivation.RELU
+
+
+@pytest.mark.parametrize(
+    ("old", "new"),
+    [("REMAT_POLICY", "CHECKPOINT_POLICY"), ("SAVE_INTERVAL_STEPS", "CHECKPOINT_EVERY_N_STEPS")],
+)
+def test_an_old_knob_name_names_the_new_one(old, new):
+    """Old names are too far from Pax's for a did-you-mean: a table names the new one."""
+    with pytest.raises(KnobError, match=f"{old} = .*it was renamed: {new}"):
+        type("Old", (Lm,), {old: 1})
+    with pytest.raises(KnobError, match=f"no knob '{old}' .*it was renamed: {new}"):
+        apply_knob_overrides(Lm, [f"{old}=1"])
 
 
 def test_subclass_declares_new_knob():
@@ -228,7 +255,7 @@ def test_knobs_lists_types_and_resolved_values_base_first():
     text = format_knobs(Lm)
     assert "NUM_LAYERS: int = 4" in text
     assert "ICI_MESH_SHAPE: tuple[int, ...] = (1, 1, 1)" in text
-    assert "ACTIVATION: Activation = <Activation.RELU: 'relu'>" in text
+    assert "ACTIVATION_CLS: Activation = <Activation.RELU: 'relu'>" in text
 
 
 # Overrides from the command line.
@@ -252,8 +279,8 @@ def test_knobs_lists_types_and_resolved_values_base_first():
         ("MICROBATCH_SIZE", "None", None),
         ("MICROBATCH_SIZE", "none", None),
         ("MICROBATCH_SIZE", "8", 8),
-        ("ACTIVATION", "GELU", Activation.GELU),
-        ("ACTIVATION", "Activation.GELU", Activation.GELU),
+        ("ACTIVATION_CLS", "GELU", Activation.GELU),
+        ("ACTIVATION_CLS", "Activation.GELU", Activation.GELU),
         ("HIDDEN_DIMS", "[4, 4, 4]", [4, 4, 4]),
         ("HIDDEN_DIMS", "4,4", [4, 4]),
         ("ICI_MESH_SHAPE", "1,2,4", (1, 2, 4)),
@@ -291,8 +318,8 @@ def test_override_returns_readable_subclass_and_leaves_original_unchanged():
 
 
 def test_with_overrides_takes_typed_values_and_strings():
-    overridden = with_overrides(Lm, {"NUM_LAYERS": "6", "ACTIVATION": Activation.GELU})
-    assert (overridden.NUM_LAYERS, overridden.ACTIVATION) == (6, Activation.GELU)
+    overridden = with_overrides(Lm, {"NUM_LAYERS": "6", "ACTIVATION_CLS": Activation.GELU})
+    assert (overridden.NUM_LAYERS, overridden.ACTIVATION_CLS) == (6, Activation.GELU)
     assert with_overrides(Lm, {}) is Lm
     with pytest.raises(KnobError, match=r"NUM_LAYERS is declared int but set to 2\.5"):
         with_overrides(Lm, {"NUM_LAYERS": 2.5})
@@ -322,7 +349,7 @@ def test_override_unknown_knob_suggests_closest(assignment: str, hint: str):
             "ICI_MESH_SHAPE=a,b",
             r"ICI_MESH_SHAPE to 'a,b': the knob is declared tuple\[int, \.\.\.\]",
         ),
-        ("ACTIVATION=relu", "ACTIVATION to 'relu'.*one of RELU, GELU"),
+        ("ACTIVATION_CLS=swish", "ACTIVATION_CLS to 'swish'.*one of RELU, GELU"),
         ("DEPTH=deep", r"DEPTH to 'deep': the knob is declared int \| None"),
     ],
 )

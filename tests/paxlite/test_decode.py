@@ -34,7 +34,7 @@ FAST = {
     "NUM_TRAIN_STEPS": STEPS,
     "LEARNING_RATE": 1e-2,
     "EVAL_INTERVAL_STEPS": 0,
-    "SAVE_INTERVAL_STEPS": STEPS,
+    "CHECKPOINT_EVERY_N_STEPS": STEPS,
     "SUMMARY_INTERVAL_STEPS": STEPS,
 }
 
@@ -188,7 +188,7 @@ def test_a_bfloat16_run_trains_and_decodes_through_main(tmp_path, capsys):
         f"--set=NUM_TRAIN_STEPS={steps}",
         "--set=LEARNING_RATE=1e-2",
         "--set=SUMMARY_INTERVAL_STEPS=5",
-        f"--set=SAVE_INTERVAL_STEPS={steps}",
+        f"--set=CHECKPOINT_EVERY_N_STEPS={steps}",
         "--set=EVAL_INTERVAL_STEPS=0",
     )
     config = (job / "config.txt").read_text()

@@ -19,7 +19,7 @@ EXP = "tasks.lm.synthetic.LmSyntheticTiny"
 SHORT = [
     "--set=NUM_TRAIN_STEPS=60",
     "--set=SUMMARY_INTERVAL_STEPS=10",
-    "--set=SAVE_INTERVAL_STEPS=20",
+    "--set=CHECKPOINT_EVERY_N_STEPS=20",
     "--set=EVAL_INTERVAL_STEPS=30",
 ]
 
@@ -215,10 +215,17 @@ def test_unknown_experiment_lists_candidates(tmp_path):
 
 def test_print_config_shows_knobs_and_paths():
     proc = run_main(
-        "--print_config", "--set=NUM_LAYERS=3", "--fdl_set=task.learner.optimizer.learning_rate=0.5"
+        "--print_config",
+        "--set=NUM_LAYERS=3",
+        "--set=CHECKPOINT_POLICY=layers.AutodiffCheckpointType.SAVE_DOT_WITH_NO_BATCH_DIM",
+        "--fdl_set=task.learner.optimizer.learning_rate=0.5",
     )
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "NUM_LAYERS: int = 3" in proc.stdout
+    # Pax's knob names, and Pax's spelling of a checkpoint policy parsed from the command line.
+    assert "CHECKPOINT_POLICY: RematPolicy = <RematPolicy.SAVE_DOT_WITH_NO_BATCH_DIM" in proc.stdout
+    assert "CHECKPOINT_EVERY_N_STEPS: int = 100" in proc.stdout
+    assert "LR_SCHEDULE: LrSchedule = <LrSchedule.LINEAR_RAMPUP_COSINE_DECAY" in proc.stdout
     assert "learner.optimizer.learning_rate: float = 0.5" in proc.stdout
     assert "model.lm_tpl.stacked_transformer_tpl.num_layers" in proc.stdout
 

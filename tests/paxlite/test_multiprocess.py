@@ -18,7 +18,7 @@ EXP = "--exp=tasks.lm.synthetic.LmSyntheticTiny"
 COMMON = [
     "--set=PERCORE_BATCH_SIZE=2",
     "--set=SUMMARY_INTERVAL_STEPS=1",
-    "--set=SAVE_INTERVAL_STEPS=3",
+    "--set=CHECKPOINT_EVERY_N_STEPS=3",
     "--set=EVAL_INTERVAL_STEPS=0",
     "--set=DROPOUT_PROB=0.1",
 ]

@@ -24,7 +24,7 @@ STEPS = 6
 COMMON = [
     f"--set=NUM_TRAIN_STEPS={STEPS}",
     "--set=SUMMARY_INTERVAL_STEPS=1",
-    "--set=SAVE_INTERVAL_STEPS=3",
+    "--set=CHECKPOINT_EVERY_N_STEPS=3",
     "--set=EVAL_INTERVAL_STEPS=0",
     "--peak_tflops=1",  # No MFU calibration: not what these tests check.
 ]
@@ -45,7 +45,7 @@ def _unpipelined(tmp_path: pathlib.Path) -> tuple[list[float], dict]:
             "ICI_MESH_SHAPE": (1, 1, 2, 1),
             "NUM_TRAIN_STEPS": STEPS,
             "SUMMARY_INTERVAL_STEPS": 1,
-            "SAVE_INTERVAL_STEPS": 1000,
+            "CHECKPOINT_EVERY_N_STEPS": 1000,
             # 2 x this process's 8 devices = the global batch of 16 of the 2-device runs.
             "PERCORE_BATCH_SIZE": 2,
         },

@@ -12,7 +12,7 @@ def test_nothing_compiles_during_the_steps(tmp_path, monkeypatch):
         "ICI_MESH_SHAPE": (1, 2, 1),
         "NUM_TRAIN_STEPS": 30,
         "SUMMARY_INTERVAL_STEPS": 5,
-        "SAVE_INTERVAL_STEPS": 10,
+        "CHECKPOINT_EVERY_N_STEPS": 10,
         "PERCORE_BATCH_SIZE": 0.5,
     }
     exp = base_experiment.with_overrides(LmSyntheticTiny, knobs)()

@@ -14,7 +14,7 @@ from tests.paxlite.test_main import EXP, REPO, restore_params, run_main, scalar_
 
 LOOP = [
     "--set=SUMMARY_INTERVAL_STEPS=5",
-    "--set=SAVE_INTERVAL_STEPS=10",
+    "--set=CHECKPOINT_EVERY_N_STEPS=10",
     "--set=EVAL_INTERVAL_STEPS=0",
     "--peak_tflops=1",  # No MFU calibration: not what these tests check.
 ]
@@ -168,7 +168,7 @@ def test_a_save_killed_mid_write_is_skipped_and_older_checkpoints_survive(tmp_pa
         f"--job_log_dir={job}",
         *LOOP,
         "--set=NUM_TRAIN_STEPS=30",
-        "--set=MAX_TO_KEEP=1",
+        "--set=CHECKPOINT_MAX_TO_KEEP=1",
     ]
     env = dict(
         os.environ,

@@ -25,7 +25,7 @@ def _job(job_dir, ici, devices):
             "ICI_MESH_SHAPE": ici,
             "NUM_TRAIN_STEPS": STEPS,
             "SUMMARY_INTERVAL_STEPS": 1,
-            "SAVE_INTERVAL_STEPS": 100,
+            "CHECKPOINT_EVERY_N_STEPS": 100,
             "PERCORE_BATCH_SIZE": 1,
         },
     )

@@ -20,7 +20,7 @@ def _losses(tmp_path, name, devices, ici, rules):
             "LOGICAL_AXIS_RULES": rules,
             "NUM_TRAIN_STEPS": STEPS,
             "SUMMARY_INTERVAL_STEPS": 1,
-            "SAVE_INTERVAL_STEPS": 1000,
+            "CHECKPOINT_EVERY_N_STEPS": 1000,
             "PERCORE_BATCH_SIZE": 1,
             "DROPOUT_PROB": 0.1,
         },

@@ -20,7 +20,7 @@ EIGHT_DEVICES = ["--set=ICI_MESH_SHAPE=1,8,1", "--set=PERCORE_BATCH_SIZE=4"]
 SHORT = [
     "--set=NUM_TRAIN_STEPS=60",
     "--set=SUMMARY_INTERVAL_STEPS=20",
-    "--set=SAVE_INTERVAL_STEPS=30",
+    "--set=CHECKPOINT_EVERY_N_STEPS=30",
     "--set=EVAL_INTERVAL_STEPS=30",
 ]
 
@@ -85,4 +85,4 @@ def test_pax_defaults():
         4096,
     )
     assert (base.LEARNING_RATE, base.WEIGHT_DECAY, base.NUM_TRAIN_STEPS) == (1e-3, 1e-3, 10)
-    assert base.SUMMARY_INTERVAL_STEPS == base.SAVE_INTERVAL_STEPS == 5
+    assert base.SUMMARY_INTERVAL_STEPS == base.CHECKPOINT_EVERY_N_STEPS == 5

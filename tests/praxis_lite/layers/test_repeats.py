@@ -40,7 +40,7 @@ def _stacked_to_loop_params(repeated_params):
     [
         RematPolicy.NONE,
         RematPolicy.SAVE_NOTHING,
-        RematPolicy.SAVE_DOT_PRODUCTS,
+        RematPolicy.SAVE_DOT_WITH_NO_BATCH_DIM,
         RematPolicy.SAVE_EVERYTHING,
     ],
 )

@@ -1,0 +1,143 @@
+"""Knob groups shared by experiment families: the training loop and Pax's learning-rate schedules.
+
+Each group is a mixin declaring its knobs once (Pax's names and meanings) and
+building its piece of the task config from them; families list the groups they
+use. Mixins do not count toward an experiment's depth.
+"""
+
+from __future__ import annotations
+
+import enum
+from typing import Any
+
+from paxlite.base_experiment import BaseExperiment, KnobError
+from paxlite.tasks_lib import SingleTask
+from praxis_lite import config as config_lib
+from praxis_lite import schedules
+
+
+class LrSchedule(enum.Enum):
+    """Pax's ``LR_SCHEDULE`` strings (a Pax file's ``'linear_rampup_cosine_decay'`` parses)."""
+
+    LINEAR_RAMPUP_EXPONENTIAL_DECAY = "linear_rampup_exponential_decay"
+    LINEAR_RAMPUP_COSINE_DECAY = "linear_rampup_cosine_decay"
+    CONSTANT = "constant"
+
+
+class LrScheduleKnobs(BaseExperiment):
+    """Pax's learning-rate schedule knobs (``paxml/tasks/lm/params/c4.py``, ``set_adam_and_lr``).
+
+    LR_SCHEDULE picks the shape; each shape reads its own group (the other
+    group is ignored), as Pax does:
+
+    * ``linear_rampup_exponential_decay``: linear from 0 to LR_LRED_MAX over
+      LR_LRED_WARMUP steps, then exponential decay from LR_LRED_DECAY_START to
+      LR_LRED_MIN_RATIO x LR_LRED_MAX at LR_LRED_DECAY_END.
+    * ``linear_rampup_cosine_decay``: the same with a cosine; LR_COS_DECAY_START
+      None is LR_COS_WARMUP + 1 (Pax's), LR_COS_DECAY_END None is NUM_TRAIN_STEPS.
+    * ``constant``: LEARNING_RATE throughout.
+
+    All multiply the optimizer's LEARNING_RATE.
+    """
+
+    LR_SCHEDULE: LrSchedule = LrSchedule.LINEAR_RAMPUP_EXPONENTIAL_DECAY
+    LR_LRED_WARMUP: int = 4000
+    LR_LRED_DECAY_START: int = 4001
+    LR_LRED_DECAY_END: int = 300_000
+    LR_LRED_MIN_RATIO: float = 0.1
+    LR_LRED_MAX: float = 1.0
+    LR_COS_WARMUP: int = 4000
+    LR_COS_DECAY_START: int | None = None
+    LR_COS_DECAY_END: int | None = None
+    LR_COS_MIN_RATIO: float = 0.1
+    LR_COS_MAX: float = 1.0
+
+    def validate(self) -> None:
+        super().validate()
+        _check_at_least(self, 0, "LR_LRED_WARMUP", "LR_COS_WARMUP")
+
+    def lr_schedule(self) -> config_lib.Config:
+        """The schedule config of LR_SCHEDULE from its knob group."""
+        if self.LR_SCHEDULE is LrSchedule.CONSTANT:
+            return config_lib.Config(schedules.Constant)
+        if self.LR_SCHEDULE is LrSchedule.LINEAR_RAMPUP_EXPONENTIAL_DECAY:
+            return _rampup(
+                schedules.LinearRampupExponentialDecay,
+                self.LR_LRED_WARMUP,
+                self.LR_LRED_DECAY_START,
+                self.LR_LRED_DECAY_END,
+                self.LR_LRED_MIN_RATIO,
+                self.LR_LRED_MAX,
+            )
+        decay_start = self.LR_COS_DECAY_START
+        decay_end = self.LR_COS_DECAY_END
+        return _rampup(
+            schedules.LinearRampupCosineDecay,
+            self.LR_COS_WARMUP,
+            self.LR_COS_WARMUP + 1 if decay_start is None else decay_start,
+            getattr(self, "NUM_TRAIN_STEPS", 0) if decay_end is None else decay_end,
+            self.LR_COS_MIN_RATIO,
+            self.LR_COS_MAX,
+        )
+
+
+def _rampup(
+    schedule: type, warmup: int, decay_start: int, decay_end: int, min_ratio: float, peak: float
+) -> config_lib.Config:
+    """A linear-rampup schedule config (the decay starts after the warmup, ends after it starts)."""
+    decay_start = max(decay_start, warmup)
+    return config_lib.Config(
+        schedule,
+        warmup_steps=warmup,
+        decay_start=decay_start,
+        decay_end=max(decay_end, decay_start + 1),
+        min_ratio=min_ratio,
+        max=peak,
+    )
+
+
+class LoopKnobs(BaseExperiment):
+    """The training loop's knobs (Pax's names) and the ``SingleTask`` built from them.
+
+    NUM_TRAIN_STEPS: train until this step. CHECKPOINT_EVERY_N_STEPS: save every
+    this many steps (and at the end). CHECKPOINT_MAX_TO_KEEP: checkpoints kept.
+    SUMMARY_INTERVAL_STEPS: TensorBoard scalars and a console line.
+    EVAL_INTERVAL_STEPS: eval every this many steps (0: at the end only).
+    """
+
+    NUM_TRAIN_STEPS: int = 500_000
+    CHECKPOINT_EVERY_N_STEPS: int = 5000
+    CHECKPOINT_MAX_TO_KEEP: int = 10
+    SUMMARY_INTERVAL_STEPS: int = 100
+    EVAL_INTERVAL_STEPS: int = 0
+
+    def validate(self) -> None:
+        super().validate()
+        _check_at_least(
+            self, 1, "CHECKPOINT_EVERY_N_STEPS", "SUMMARY_INTERVAL_STEPS", "CHECKPOINT_MAX_TO_KEEP"
+        )
+        _check_at_least(self, 0, "NUM_TRAIN_STEPS", "EVAL_INTERVAL_STEPS")
+
+    def single_task(self, model: config_lib.Config, learner: config_lib.Config) -> Any:
+        """The ``SingleTask`` config of ``model`` and ``learner`` with this loop."""
+        return config_lib.Config(
+            SingleTask,
+            model=model,
+            learner=learner,
+            num_train_steps=self.NUM_TRAIN_STEPS,
+            save_interval_steps=self.CHECKPOINT_EVERY_N_STEPS,
+            summary_interval_steps=self.SUMMARY_INTERVAL_STEPS,
+            eval_interval_steps=self.EVAL_INTERVAL_STEPS,
+            max_to_keep=self.CHECKPOINT_MAX_TO_KEEP,
+        )
+
+
+def _check_at_least(experiment: BaseExperiment, low: int, *knobs: str) -> None:
+    """Raises KnobError for the first of ``knobs`` below ``low``."""
+    for knob in knobs:
+        value = getattr(experiment, knob)
+        if value < low:
+            raise KnobError(
+                f"{type(experiment).__qualname__}.{knob} = {value}; it must be "
+                f"{'at least 1' if low == 1 else f'>= {low}'}."
+            )

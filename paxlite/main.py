@@ -105,6 +105,7 @@ def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
     """The experiment with overrides, the processes joined, the job built (None: nothing to run)."""
     reject_unsupported_fiddle_flags()
     experiment = overrides.resolve_experiment(FLAGS.exp, FLAGS.set, FLAGS.exp_search_packages)
+    overrides.check_one_source(FLAGS.exp, FLAGS.set, FLAGS.fdl_set, FLAGS.exp_search_packages)
     if mode is Mode.COMPILE:
         size = mesh_size(experiment.ICI_MESH_SHAPE, experiment.DCN_MESH_SHAPE)
         distributed.use_fake_cpu_devices(size)

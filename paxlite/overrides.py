@@ -12,6 +12,8 @@ import sys
 from collections.abc import Sequence
 from typing import Any
 
+import fiddle as fdl
+from fiddle import daglish
 from fiddle.absl_flags import utils as fdl_flag_utils
 
 from paxlite import base_experiment, experiment_registry
@@ -52,6 +54,58 @@ def resolve_configs(experiment: Any, fdl_sets: Sequence[str], fiddlers: Sequence
             cause = f" {e.__cause__}" if e.__cause__ else ""
             raise UsageError(f"--fdl_set {assignment}: {e}{cause}") from None
     return root.task, root.datasets, root.decoder_datasets
+
+
+def check_one_source(
+    name: str,
+    knob_overrides: Sequence[str],
+    fdl_sets: Sequence[str],
+    search_packages: Sequence[str] = (),
+) -> None:
+    """Raises UsageError when an ``--fdl_set`` path names a leaf that a ``--set`` knob changes.
+
+    Each knob override is compared alone against the experiment without overrides
+    (the configs built with and without it); given both, one would silently win.
+    """
+    if not knob_overrides or not fdl_sets:
+        return
+    cls = experiment_registry.get(name, search_packages)
+    baseline = _leaf_values(cls())
+    paths = [assignment.split("=", 1)[0].strip() for assignment in fdl_sets]
+    for knob in knob_overrides:
+        changed = _leaf_values(base_experiment.apply_knob_overrides(cls, [knob])())
+        for leaf, value in changed.items():
+            if _differs(baseline.get(leaf, _ABSENT), value):
+                for path in paths:
+                    if leaf == path or leaf.startswith((path + ".", path + "[")):
+                        raise UsageError(
+                            f"--set {knob} and --fdl_set {path}=... both set {leaf}; pass only "
+                            "one of them (the knob, or the path) so it is clear which value wins."
+                        )
+
+
+_ABSENT = object()
+
+
+def _leaf_values(experiment: Any) -> dict[str, Any]:
+    """``{'task.model.lm_tpl.model_dims': 64, 'datasets[0].batch_size': 16, ...}``."""
+    roots = {"task": experiment.task()}
+    for group in ("datasets", "decoder_datasets"):
+        for index, cfg in enumerate(getattr(experiment, group)()):
+            roots[f"{group}[{index}]"] = cfg
+    leaves = {}
+    for prefix, root in roots.items():
+        for value, path in daglish.iterate(root):
+            if not isinstance(value, fdl.Buildable | list | tuple | dict):
+                leaves[prefix + daglish.path_str(path)] = value
+    return leaves
+
+
+def _differs(a: Any, b: Any) -> bool:
+    try:
+        return bool(a != b)
+    except Exception:  # Values that do not compare (arrays): count them as changed.
+        return a is not b
 
 
 def _find_fiddler(experiment: Any, name: str):

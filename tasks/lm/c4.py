@@ -25,8 +25,8 @@ from praxis_lite.layers.embedding_softmax import PositionalEmbedding, TrainableP
 from praxis_lite.seqio_input import SeqIOInput
 from praxis_lite.seqio_tasks import lm_preprocessors, make_vocabulary, register_task_once
 from tasks.lm import model_params
-from tasks.lm.knob_groups import LrSchedule
-from tasks.lm.lm_cloud import PaxTransformerLm
+from tasks.lm.knob_groups import LrSchedule, knob_group
+from tasks.lm.lm_cloud import LmCloudSpmd, PaxTransformerLm
 
 C4_TFDS_NAME = "c4/en:3.0.1"
 C4_TASK_NAME = "c4_lm_v301_gpt"
@@ -255,18 +255,31 @@ class C4SpmdGpt3AdamOrgHPBS1p5k1536Replicas(C4SpmdGpt3AdamOrgHP):
 # Pax's pipelined C4 experiments: mesh axes ('stage', 'replica', 'data', 'mdl').
 
 
-class C4SpmdPipelineGpt3AdamOrgHP(C4SpmdGpt3AdamOrgHP):
-    """GPT-3 with the paper's hyperparameters, its layers pipelined over a 'stage' mesh axis.
+@knob_group
+class Gpt3SmallSizes(LmCloudSpmd):
+    """Preset: Pax's "small GPT-3" sizes and learning rate, pipelined over a 'stage' mesh axis.
 
-    Leaves set NUM_STAGES (the devices on 'stage'), MICROBATCH_SIZE, the sizes and the mesh.
+    24 layers, model 3072, 24 heads of 128, vocabulary 51200 (Pax's own padding of
+    50257, which splits over a 4-way 'mdl' axis), bfloat16, learning rate 2e-4.
     """
 
     MESH_AXIS_NAMES = ("stage", "replica", "data", "mdl")
-    ICI_MESH_SHAPE = (1, 1, 1, 1)
+    NUM_LAYERS = 24
+    NUM_HEADS = 24
+    MODEL_DIMS = 3072
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    DIMS_PER_HEAD = 128
+    VOCAB_SIZE = 51200
+    FPROP_DTYPE = jnp.bfloat16
+    LEARNING_RATE = 2.0e-4
+    CHECKPOINT_MAX_TO_KEEP = 1000
+    EVAL_INTERVAL_STEPS = 100
+    SUMMARY_INTERVAL_STEPS = 1
+    CHECKPOINT_EVERY_N_STEPS = 200
 
 
 @experiment_registry.register
-class C4SpmdPipelineGpt3SmallAdam64Replicas(C4SpmdPipelineGpt3AdamOrgHP):
+class C4SpmdPipelineGpt3SmallAdam64Replicas(Gpt3SmallSizes, C4SpmdGpt3AdamOrgHP):
     """Pax's "small GPT-3" (24 layers, model 3072, 24 heads of 128) on 64 chips, 4 stages.
 
     Global batch 8 x 64 = 512 in 32 microbatches of 16 (4 per data shard): bubble
@@ -277,25 +290,13 @@ class C4SpmdPipelineGpt3SmallAdam64Replicas(C4SpmdPipelineGpt3AdamOrgHP):
     """
 
     NUM_STAGES = 4
-    NUM_LAYERS = 24
-    NUM_HEADS = 24
-    MODEL_DIMS = 3072
-    HIDDEN_DIMS = MODEL_DIMS * 4
-    DIMS_PER_HEAD = 128
-    VOCAB_SIZE = 51200
     PERCORE_BATCH_SIZE = 8
     MICROBATCH_SIZE = 16
-    FPROP_DTYPE = jnp.bfloat16
-    LEARNING_RATE = 2.0e-4
     ICI_MESH_SHAPE = (4, 1, 4, 4)
-    CHECKPOINT_MAX_TO_KEEP = 1000
-    EVAL_INTERVAL_STEPS = 100
-    SUMMARY_INTERVAL_STEPS = 1
-    CHECKPOINT_EVERY_N_STEPS = 200
 
 
 @experiment_registry.register
-class C4SpmdPipelineGpt3SmallAdam8Replicas(C4SpmdPipelineGpt3SmallAdam64Replicas):
+class C4SpmdPipelineGpt3SmallAdam8Replicas(Gpt3SmallSizes, C4SpmdGpt3AdamOrgHP):
     """The same model on 8 chips, 2 stages: global batch 64 x 8 = 512 in 64 microbatches of 8."""
 
     NUM_STAGES = 2

@@ -36,16 +36,18 @@ class C4Spmd22BAdam1xv4_128(C4Spmd22BAdamMaxText):
 
 
 @experiment_registry.register
-class C4Spmd22BAdam2xv4_128(C4Spmd22BAdam1xv4_128):
+class C4Spmd22BAdam2xv4_128(C4Spmd22BAdamMaxText):
     """22B on two v4-128 slices: global batch 2 x 64 x 16 = 2048."""
 
+    ICI_MESH_SHAPE = (1, 64, 1)
     DCN_MESH_SHAPE = (2, 1, 1)
 
 
 @experiment_registry.register
-class C4Spmd22BAdam4xv4_128(C4Spmd22BAdam1xv4_128):
+class C4Spmd22BAdam4xv4_128(C4Spmd22BAdamMaxText):
     """22B on four v4-128 slices: global batch 4 x 64 x 16 = 4096."""
 
+    ICI_MESH_SHAPE = (1, 64, 1)
     DCN_MESH_SHAPE = (4, 1, 1)
 
 
@@ -64,16 +66,26 @@ class C4Spmd22BAdam1xv4_8(C4Spmd22BAdamMaxText):
 
 
 @experiment_registry.register
-class C4Spmd22BAdam2xv4_8(C4Spmd22BAdam1xv4_8):
+class C4Spmd22BAdam2xv4_8(C4Spmd22BAdamMaxText):
     """C4Spmd22BAdam1xv4_8 on two v4-8 slices: global batch 2 x 4 x 16 = 128."""
 
+    NUM_LAYERS = 16
+    MODEL_DIMS = 2048
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = 8
+    ICI_MESH_SHAPE = (1, 4, 1)
     DCN_MESH_SHAPE = (2, 1, 1)
 
 
 @experiment_registry.register
-class C4Spmd22BAdam4xv4_8(C4Spmd22BAdam1xv4_8):
+class C4Spmd22BAdam4xv4_8(C4Spmd22BAdamMaxText):
     """C4Spmd22BAdam1xv4_8 on four v4-8 slices: global batch 4 x 4 x 16 = 256."""
 
+    NUM_LAYERS = 16
+    MODEL_DIMS = 2048
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = 8
+    ICI_MESH_SHAPE = (1, 4, 1)
     DCN_MESH_SHAPE = (4, 1, 1)
 
 

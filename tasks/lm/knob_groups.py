@@ -2,18 +2,34 @@
 
 Each group is a mixin declaring its knobs once (Pax's names and meanings) and
 building its piece of the task config from them; families list the groups they
-use. Mixins do not count toward an experiment's depth.
+use. A preset (a mixin that only sets knobs, e.g. a model size shared by a few
+leaves) is marked the same way. Knob groups and presets do not count toward an
+experiment's depth (``tests/tasks/test_experiment_depth.py``): a registered
+experiment is a family base, at most one intermediate, and the leaf.
 """
 
 from __future__ import annotations
 
 import enum
-from typing import Any
+from typing import Any, TypeVar
 
 from paxlite.base_experiment import BaseExperiment, KnobError
 from paxlite.tasks_lib import SingleTask
 from praxis_lite import config as config_lib
 from praxis_lite import schedules
+
+_T = TypeVar("_T", bound=type)
+
+
+def knob_group(cls: _T) -> _T:
+    """Marks ``cls`` (a BaseExperiment subclass) as a knob group or preset: a mixin."""
+    cls._is_knob_group = True
+    return cls
+
+
+def is_knob_group(cls: type) -> bool:
+    """Whether ``cls`` itself (not a subclass of it) is marked with :func:`knob_group`."""
+    return bool(vars(cls).get("_is_knob_group", False))
 
 
 class LrSchedule(enum.Enum):
@@ -24,6 +40,7 @@ class LrSchedule(enum.Enum):
     CONSTANT = "constant"
 
 
+@knob_group
 class LrScheduleKnobs(BaseExperiment):
     """Pax's learning-rate schedule knobs (``paxml/tasks/lm/params/c4.py``, ``set_adam_and_lr``).
 
@@ -96,6 +113,7 @@ def _rampup(
     )
 
 
+@knob_group
 class LoopKnobs(BaseExperiment):
     """The training loop's knobs (Pax's names) and the ``SingleTask`` built from them.
 

@@ -27,10 +27,11 @@ from praxis_lite.sharding import (
 )
 from praxis_lite.synthetic_input import SyntheticLmInput
 from tasks.lm import model_params
-from tasks.lm.knob_groups import LoopKnobs, LrSchedule, LrScheduleKnobs
+from tasks.lm.knob_groups import LoopKnobs, LrSchedule, LrScheduleKnobs, knob_group
 from tasks.lm.model_params import Activation, Norm
 
 
+@knob_group
 class LmCloudSpmd(LoopKnobs, LrScheduleKnobs):
     """Family base of dense decoder-only LMs trained with Adam.
 
@@ -247,6 +248,7 @@ def bfloat16_compute(task_cfg: Any) -> None:
     config_lib.set_dtypes(task_cfg.model, fprop_dtype=jnp.bfloat16)
 
 
+@knob_group
 class PaxTransformerLm(LmCloudSpmd):
     """Pax's decoder-only Transformer (``TransformerLmSpmdAdafactor``), shared by its catalogues.
 
@@ -464,11 +466,20 @@ class LmCloudSpmdPipelineMultislice2B(LmCloudSpmdPipeline):
 
 
 @experiment_registry.register
-class LmCloudSpmdPipelineMultislice2BCircular(LmCloudSpmdPipelineMultislice2B):
+class LmCloudSpmdPipelineMultislice2BCircular(LmCloudSpmdPipeline):
     """LmCloudSpmdPipelineMultislice2B, circular: 3 virtual stages of 3 layers per slice.
 
     16 microbatches of 8: bubble 1 / (3 x 16 + 1) = 2% instead of 1 / 17 = 6%.
     """
 
-    MICROBATCH_SIZE = 8
+    NUM_STAGES = 2
     CIRCULAR_REPEAT = 3
+    MICROBATCH_SIZE = 8
+    PERCORE_BATCH_SIZE = 16
+    NUM_LAYERS = 18
+    MODEL_DIMS = 3072
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = MODEL_DIMS // 128
+    CHECKPOINT_POLICY = RematPolicy.SAVE_NOTHING
+    ICI_MESH_SHAPE = (1, 4, 1, 1)
+    DCN_MESH_SHAPE = (2, 1, 1, 1)

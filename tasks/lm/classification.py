@@ -16,13 +16,13 @@ from paxlite.base_experiment import KnobError
 from praxis_lite import config as config_lib
 from praxis_lite.synthetic_input import SyntheticLmInput
 from tasks.lm import model_params
-from tasks.lm.knob_groups import LoopKnobs, LrScheduleKnobs
+from tasks.lm.knob_groups import AdamKnobs, LoopKnobs, LrScheduleKnobs
 
 #: Batches of one eval pass (the eval input is finite and rewinds after each pass).
 EVAL_NUM_BATCHES = 4
 
 
-class ClassificationModelAdam(LoopKnobs, LrScheduleKnobs):
+class ClassificationModelAdam(AdamKnobs, LrScheduleKnobs, LoopKnobs):
     """Family base: Pax's classification MLP trained with Adam on synthetic sequences.
 
     Pax's defaults (``paxml/tasks/lm/model_params.py``). The optimizer is Pax's
@@ -55,9 +55,9 @@ class ClassificationModelAdam(LoopKnobs, LrScheduleKnobs):
     PERCORE_BATCH_SIZE = 16
     FPROP_DTYPE: Any = jnp.float32
 
-    LEARNING_RATE: float = 1e-3
-    WEIGHT_DECAY: float = 1e-3
-    CLIP_GRADIENT_NORM_TO_VALUE: float = 5.0
+    LEARNING_RATE = 1e-3
+    WEIGHT_DECAY = 1e-3
+    CLIP_GRADIENT_NORM_TO_VALUE = 5.0
 
     NUM_TRAIN_STEPS = 10
     CHECKPOINT_EVERY_N_STEPS = 5
@@ -97,15 +97,6 @@ class ClassificationModelAdam(LoopKnobs, LrScheduleKnobs):
         return [train, evaluation]
 
     def task(self) -> Any:
-        learner = model_params.adam_learner(
-            learning_rate=self.LEARNING_RATE,
-            weight_decay=self.WEIGHT_DECAY,
-            beta1=0.9,
-            beta2=0.99,
-            epsilon=1e-6,
-            clip_gradient_norm_to_value=self.CLIP_GRADIENT_NORM_TO_VALUE,
-            lr_schedule=self.lr_schedule(),
-        )
         model = model_params.classification_mlp(
             num_layers=self.NUM_LAYER,
             input_dims=self.INPUT_DIM,
@@ -113,7 +104,7 @@ class ClassificationModelAdam(LoopKnobs, LrScheduleKnobs):
             output_dims=self.OUTPUT_DIM,
             fprop_dtype=self.FPROP_DTYPE,
         )
-        return self.single_task(model, learner)
+        return self.single_task(model, self.learner(self.lr_schedule()))
 
 
 @experiment_registry.register

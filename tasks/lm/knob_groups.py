@@ -14,9 +14,9 @@ import enum
 from typing import Any, TypeVar
 
 from paxlite.base_experiment import BaseExperiment, KnobError
-from paxlite.tasks_lib import SingleTask
+from paxlite.tasks_lib import Learner, SingleTask
 from praxis_lite import config as config_lib
-from praxis_lite import schedules
+from praxis_lite import optimizers, schedules
 
 _T = TypeVar("_T", bound=type)
 
@@ -111,6 +111,34 @@ def _rampup(
         min_ratio=min_ratio,
         max=peak,
     )
+
+
+@knob_group
+class AdamKnobs(BaseExperiment):
+    """Adam(W)'s knobs (Pax's names): LEARNING_RATE (the peak; the schedule multiplies
+    it), WEIGHT_DECAY (decoupled), ADAM_BETA1, ADAM_BETA2, ADAM_EPSILON and
+    CLIP_GRADIENT_NORM_TO_VALUE (global-norm clipping; 0: none)."""
+
+    LEARNING_RATE: float = 2.5e-4
+    WEIGHT_DECAY: float = 1e-3
+    ADAM_BETA1: float = 0.9
+    ADAM_BETA2: float = 0.99
+    ADAM_EPSILON: float = 1e-6
+    CLIP_GRADIENT_NORM_TO_VALUE: float = 1.0
+
+    def learner(self, lr_schedule: config_lib.Config) -> config_lib.Config:
+        """The ``Learner`` config: Adam of these knobs with ``lr_schedule``."""
+        optimizer = config_lib.Config(
+            optimizers.Adam,
+            learning_rate=self.LEARNING_RATE,
+            beta1=self.ADAM_BETA1,
+            beta2=self.ADAM_BETA2,
+            epsilon=self.ADAM_EPSILON,
+            weight_decay=self.WEIGHT_DECAY,
+            clip_gradient_norm_to_value=self.CLIP_GRADIENT_NORM_TO_VALUE,
+            lr_schedule=lr_schedule,
+        )
+        return config_lib.Config(Learner, optimizer=optimizer)
 
 
 @knob_group

@@ -26,67 +26,24 @@ from praxis_lite.sharding import (
     VOCAB,
 )
 from praxis_lite.synthetic_input import SyntheticLmInput
-from tasks.lm import model_params
-from tasks.lm.knob_groups import LoopKnobs, LrSchedule, LrScheduleKnobs, knob_group
-from tasks.lm.model_params import Activation, Norm
+from tasks.lm.knob_groups import AdamKnobs, LoopKnobs, LrSchedule, LrScheduleKnobs, knob_group
+from tasks.lm.lm_knobs import TransformerLmKnobs
+from tasks.lm.model_params import Activation
 
 
 @knob_group
-class LmCloudSpmd(LoopKnobs, LrScheduleKnobs):
-    """Family base of dense decoder-only LMs trained with Adam.
-
-    Attributes (knobs): model shape (NUM_LAYERS, MODEL_DIMS, HIDDEN_DIMS,
-    NUM_HEADS, NUM_KV_HEADS, DIMS_PER_HEAD, VOCAB_SIZE, MAX_SEQ_LEN), block
-    choices (ACTIVATION_CLS, USE_GATED_ACTIVATION, NORM, USE_ROTARY_POSITION_EMB,
-    USE_BIAS, USE_REPEATED_LAYER, CHECKPOINT_POLICY, DROPOUT_PROB, FPROP_DTYPE),
-    attention details (COMBINE_QKV: one [3, D, N, H] q/k/v weight;
-    ATTEN_LOGIT_CAP: tanh cap on attention logits, 0 for none;
-    USE_ATTENTION_BIAS: attention biases, None to follow USE_BIAS),
-    optimizer (LEARNING_RATE, WEIGHT_DECAY, ADAM_BETA1/2, ADAM_EPSILON,
-    CLIP_GRADIENT_NORM_TO_VALUE), the learning-rate schedule (``LrScheduleKnobs``:
-    cosine by default, LR_COS_*) and the loop (``LoopKnobs``).
+class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs):
+    """Family knobs of dense decoder-only LMs trained with Adam: the model
+    (``TransformerLmKnobs``), Adam (``AdamKnobs``), the learning-rate schedule
+    (``LrScheduleKnobs``: cosine by default) and the loop (``LoopKnobs``); validated
+    here against each other and the mesh (``paxlite.mesh_checks``).
 
     Pipeline parallelism (``praxis_lite.layers.pipeline``): NUM_STAGES > 1 splits
     the layers over that many stages along a 'stage' mesh axis (MESH_AXIS_NAMES
     ('stage', 'replica', 'data', 'mdl'), ICI x DCN devices on 'stage' equal to
-    NUM_STAGES); the global batch is cut into microbatches of MICROBATCH_SIZE
-    examples, or into NUM_MICROBATCHES (default NUM_STAGES); CIRCULAR_REPEAT > 1
-    gives each device that many virtual stages (the circular schedule).
+    NUM_STAGES).
     """
 
-    NUM_LAYERS: int
-    MODEL_DIMS: int
-    HIDDEN_DIMS: int
-    NUM_HEADS: int
-    NUM_KV_HEADS: int | None = None
-    DIMS_PER_HEAD: int | None = None
-    VOCAB_SIZE: int = 32000
-    MAX_SEQ_LEN: int = 1024
-    ACTIVATION_CLS: Activation = Activation.GELU
-    USE_GATED_ACTIVATION: bool = False
-    NORM: Norm = Norm.LAYER_NORM
-    USE_ROTARY_POSITION_EMB: bool = True
-    USE_BIAS: bool = True
-    USE_REPEATED_LAYER: bool = True
-    CHECKPOINT_POLICY: RematPolicy = RematPolicy.SAVE_NOTHING
-    DROPOUT_PROB: float = 0.0
-    FPROP_DTYPE: Any = jnp.bfloat16
-    SOFTMAX_CAP_LOGITS: float = 0.0
-    Z_LOSS_WEIGHT: float = 0.0
-    COMBINE_QKV: bool = False
-    ATTEN_LOGIT_CAP: float = 0.0
-    USE_ATTENTION_BIAS: bool | None = None
-    NUM_STAGES: int = 1
-    MICROBATCH_SIZE: int | None = None
-    NUM_MICROBATCHES: int | None = None
-    CIRCULAR_REPEAT: int = 1
-
-    LEARNING_RATE: float = 2.5e-4
-    WEIGHT_DECAY: float = 1e-3
-    ADAM_BETA1: float = 0.9
-    ADAM_BETA2: float = 0.99
-    ADAM_EPSILON: float = 1e-6
-    CLIP_GRADIENT_NORM_TO_VALUE: float = 1.0
     LR_SCHEDULE = LrSchedule.LINEAR_RAMPUP_COSINE_DECAY
 
     def validate(self) -> None:
@@ -200,47 +157,8 @@ class LmCloudSpmd(LoopKnobs, LrScheduleKnobs):
             if getattr(cfg, "is_training", True)
         ]
 
-    def model(self) -> Any:
-        """The LanguageModel config from the model knobs."""
-        return model_params.transformer_lm(
-            num_layers=self.NUM_LAYERS,
-            model_dims=self.MODEL_DIMS,
-            hidden_dims=self.HIDDEN_DIMS,
-            num_heads=self.NUM_HEADS,
-            num_kv_heads=self.NUM_KV_HEADS,
-            dims_per_head=self.DIMS_PER_HEAD,
-            vocab_size=self.VOCAB_SIZE,
-            activation=self.ACTIVATION_CLS,
-            use_gated_activation=self.USE_GATED_ACTIVATION,
-            norm=self.NORM,
-            use_rotary_position_emb=self.USE_ROTARY_POSITION_EMB,
-            use_bias=self.USE_BIAS,
-            use_attention_bias=self.USE_ATTENTION_BIAS,
-            combine_qkv=self.COMBINE_QKV,
-            atten_logit_cap=self.ATTEN_LOGIT_CAP,
-            use_repeated_layer=self.USE_REPEATED_LAYER,
-            remat_policy=self.CHECKPOINT_POLICY,
-            num_stages=self.NUM_STAGES,
-            num_microbatches=self.NUM_MICROBATCHES,
-            microbatch_size=self.MICROBATCH_SIZE,
-            circular_repeat=self.CIRCULAR_REPEAT,
-            dropout_prob=self.DROPOUT_PROB,
-            soft_cap_logits=self.SOFTMAX_CAP_LOGITS,
-            z_loss_weight=self.Z_LOSS_WEIGHT,
-            fprop_dtype=self.FPROP_DTYPE,
-        )
-
     def task(self) -> Any:
-        learner = model_params.adam_learner(
-            learning_rate=self.LEARNING_RATE,
-            weight_decay=self.WEIGHT_DECAY,
-            beta1=self.ADAM_BETA1,
-            beta2=self.ADAM_BETA2,
-            epsilon=self.ADAM_EPSILON,
-            clip_gradient_norm_to_value=self.CLIP_GRADIENT_NORM_TO_VALUE,
-            lr_schedule=self.lr_schedule(),
-        )
-        return self.single_task(self.model(), learner)
+        return self.single_task(self.model(), self.learner(self.lr_schedule()))
 
 
 def bfloat16_compute(task_cfg: Any) -> None:

@@ -49,14 +49,15 @@ class _ScoredInput(SyntheticLmInput):
 
 
 def _tiny_lm_task():
+    from paxlite.base_experiment import with_overrides
     from paxlite.tasks_lib import Learner, SingleTask
     from praxis_lite import config as config_lib
     from praxis_lite import optimizers
-    from tasks.lm import model_params
+    from tasks.lm.synthetic import LmSyntheticTiny
 
-    model_cfg = model_params.transformer_lm(
-        num_layers=1, model_dims=16, hidden_dims=32, num_heads=2, vocab_size=64
-    )
+    sizes = dict(NUM_LAYERS=1, MODEL_DIMS=16, HIDDEN_DIMS=32, NUM_HEADS=2, VOCAB_SIZE=64)
+    knobs = {**sizes, "USE_REPEATED_LAYER": False, "ICI_MESH_SHAPE": (1, 1, 1)}
+    model_cfg = with_overrides(LmSyntheticTiny, knobs)().model()
     return SingleTask(
         model=config_lib.instantiate(model_cfg),
         learner=Learner(optimizer=optimizers.Sgd(learning_rate=0.1)),

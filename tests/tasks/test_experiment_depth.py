@@ -1,4 +1,4 @@
-"""Every registered experiment of tasks/ is shallow: a family base, at most one intermediate, the leaf.
+"""Every registered experiment of tasks/ is shallow: a family base, an intermediate, the leaf.
 
 Depth counts the classes along the primary bases (the first base that is an
 experiment and not a knob group or preset, see ``tasks.lm.knob_groups``) down

@@ -1,0 +1,120 @@
+"""The decoder-only Transformer LM's model knobs, declared once, and the model built from them.
+
+``TransformerLmKnobs`` is a knob group (a mixin, see ``tasks.lm.knob_groups``):
+each knob is declared here and read once, by :meth:`TransformerLmKnobs.model` or
+its helpers, which build the ``LanguageModel`` config.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from paxlite.base_experiment import BaseExperiment
+from praxis_lite import config as config_lib
+from praxis_lite.layers.embedding_softmax import RotaryPositionalEmbedding, SharedEmbeddingSoftmax
+from praxis_lite.layers.pipeline import LayerwiseShardablePipelined
+from praxis_lite.layers.repeats import RematPolicy, StackedTransformerRepeated
+from praxis_lite.layers.transformer_models import TransformerLm
+from praxis_lite.layers.transformers import StackedTransformer
+from praxis_lite.models import LanguageModel
+from tasks.lm.knob_groups import knob_group
+from tasks.lm.model_params import Activation, Norm, block_config
+
+
+@knob_group
+class TransformerLmKnobs(BaseExperiment):
+    """Model knobs of a decoder-only Transformer LM (Pax's names where Pax has them).
+
+    Shape: NUM_LAYERS, MODEL_DIMS, HIDDEN_DIMS, NUM_HEADS, NUM_KV_HEADS (None: NUM_HEADS),
+    DIMS_PER_HEAD (None: MODEL_DIMS // NUM_HEADS), VOCAB_SIZE, MAX_SEQ_LEN. Block:
+    ACTIVATION_CLS, USE_GATED_ACTIVATION, NORM, USE_ROTARY_POSITION_EMB, USE_BIAS,
+    USE_ATTENTION_BIAS (None: follow USE_BIAS), COMBINE_QKV (one [3, D, N, H] q/k/v
+    weight), ATTEN_LOGIT_CAP (tanh cap on attention logits, 0: none), DROPOUT_PROB.
+    Output: SOFTMAX_CAP_LOGITS, Z_LOSS_WEIGHT. Stack: USE_REPEATED_LAYER (scanned),
+    CHECKPOINT_POLICY (remat inside the scan), and the pipeline: NUM_STAGES > 1
+    splits the layers over that many stages, the batch cut into microbatches of
+    MICROBATCH_SIZE or into NUM_MICROBATCHES (default NUM_STAGES); CIRCULAR_REPEAT
+    virtual stages per device. FPROP_DTYPE: the compute dtype (weights float32).
+    """
+
+    NUM_LAYERS: int
+    MODEL_DIMS: int
+    HIDDEN_DIMS: int
+    NUM_HEADS: int
+    NUM_KV_HEADS: int | None = None
+    DIMS_PER_HEAD: int | None = None
+    VOCAB_SIZE: int = 32000
+    MAX_SEQ_LEN: int = 1024
+    ACTIVATION_CLS: Activation = Activation.GELU
+    USE_GATED_ACTIVATION: bool = False
+    NORM: Norm = Norm.LAYER_NORM
+    USE_ROTARY_POSITION_EMB: bool = True
+    USE_BIAS: bool = True
+    USE_REPEATED_LAYER: bool = True
+    CHECKPOINT_POLICY: RematPolicy = RematPolicy.SAVE_NOTHING
+    DROPOUT_PROB: float = 0.0
+    FPROP_DTYPE: Any = jnp.bfloat16
+    SOFTMAX_CAP_LOGITS: float = 0.0
+    Z_LOSS_WEIGHT: float = 0.0
+    COMBINE_QKV: bool = False
+    ATTEN_LOGIT_CAP: float = 0.0
+    USE_ATTENTION_BIAS: bool | None = None
+    NUM_STAGES: int = 1
+    MICROBATCH_SIZE: int | None = None
+    NUM_MICROBATCHES: int | None = None
+    CIRCULAR_REPEAT: int = 1
+
+    def model(self) -> config_lib.Config:
+        """The ``LanguageModel`` config around a ``TransformerLm`` of these knobs."""
+        lm = TransformerLm.HParams.config(model_dims=self.MODEL_DIMS, vocab_size=self.VOCAB_SIZE)
+        lm.softmax_tpl = SharedEmbeddingSoftmax.HParams.config(
+            soft_cap_logits=self.SOFTMAX_CAP_LOGITS, z_loss_weight=self.Z_LOSS_WEIGHT
+        )
+        lm.final_ln_tpl = self.NORM.value.HParams.config()
+        lm.stacked_transformer_tpl = self.stack()
+        self.configure_block(block_config(lm.stacked_transformer_tpl))
+        model = LanguageModel.HParams.config(lm_tpl=lm)
+        return config_lib.set_dtypes(model, fprop_dtype=self.FPROP_DTYPE)
+
+    def stack(self) -> config_lib.Config:
+        """Plain, scanned (USE_REPEATED_LAYER) or pipelined (NUM_STAGES > 1, scanned stages)."""
+        if self.NUM_STAGES > 1:
+            stack = LayerwiseShardablePipelined.HParams.config(
+                num_stages=self.NUM_STAGES,
+                num_microbatches=self.NUM_MICROBATCHES,
+                microbatch_size=self.MICROBATCH_SIZE,
+                circular_repeat=self.CIRCULAR_REPEAT,
+            )
+            stack.stage_tpl.num_layers = self.NUM_LAYERS // (self.NUM_STAGES * self.CIRCULAR_REPEAT)
+            stack.stage_tpl.remat_policy = self.CHECKPOINT_POLICY
+            return stack
+        if self.USE_REPEATED_LAYER:
+            return StackedTransformerRepeated.HParams.config(
+                num_layers=self.NUM_LAYERS, remat_policy=self.CHECKPOINT_POLICY
+            )
+        return StackedTransformer.HParams.config(num_layers=self.NUM_LAYERS)
+
+    def configure_block(self, block: config_lib.Config) -> None:
+        """Sets the Transformer block's sizes, attention and feed-forward from the knobs."""
+        block.input_dims, block.hidden_dims = self.MODEL_DIMS, self.HIDDEN_DIMS
+        block.num_heads, block.num_kv_heads = self.NUM_HEADS, self.NUM_KV_HEADS
+        block.dim_per_head = self.DIMS_PER_HEAD
+        block.residual_dropout_prob = self.DROPOUT_PROB
+        block.ln_tpl = self.NORM.value.HParams.config()
+        atten = block.tr_atten_tpl
+        atten.use_bias = (
+            self.USE_BIAS if self.USE_ATTENTION_BIAS is None else self.USE_ATTENTION_BIAS
+        )
+        atten.combine_qkv = self.COMBINE_QKV
+        atten.atten_logit_cap = self.ATTEN_LOGIT_CAP
+        atten.atten_dropout_prob = self.DROPOUT_PROB
+        if self.USE_ROTARY_POSITION_EMB:
+            atten.rotary_tpl = RotaryPositionalEmbedding.HParams.config()
+        ff = block.tr_fflayer_tpl
+        ff.has_bias = self.USE_BIAS
+        ff.use_gated_activation = self.USE_GATED_ACTIVATION
+        ff.activation_tpl = self.ACTIVATION_CLS.value.HParams.config()
+        ff.ln_tpl = self.NORM.value.HParams.config()
+        ff.relu_dropout_prob = self.DROPOUT_PROB

@@ -126,6 +126,12 @@ class Template:
         return f"Template({self.value!r})"
 
 
+#: The type of a sub-layer template field: a layer config (``X.HParams.config(...)``)
+#: while configuring, a :class:`Template` holding it in a built layer, or None for an
+#: absent optional sub-layer.
+LayerTpl = fdl.Config | Template | None
+
+
 def template_field(default_cls: type | None = None) -> Any:
     """Declares a sub-layer template field whose default configures ``default_cls``.
 

@@ -80,7 +80,7 @@ class LmShape:
       hidden_dims: ``F``, feed-forward hidden dims.
       num_heads: ``H`` query heads.
       num_kv_heads: key/value heads.
-      dim_per_head: ``Q``.
+      dims_per_head: ``Q``.
       gated: the feed-forward has a gate projection (GLU variants: 3 matrices).
       vocab_size: ``V``.
       causal: the attention is causal.
@@ -91,7 +91,7 @@ class LmShape:
     hidden_dims: int
     num_heads: int
     num_kv_heads: int
-    dim_per_head: int
+    dims_per_head: int
     gated: bool
     vocab_size: int
     causal: bool = True
@@ -99,7 +99,7 @@ class LmShape:
     @property
     def block_params(self) -> int:
         """Matmul weights of one block: q, k, v, post projections and the feed-forward."""
-        d, q = self.model_dims, self.dim_per_head
+        d, q = self.model_dims, self.dims_per_head
         attention = d * q * (2 * self.num_heads + 2 * self.num_kv_heads)
         feed_forward = (3 if self.gated else 2) * d * self.hidden_dims
         return attention + feed_forward
@@ -116,7 +116,7 @@ class LmShape:
 
     def flops_per_token(self, seq_len: int, definition: FlopsDefinition) -> float:
         """Train-step FLOPs per token (forward + backward) under ``definition``."""
-        attention = self.num_layers * self.num_heads * self.dim_per_head * seq_len
+        attention = self.num_layers * self.num_heads * self.dims_per_head * seq_len
         if definition is FlopsDefinition.SIX_N:
             return 6.0 * self.non_embedding_params
         if definition is FlopsDefinition.PALM:
@@ -135,14 +135,14 @@ class LmShape:
 
     def block_flops_per_token(self, seq_len: int) -> float:
         """``palm`` FLOPs of one block per token (what one more scan trip executes)."""
-        return 6.0 * self.block_params + 12.0 * self.num_heads * self.dim_per_head * seq_len
+        return 6.0 * self.block_params + 12.0 * self.num_heads * self.dims_per_head * seq_len
 
     def describe(self) -> str:
         """``L=2 D=64 F=256 heads=4x16 V=64`` style one-liner."""
         kv = f" kv {self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""
         return (
             f"L={self.num_layers} D={self.model_dims} F={self.hidden_dims}"
-            f"{' gated' if self.gated else ''} heads={self.num_heads}x{self.dim_per_head}{kv} "
+            f"{' gated' if self.gated else ''} heads={self.num_heads}x{self.dims_per_head}{kv} "
             f"V={self.vocab_size}"
         )
 

@@ -12,7 +12,7 @@ import jax
 import jax.numpy as jnp
 
 from praxis_lite.base_layer import BaseLayer
-from praxis_lite.config import template_field, unbound_layer
+from praxis_lite.config import LayerTpl, template_field, unbound_layer
 from praxis_lite.layers.embedding_softmax import SharedEmbeddingSoftmax
 from praxis_lite.layers.linears import MLPBlock
 from praxis_lite.layers.transformer_models import TransformerLm
@@ -78,7 +78,7 @@ class LanguageModel(BaseModel):
       lm_tpl: the language model layer (see TransformerLm).
     """
 
-    lm_tpl: object = template_field(TransformerLm)
+    lm_tpl: LayerTpl = template_field(TransformerLm)
 
     def setup(self) -> None:
         self.lm = self.create_child(self.lm_tpl)
@@ -199,8 +199,8 @@ class ClassificationMlpModel(BaseModel):
         ``D`` and ``num_classes`` ``V`` set).
     """
 
-    mlp_tpl: object = template_field(MLPBlock)
-    softmax_tpl: object = template_field(SharedEmbeddingSoftmax)
+    mlp_tpl: LayerTpl = template_field(MLPBlock)
+    softmax_tpl: LayerTpl = template_field(SharedEmbeddingSoftmax)
 
     def setup(self) -> None:
         self._check_dims()

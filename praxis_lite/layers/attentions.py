@@ -19,7 +19,7 @@ import jax
 import jax.numpy as jnp
 
 from praxis_lite.base_layer import BaseLayer
-from praxis_lite.config import template_field
+from praxis_lite.config import LayerTpl, template_field
 from praxis_lite.layers.embedding_softmax import RotaryPositionalEmbedding
 from praxis_lite.sharding import BATCH, EMBED, HEAD_DIM, HEADS, KV_HEADS, LENGTH
 
@@ -63,11 +63,11 @@ class DotProductAttention(BaseLayer):
     """Self-attention ``[B, T, D] -> [B, T, D]``.
 
     Attributes:
-      input_dim: ``D``.
+      input_dims: ``D``.
       num_heads: ``N``, query heads.
       num_kv_heads: ``K``, key/value heads; ``None`` means ``N`` (multi-head),
         1 is multi-query, anything dividing ``N`` is grouped-query.
-      dim_per_head: ``H``; ``None`` means ``D // N``.
+      dims_per_head: ``H``; ``None`` means ``D // N``.
       is_causal: mask future keys.
       combine_qkv: one ``[3, D, N, H]`` weight for q, k and v (needs ``K == N``).
       use_bias: add biases to the q/k/v and output projections.
@@ -76,16 +76,16 @@ class DotProductAttention(BaseLayer):
       rotary_tpl: template of a RoPE layer applied to q and k; ``None`` for none.
     """
 
-    input_dim: int
+    input_dims: int
     num_heads: int
     num_kv_heads: int | None = None
-    dim_per_head: int | None = None
+    dims_per_head: int | None = None
     is_causal: bool = True
     combine_qkv: bool = False
     use_bias: bool = True
     atten_dropout_prob: float = 0.0
     atten_logit_cap: float = 0.0
-    rotary_tpl: object = template_field(None)
+    rotary_tpl: LayerTpl = template_field(None)
 
     @property
     def kv_heads(self) -> int:
@@ -93,14 +93,14 @@ class DotProductAttention(BaseLayer):
 
     @property
     def head_dim(self) -> int:
-        return self.dim_per_head or self.input_dim // self.num_heads
+        return self.dims_per_head or self.input_dims // self.num_heads
 
     def setup(self) -> None:
-        n, k, h, d = self.num_heads, self.kv_heads, self.head_dim, self.input_dim
-        if self.dim_per_head is None and d % n:
+        n, k, h, d = self.num_heads, self.kv_heads, self.head_dim, self.input_dims
+        if self.dims_per_head is None and d % n:
             raise ValueError(
-                f"input_dim={d} is not divisible by num_heads={n}; set dim_per_head or pick "
-                "num_heads dividing input_dim."
+                f"input_dims={d} is not divisible by num_heads={n}; set dims_per_head or pick "
+                "num_heads dividing input_dims."
             )
         if n % k:
             raise ValueError(f"num_heads={n} must be a multiple of num_kv_heads={k}.")
@@ -130,9 +130,7 @@ class DotProductAttention(BaseLayer):
             self.b_k = self.create_variable("b_k", (k, h), (KV_HEADS, HEAD_DIM), zeros)
             self.b_v = self.create_variable("b_v", (k, h), (KV_HEADS, HEAD_DIM), zeros)
             self.b_post = self.create_variable("b_post", (d,), (EMBED,), zeros)
-        self.rotary = (
-            self.create_child(self.rotary_tpl, embedding_dims=h) if self.rotary_tpl else None
-        )
+        self.rotary = self.create_child(self.rotary_tpl, input_dims=h) if self.rotary_tpl else None
         self.dropout = nn.Dropout(self.atten_dropout_prob)
 
     def project_qkv(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:

@@ -205,21 +205,19 @@ class PositionalEmbedding(BaseLayer):
     """Fixed sinusoidal position embedding: positions ``[B, T]`` -> ``[B, T, D]``.
 
     Attributes:
-      embedding_dims: ``D``.
+      input_dims: ``D``.
       min_timescale: shortest wavelength.
       max_timescale: longest wavelength.
     """
 
-    embedding_dims: int
+    input_dims: int
     min_timescale: float = 1.0
     max_timescale: float = 10_000.0
 
     def __call__(self, seq_length: int, positions: jax.Array | None = None) -> jax.Array:
         if positions is None:
             positions = _default_positions(seq_length)
-        signal = _timing_signal(
-            positions, self.embedding_dims, self.min_timescale, self.max_timescale
-        )
+        signal = _timing_signal(positions, self.input_dims, self.min_timescale, self.max_timescale)
         return signal.astype(self.fprop_dtype)
 
 
@@ -228,11 +226,11 @@ class TrainablePositionalEmbedding(BaseLayer):
 
     Attributes:
       max_seq_length: number of positions in the table.
-      embedding_dims: ``D``.
+      input_dims: ``D``.
     """
 
     max_seq_length: int
-    embedding_dims: int
+    input_dims: int
 
     @nn.compact
     def __call__(self, seq_length: int, positions: jax.Array | None = None) -> jax.Array:
@@ -243,7 +241,7 @@ class TrainablePositionalEmbedding(BaseLayer):
             )
         table = self.create_variable(
             "emb_var",
-            (self.max_seq_length, self.embedding_dims),
+            (self.max_seq_length, self.input_dims),
             (None, EMBED),
             nn.initializers.normal(stddev=0.02),
         )
@@ -259,25 +257,25 @@ class RotaryPositionalEmbedding(BaseLayer):
     ``position / (min_timescale * (max_timescale/min_timescale)^(2i/H))``.
 
     Attributes:
-      embedding_dims: ``H`` (must be even).
+      input_dims: ``H`` (must be even).
       min_timescale: see above.
       max_timescale: the RoPE "base" (10000 in most models).
     """
 
-    embedding_dims: int
+    input_dims: int
     min_timescale: float = 1.0
     max_timescale: float = 10_000.0
 
     def __call__(self, x: jax.Array, positions: jax.Array | None = None) -> jax.Array:
-        if self.embedding_dims % 2 or x.shape[-1] != self.embedding_dims:
+        if self.input_dims % 2 or x.shape[-1] != self.input_dims:
             raise ValueError(
-                f"RoPE needs an even last dim equal to embedding_dims={self.embedding_dims}, "
+                f"RoPE needs an even last dim equal to input_dims={self.input_dims}, "
                 f"got input shape {x.shape}."
             )
         if positions is None:
             positions = _default_positions(x.shape[1])
-        half = self.embedding_dims // 2
-        fraction = 2 * jnp.arange(half, dtype=jnp.float32) / self.embedding_dims
+        half = self.input_dims // 2
+        fraction = 2 * jnp.arange(half, dtype=jnp.float32) / self.input_dims
         timescale = self.min_timescale * (self.max_timescale / self.min_timescale) ** fraction
         angles = positions[..., None, None].astype(jnp.float32) / timescale  # [B, T, 1, H/2]
         sin, cos = jnp.sin(angles), jnp.cos(angles)

@@ -7,7 +7,7 @@ import jax
 import jax.numpy as jnp
 
 from praxis_lite.base_layer import BaseLayer, Initializer
-from praxis_lite.config import template_field
+from praxis_lite.config import LayerTpl, template_field
 from praxis_lite.layers.activations import Identity, ReLU
 from praxis_lite.sharding import EMBED, MLP, LogicalAxes
 
@@ -36,21 +36,21 @@ class Linear(BaseLayer):
 
 
 class Bias(BaseLayer):
-    """``y = x + b``: ``[..., dims] -> [..., dims]``.
+    """``y = x + b``: ``[..., input_dims] -> [..., input_dims]``.
 
     Attributes:
-      dims: size of the last dimension.
+      input_dims: size of the last dimension.
       bias_axes: logical name of ``b``'s axis.
       bias_init: initializer of ``b``.
     """
 
-    dims: int
+    input_dims: int
     bias_axes: LogicalAxes = (MLP,)
     bias_init: Initializer = nn.initializers.zeros
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
-        b = self.create_variable("b", (self.dims,), self.bias_axes, self.bias_init)
+        b = self.create_variable("b", (self.input_dims,), self.bias_axes, self.bias_init)
         return self.to_fprop(x) + b
 
 
@@ -60,25 +60,25 @@ class FeedForward(BaseLayer):
     Attributes:
       input_dims: size of the last input dimension.
       output_dims: size of the last output dimension.
-      has_bias: add a bias after the projection.
+      use_bias: add a bias after the projection.
       linear_tpl: template of the projection (any layer taking input/output_dims).
-      bias_tpl: template of the bias (given ``dims``).
+      bias_tpl: template of the bias (given ``input_dims``).
       activation_tpl: template of the activation (any ``BaseActivation``).
     """
 
     input_dims: int
     output_dims: int
-    has_bias: bool = True
-    linear_tpl: object = template_field(Linear)
-    bias_tpl: object = template_field(Bias)
-    activation_tpl: object = template_field(ReLU)
+    use_bias: bool = True
+    linear_tpl: LayerTpl = template_field(Linear)
+    bias_tpl: LayerTpl = template_field(Bias)
+    activation_tpl: LayerTpl = template_field(ReLU)
 
     def setup(self) -> None:
         self.linear = self.create_child(
             self.linear_tpl, input_dims=self.input_dims, output_dims=self.output_dims
         )
         self.bias = (
-            self.create_child(self.bias_tpl, dims=self.output_dims) if self.has_bias else None
+            self.create_child(self.bias_tpl, input_dims=self.output_dims) if self.use_bias else None
         )
         self.activation = self.create_child(self.activation_tpl)
 
@@ -111,7 +111,7 @@ class MLPBlock(BaseLayer):
     num_layers: int
     hidden_dims: int
     activate_final: bool = True
-    ff_tpl: object = template_field(FeedForward)
+    ff_tpl: LayerTpl = template_field(FeedForward)
 
     def setup(self) -> None:
         dims = self.layer_dims()

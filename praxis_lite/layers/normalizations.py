@@ -1,4 +1,4 @@
-"""Normalization layers: ``[..., dim] -> [..., dim]``.
+"""Normalization layers: ``[..., input_dims] -> [..., input_dims]``.
 
 Statistics are computed in float32 whatever the compute dtype, then the result
 is cast back to ``fprop_dtype`` (the usual bf16-training practice).
@@ -18,13 +18,13 @@ class LayerNorm(BaseLayer):
     """``(x - mean) / sqrt(var + epsilon) * scale + bias`` over the last axis.
 
     Attributes:
-      dim: size of the normalized (last) dimension.
+      input_dims: size of the normalized (last) dimension.
       epsilon: added to the variance.
       use_scale: learn a per-channel scale (initialized to 1).
       use_bias: learn a per-channel bias (initialized to 0).
     """
 
-    dim: int
+    input_dims: int
     epsilon: float = 1e-6
     use_scale: bool = True
     use_bias: bool = True
@@ -36,9 +36,13 @@ class LayerNorm(BaseLayer):
         var = jnp.mean(jnp.square(x32 - mean), axis=-1, keepdims=True)
         y = ((x32 - mean) * jax.lax.rsqrt(var + self.epsilon)).astype(self.fprop_dtype)
         if self.use_scale:
-            y = y * self.create_variable("scale", (self.dim,), (EMBED,), nn.initializers.ones)
+            y = y * self.create_variable(
+                "scale", (self.input_dims,), (EMBED,), nn.initializers.ones
+            )
         if self.use_bias:
-            y = y + self.create_variable("bias", (self.dim,), (EMBED,), nn.initializers.zeros)
+            y = y + self.create_variable(
+                "bias", (self.input_dims,), (EMBED,), nn.initializers.zeros
+            )
         return y
 
 
@@ -46,11 +50,11 @@ class RmsNorm(BaseLayer):
     """``x / sqrt(mean(x^2) + epsilon) * scale`` over the last axis (no centering).
 
     Attributes:
-      dim: size of the normalized (last) dimension.
+      input_dims: size of the normalized (last) dimension.
       epsilon: added to the mean square.
     """
 
-    dim: int
+    input_dims: int
     epsilon: float = 1e-6
 
     @nn.compact
@@ -58,4 +62,4 @@ class RmsNorm(BaseLayer):
         x32 = x.astype(jnp.float32)
         ms = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
         y = (x32 * jax.lax.rsqrt(ms + self.epsilon)).astype(self.fprop_dtype)
-        return y * self.create_variable("scale", (self.dim,), (EMBED,), nn.initializers.ones)
+        return y * self.create_variable("scale", (self.input_dims,), (EMBED,), nn.initializers.ones)

@@ -56,7 +56,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from praxis_lite import config as config_lib
 from praxis_lite.base_layer import AUX_LOSS, PARAMS, SUMMARIES, BaseLayer
-from praxis_lite.config import template_field
+from praxis_lite.config import LayerTpl, template_field
 from praxis_lite.layers.repeats import StackedTransformerRepeated, _ScanBody
 from praxis_lite.model_flops import StackLayout
 from praxis_lite.sharding import BATCH, EMBED, LENGTH, STAGES
@@ -89,7 +89,7 @@ class LayerwiseShardablePipelined(BaseLayer):
     """
 
     num_stages: int
-    stage_tpl: object = template_field(StackedTransformerRepeated)
+    stage_tpl: LayerTpl = template_field(StackedTransformerRepeated)
     num_microbatches: int | None = None
     microbatch_size: int | None = None
     circular_repeat: int = 1

@@ -12,7 +12,7 @@ import flax.linen as nn
 import jax
 
 from praxis_lite.base_layer import AUX_LOSS, PARAMS, SUMMARIES, BaseLayer
-from praxis_lite.config import template_field
+from praxis_lite.config import LayerTpl, template_field
 from praxis_lite.layers.attentions import CACHE
 from praxis_lite.layers.transformers import Transformer
 from praxis_lite.model_flops import StackLayout
@@ -54,7 +54,7 @@ class _ScanBody(BaseLayer):
     ``max_len`` cache slots on the first call) instead of its training forward pass.
     """
 
-    block_tpl: object = template_field(Transformer)
+    block_tpl: LayerTpl = template_field(Transformer)
     train: bool = False
     extend: bool = False
     max_len: int | None = None
@@ -87,7 +87,7 @@ class StackedTransformerRepeated(BaseLayer):
     """
 
     num_layers: int
-    block_tpl: object = template_field(Transformer)
+    block_tpl: LayerTpl = template_field(Transformer)
     remat_policy: RematPolicy = RematPolicy.SAVE_NOTHING
 
     def layout(self) -> StackLayout:

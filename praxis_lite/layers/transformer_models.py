@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from praxis_lite.base_layer import BaseLayer
-from praxis_lite.config import template_field, unbound_layer
+from praxis_lite.config import LayerTpl, template_field, unbound_layer
 from praxis_lite.layers.embedding_softmax import SharedEmbeddingSoftmax
 from praxis_lite.layers.normalizations import LayerNorm
 from praxis_lite.layers.transformers import StackedTransformer
@@ -29,19 +29,19 @@ class TransformerLm(BaseLayer):
         also the input embedding.
       embedding_tpl: a separate input embedding (given ``num_classes``/``input_dims``);
         ``None`` to share the softmax's table.
-      position_emb_tpl: absolute position embedding (given ``embedding_dims``);
+      position_emb_tpl: absolute position embedding (given ``input_dims``);
         ``None`` for none (e.g. with RoPE in attention).
       stacked_transformer_tpl: the stack (plain or repeated), dims set by the user.
-      final_ln_tpl: norm after the stack (given ``dim``).
+      final_ln_tpl: norm after the stack (given ``input_dims``).
     """
 
     model_dims: int
     vocab_size: int
-    softmax_tpl: object = template_field(SharedEmbeddingSoftmax)
-    embedding_tpl: object = template_field(None)
-    position_emb_tpl: object = template_field(None)
-    stacked_transformer_tpl: object = template_field(StackedTransformer)
-    final_ln_tpl: object = template_field(LayerNorm)
+    softmax_tpl: LayerTpl = template_field(SharedEmbeddingSoftmax)
+    embedding_tpl: LayerTpl = template_field(None)
+    position_emb_tpl: LayerTpl = template_field(None)
+    stacked_transformer_tpl: LayerTpl = template_field(StackedTransformer)
+    final_ln_tpl: LayerTpl = template_field(LayerNorm)
 
     def setup(self) -> None:
         d, v = self.model_dims, self.vocab_size
@@ -55,9 +55,9 @@ class TransformerLm(BaseLayer):
                 "SharedEmbeddingSoftmax."
             )
         if self.position_emb_tpl is not None:
-            self.position_emb = self.create_child(self.position_emb_tpl, embedding_dims=d)
+            self.position_emb = self.create_child(self.position_emb_tpl, input_dims=d)
         self.transformer = self.create_child(self.stacked_transformer_tpl)
-        self.final_ln = self.create_child(self.final_ln_tpl, dim=d)
+        self.final_ln = self.create_child(self.final_ln_tpl, input_dims=d)
 
     def stack_layout(self) -> StackLayout:
         """How the stack runs its blocks (asked of the stack layer itself)."""

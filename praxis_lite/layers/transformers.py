@@ -10,7 +10,7 @@ import flax.linen as nn
 import jax
 
 from praxis_lite.base_layer import BaseLayer
-from praxis_lite.config import template_field
+from praxis_lite.config import LayerTpl, template_field
 from praxis_lite.layers.activations import ReLU
 from praxis_lite.layers.attentions import DotProductAttention
 from praxis_lite.layers.linears import Bias, Linear
@@ -29,53 +29,53 @@ class TransformerFeedForward(BaseLayer):
     Attributes:
       input_dims: ``D``.
       hidden_dims: ``F``.
-      has_bias: biases on the projections.
+      use_bias: biases on the projections.
       use_gated_activation: add the gate projection (GLU variants).
+      linear_tpl: the projections' template (each given its dims and weight axes:
+        ``ffn_layer1`` and the gate ``[D, F]``, ``ffn_layer2`` ``[F, D]``).
+      bias_tpl: the biases' template (given ``input_dims`` and axes).
       activation_tpl: the activation template.
-      ln_tpl: the pre-norm template (given ``dim``).
+      ln_tpl: the pre-norm template (given ``input_dims``).
       relu_dropout_prob: dropout after the activation.
       residual_dropout_prob: dropout on the branch before the residual add.
     """
 
     input_dims: int
     hidden_dims: int
-    has_bias: bool = True
+    use_bias: bool = True
     use_gated_activation: bool = False
-    activation_tpl: object = template_field(ReLU)
-    ln_tpl: object = template_field(LayerNorm)
+    linear_tpl: LayerTpl = template_field(Linear)
+    bias_tpl: LayerTpl = template_field(Bias)
+    activation_tpl: LayerTpl = template_field(ReLU)
+    ln_tpl: LayerTpl = template_field(LayerNorm)
     relu_dropout_prob: float = 0.0
     residual_dropout_prob: float = 0.0
 
     def setup(self) -> None:
         d, f = self.input_dims, self.hidden_dims
-        self.layer_norm = self.create_child(self.ln_tpl, dim=d)
-        self.ffn_layer1 = self._linear(d, f, (EMBED, MLP))
+        self.layer_norm = self.create_child(self.ln_tpl, input_dims=d)
+        self.ffn_layer1 = self._projection(d, f, (EMBED, MLP))
         if self.use_gated_activation:
-            self.ffn_layer1_gate = self._linear(d, f, (EMBED, MLP))
-        self.ffn_layer2 = self._linear(f, d, (MLP, EMBED))
-        if self.has_bias:
-            dtypes = dict(dtype=self.dtype, fprop_dtype=self.fprop_dtype)
-            self.bias1 = Bias(dims=f, bias_axes=(MLP,), **dtypes)
-            self.bias2 = Bias(dims=d, bias_axes=(EMBED,), **dtypes)
+            self.ffn_layer1_gate = self._projection(d, f, (EMBED, MLP))
+        self.ffn_layer2 = self._projection(f, d, (MLP, EMBED))
+        if self.use_bias:
+            self.bias1 = self.stamp_child(self.bias_tpl, input_dims=f, bias_axes=(MLP,))
+            self.bias2 = self.stamp_child(self.bias_tpl, input_dims=d, bias_axes=(EMBED,))
         self.activation = self.create_child(self.activation_tpl)
         self.relu_dropout = nn.Dropout(self.relu_dropout_prob)
         self.residual_dropout = nn.Dropout(self.residual_dropout_prob)
 
-    def _linear(self, input_dims: int, output_dims: int, axes: tuple[str, str]) -> Linear:
-        """A projection with this layer's dtypes (fixed internals, not templates)."""
-        return Linear(
-            input_dims=input_dims,
-            output_dims=output_dims,
-            weight_axes=axes,
-            dtype=self.dtype,
-            fprop_dtype=self.fprop_dtype,
+    def _projection(self, input_dims: int, output_dims: int, axes: tuple[str, str]) -> BaseLayer:
+        """A fresh projection from ``linear_tpl`` (its dtypes are the template's own)."""
+        return self.stamp_child(
+            self.linear_tpl, input_dims=input_dims, output_dims=output_dims, weight_axes=axes
         )
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
         x = self.to_fprop(x)
         h_in = self.layer_norm(x)
         h = self.ffn_layer1(h_in)
-        if self.has_bias:
+        if self.use_bias:
             h = self.bias1(h)
         h = self.activation(h)
         if self.use_gated_activation:
@@ -83,7 +83,7 @@ class TransformerFeedForward(BaseLayer):
         h = self.constrain(h, (BATCH, LENGTH, MLP))
         h = self.relu_dropout(h, deterministic=not train)
         out = self.ffn_layer2(h)
-        if self.has_bias:
+        if self.use_bias:
             out = self.bias2(out)
         out = self.residual_dropout(out, deterministic=not train)
         return self.constrain(x + out, (BATCH, LENGTH, EMBED))
@@ -97,9 +97,9 @@ class Transformer(BaseLayer):
       hidden_dims: ``F`` of the feed-forward.
       num_heads: attention heads.
       num_kv_heads: key/value heads (``None`` = ``num_heads``; see DotProductAttention).
-      dim_per_head: ``None`` = ``D // num_heads``.
+      dims_per_head: ``None`` = ``D // num_heads``.
       residual_dropout_prob: dropout on each branch before the residual add.
-      ln_tpl: the pre-attention norm (given ``dim``).
+      ln_tpl: the pre-attention norm (given ``input_dims``).
       tr_atten_tpl: attention template (given dims, heads).
       tr_fflayer_tpl: feed-forward template (given dims; it holds its own norm).
     """
@@ -108,20 +108,20 @@ class Transformer(BaseLayer):
     hidden_dims: int
     num_heads: int
     num_kv_heads: int | None = None
-    dim_per_head: int | None = None
+    dims_per_head: int | None = None
     residual_dropout_prob: float = 0.0
-    ln_tpl: object = template_field(LayerNorm)
-    tr_atten_tpl: object = template_field(DotProductAttention)
-    tr_fflayer_tpl: object = template_field(TransformerFeedForward)
+    ln_tpl: LayerTpl = template_field(LayerNorm)
+    tr_atten_tpl: LayerTpl = template_field(DotProductAttention)
+    tr_fflayer_tpl: LayerTpl = template_field(TransformerFeedForward)
 
     def setup(self) -> None:
-        self.layer_norm = self.create_child(self.ln_tpl, dim=self.input_dims)
+        self.layer_norm = self.create_child(self.ln_tpl, input_dims=self.input_dims)
         self.self_attention = self.create_child(
             self.tr_atten_tpl,
-            input_dim=self.input_dims,
+            input_dims=self.input_dims,
             num_heads=self.num_heads,
             num_kv_heads=self.num_kv_heads,
-            dim_per_head=self.dim_per_head,
+            dims_per_head=self.dims_per_head,
         )
         self.ff_layer = self.create_child(
             self.tr_fflayer_tpl,
@@ -137,7 +137,7 @@ class Transformer(BaseLayer):
             "hidden_dims": self.hidden_dims,
             "num_heads": self.num_heads,
             "num_kv_heads": self.num_kv_heads or self.num_heads,
-            "dim_per_head": self.dim_per_head or self.input_dims // self.num_heads,
+            "dims_per_head": self.dims_per_head or self.input_dims // self.num_heads,
             "gated": bool(getattr(self.tr_fflayer_tpl.value, "use_gated_activation", False)),
             "causal": bool(getattr(self.tr_atten_tpl.value, "is_causal", True)),
         }
@@ -191,7 +191,7 @@ class StackedTransformer(BaseLayer):
     """
 
     num_layers: int
-    block_tpl: object = template_field(Transformer)
+    block_tpl: LayerTpl = template_field(Transformer)
 
     def setup(self) -> None:
         self.x_layers = [self.stamp_child(self.block_tpl) for _ in range(self.num_layers)]

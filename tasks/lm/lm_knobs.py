@@ -100,7 +100,7 @@ class TransformerLmKnobs(BaseExperiment):
         """Sets the Transformer block's sizes, attention and feed-forward from the knobs."""
         block.input_dims, block.hidden_dims = self.MODEL_DIMS, self.HIDDEN_DIMS
         block.num_heads, block.num_kv_heads = self.NUM_HEADS, self.NUM_KV_HEADS
-        block.dim_per_head = self.DIMS_PER_HEAD
+        block.dims_per_head = self.DIMS_PER_HEAD
         block.residual_dropout_prob = self.DROPOUT_PROB
         block.ln_tpl = self.NORM.value.HParams.config()
         atten = block.tr_atten_tpl
@@ -113,7 +113,7 @@ class TransformerLmKnobs(BaseExperiment):
         if self.USE_ROTARY_POSITION_EMB:
             atten.rotary_tpl = RotaryPositionalEmbedding.HParams.config()
         ff = block.tr_fflayer_tpl
-        ff.has_bias = self.USE_BIAS
+        ff.use_bias = self.USE_BIAS
         ff.use_gated_activation = self.USE_GATED_ACTIVATION
         ff.activation_tpl = self.ACTIVATION_CLS.value.HParams.config()
         ff.ln_tpl = self.NORM.value.HParams.config()

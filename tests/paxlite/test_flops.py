@@ -36,7 +36,7 @@ def test_hand_counted_tiny_lm():
         hidden_dims=256,
         num_heads=4,
         num_kv_heads=4,
-        dim_per_head=16,
+        dims_per_head=16,
         gated=False,
         vocab_size=64,
     )

@@ -69,7 +69,7 @@ def test_user_defined_layer_swaps_into_a_template():
         def __call__(self, x):
             return super().__call__(x) * self.factor
 
-    cfg = FeedForward.HParams.config(input_dims=2, output_dims=2, has_bias=False)
+    cfg = FeedForward.HParams.config(input_dims=2, output_dims=2, use_bias=False)
     cfg.linear_tpl = ScaledLinear.HParams.config(factor=3.0)
     cfg.activation_tpl = activations.Identity.HParams.config()
     layer = instantiate(cfg)

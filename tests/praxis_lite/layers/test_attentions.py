@@ -27,7 +27,7 @@ SHAPES = [(2, 5), (1, 7)]  # (B, T)
 # is covered without a full cross product of options, shapes and dtypes.
 VARIANTS = {
     "mha": ({}, {}),
-    "gqa_rope": ({"num_kv_heads": 2, "dim_per_head": 6, "rope": True}, {"use_rope": True}),
+    "gqa_rope": ({"num_kv_heads": 2, "dims_per_head": 6, "rope": True}, {"use_rope": True}),
     "mqa_logit_cap": ({"num_kv_heads": 1, "atten_logit_cap": 1.0}, {"logit_cap": 1.0}),
     "combined_qkv_nobias_noncausal": (
         {"combine_qkv": True, "use_bias": False, "is_causal": False},
@@ -39,7 +39,7 @@ VARIANTS = {
 def _build(variant="mha", dtype=jnp.float32, **overrides):
     """The variant's layer (``overrides`` may not change its weight shapes)."""
     fields = {**VARIANTS[variant][0], **overrides}
-    cfg = attentions.DotProductAttention.HParams.config(input_dim=D, num_heads=4)
+    cfg = attentions.DotProductAttention.HParams.config(input_dims=D, num_heads=4)
     if fields.pop("rope", False):
         cfg.rotary_tpl = es.RotaryPositionalEmbedding.HParams.config()
     for name, value in fields.items():
@@ -73,7 +73,7 @@ def test_matches_numpy(variant, b, t, dtype):
     if fields.get("combine_qkv"):
         assert p["w_qkv"].shape == (3, D, 4, 2) and "w_q" not in p
     else:
-        k, h = fields.get("num_kv_heads", 4), fields.get("dim_per_head", D // 4)
+        k, h = fields.get("num_kv_heads", 4), fields.get("dims_per_head", D // 4)
         assert p["w_q"].shape == (D, 4, h) and p["w_k"].shape == p["w_v"].shape == (D, k, h)
     assert ("b_q" in p) == fields.get("use_bias", True)
 

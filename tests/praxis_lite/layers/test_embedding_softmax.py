@@ -178,7 +178,7 @@ def test_shared_embedding_lookup_uses_the_softmax_table(scale_sqrt_depth, ids_sh
 @pytest.mark.parametrize("dtype", ref.DTYPES)
 @pytest.mark.parametrize("seq_length, dims", [(5, 8), (9, 7)])
 def test_sinusoidal_positions(seq_length, dims, dtype):
-    layer = ref.build(es.PositionalEmbedding.HParams.config(embedding_dims=dims), dtype)
+    layer = ref.build(es.PositionalEmbedding.HParams.config(input_dims=dims), dtype)
     y = layer.apply({}, seq_length)
     assert y.shape == (1, seq_length, dims) and y.dtype == dtype
     want = ref.sinusoids(np.arange(seq_length, dtype=np.float64)[None], dims)
@@ -191,7 +191,7 @@ def test_sinusoidal_positions(seq_length, dims, dtype):
 
 @pytest.mark.parametrize("max_timescale", [10_000.0, 100.0])
 def test_sinusoidal_explicit_positions(max_timescale):
-    cfg = es.PositionalEmbedding.HParams.config(embedding_dims=6, max_timescale=max_timescale)
+    cfg = es.PositionalEmbedding.HParams.config(input_dims=6, max_timescale=max_timescale)
     layer = ref.build(cfg)
     positions = np.array([[3, 4, 5, 0], [0, 1, 2, 3]], np.int32)  # e.g. packed or offset
     y = layer.apply({}, 4, positions)
@@ -201,7 +201,7 @@ def test_sinusoidal_explicit_positions(max_timescale):
 
 def test_sinusoidal_min_timescale_is_the_shortest_timescale():
     cfg = es.PositionalEmbedding.HParams.config(
-        embedding_dims=4, min_timescale=2.0, max_timescale=100.0
+        input_dims=4, min_timescale=2.0, max_timescale=100.0
     )
     y = ref.build(cfg).apply({}, 3)
     positions = np.arange(3, dtype=np.float64)[None, :, None]
@@ -214,11 +214,9 @@ def test_sinusoidal_min_timescale_is_the_shortest_timescale():
 @pytest.mark.parametrize("dtype", ref.DTYPES)
 @pytest.mark.parametrize("seq_length, dims", [(5, 8), (3, 6)])
 def test_trainable_positions(seq_length, dims, dtype):
-    cfg = es.TrainablePositionalEmbedding.HParams.config(max_seq_length=6, embedding_dims=dims)
+    cfg = es.TrainablePositionalEmbedding.HParams.config(max_seq_length=6, input_dims=dims)
     layer = ref.build(cfg, dtype)
-    variables = _variables(
-        es.TrainablePositionalEmbedding, 1, max_seq_length=6, embedding_dims=dims
-    )
+    variables = _variables(es.TrainablePositionalEmbedding, 1, max_seq_length=6, input_dims=dims)
     table = ref.to_numpy(variables["params"]["emb_var"])
     assert table.shape == (6, dims)
 
@@ -232,7 +230,7 @@ def test_trainable_positions(seq_length, dims, dtype):
 
 def test_trainable_positions_too_long_raises():
     layer = ref.build(
-        es.TrainablePositionalEmbedding.HParams.config(max_seq_length=4, embedding_dims=2)
+        es.TrainablePositionalEmbedding.HParams.config(max_seq_length=4, input_dims=2)
     )
     with pytest.raises(ValueError, match="max_seq_length"):
         layer.init(jax.random.PRNGKey(0), 5)
@@ -242,7 +240,7 @@ def test_trainable_positions_too_long_raises():
 @pytest.mark.parametrize("shape", [(2, 5, 3, 8), (1, 7, 2, 4)])
 def test_rope(shape, dtype):
     b, t, _, h = shape
-    layer = ref.build(es.RotaryPositionalEmbedding.HParams.config(embedding_dims=h), dtype)
+    layer = ref.build(es.RotaryPositionalEmbedding.HParams.config(input_dims=h), dtype)
     x = ref.normal(shape)
     y = layer.apply({}, jnp.asarray(x, dtype))
     assert y.shape == shape and y.dtype == dtype
@@ -254,7 +252,7 @@ def test_rope(shape, dtype):
 
 
 def test_rope_max_timescale():
-    cfg = es.RotaryPositionalEmbedding.HParams.config(embedding_dims=6, max_timescale=50.0)
+    cfg = es.RotaryPositionalEmbedding.HParams.config(input_dims=6, max_timescale=50.0)
     x = ref.normal((1, 4, 2, 6))
     positions = np.array([[0, 3, 9, 20]])
     y = ref.build(cfg).apply({}, x, positions)
@@ -269,7 +267,7 @@ def test_rope_min_timescale_is_the_shortest_timescale():
     only for ``min_timescale = 1``.)
     """
     cfg = es.RotaryPositionalEmbedding.HParams.config(
-        embedding_dims=4, min_timescale=2.0, max_timescale=100.0
+        input_dims=4, min_timescale=2.0, max_timescale=100.0
     )
     x = np.zeros((1, 3, 1, 4), np.float32)
     x[..., :2] = 1.0  # first feature of each pair: the rotation shows as (cos, sin)
@@ -283,7 +281,7 @@ def test_rope_min_timescale_is_the_shortest_timescale():
 def test_rope_properties():
     """Position 0 is the identity; pair norms are kept; q.k depends on the offset only."""
     h = 8
-    layer = ref.build(es.RotaryPositionalEmbedding.HParams.config(embedding_dims=h))
+    layer = ref.build(es.RotaryPositionalEmbedding.HParams.config(input_dims=h))
     q, k = ref.normal((1, 1, 1, h), seed=1), ref.normal((1, 1, 1, h), seed=2)
 
     def at(v, pos):
@@ -297,9 +295,9 @@ def test_rope_properties():
 
 
 def test_rope_rejects_odd_or_mismatched_dims():
-    layer = ref.build(es.RotaryPositionalEmbedding.HParams.config(embedding_dims=8))
-    with pytest.raises(ValueError, match="embedding_dims"):
+    layer = ref.build(es.RotaryPositionalEmbedding.HParams.config(input_dims=8))
+    with pytest.raises(ValueError, match="input_dims"):
         layer.apply({}, jnp.ones((1, 2, 1, 6)))
-    odd = ref.build(es.RotaryPositionalEmbedding.HParams.config(embedding_dims=5))
+    odd = ref.build(es.RotaryPositionalEmbedding.HParams.config(input_dims=5))
     with pytest.raises(ValueError, match="even"):
         odd.apply({}, jnp.ones((1, 2, 1, 5)))

@@ -46,7 +46,7 @@ def _jit(fn, **kwargs):
 )
 def test_attention_prefill_then_steps_equals_full_pass(fields):
     fields = dict(fields)
-    cfg = attentions.DotProductAttention.HParams.config(input_dim=D, num_heads=4)
+    cfg = attentions.DotProductAttention.HParams.config(input_dims=D, num_heads=4)
     if fields.pop("rope", False):
         cfg.rotary_tpl = es.RotaryPositionalEmbedding.HParams.config()
     for name, value in fields.items():
@@ -79,7 +79,7 @@ def test_attention_prefill_then_steps_equals_full_pass(fields):
 
 
 def test_extend_without_a_cache_names_max_len():
-    layer = instantiate(attentions.DotProductAttention.HParams.config(input_dim=D, num_heads=4))
+    layer = instantiate(attentions.DotProductAttention.HParams.config(input_dims=D, num_heads=4))
     x = jnp.ones((1, 1, D))
     init = functools.partial(layer.init, method=layer.extend, positions=jnp.zeros((1, 1), int))
     with pytest.raises(ValueError, match="max_len"):

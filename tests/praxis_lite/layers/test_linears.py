@@ -22,7 +22,7 @@ def _assert_fp32_weights(variables):
 def _variables(layer_cls, **fields):
     """Weights of a float32 layer, shared by the tests of every input shape and dtype."""
     layer = ref.build(layer_cls.HParams.config(**fields))
-    in_dims = fields["input_dims"] if "input_dims" in fields else fields["dims"]
+    in_dims = fields["input_dims"]
     return ref.init_variables(layer, np.zeros((1, in_dims), np.float32))
 
 
@@ -45,9 +45,9 @@ def test_linear(in_shape, out_dims, dtype):
 @pytest.mark.parametrize("dtype", ref.DTYPES)
 @pytest.mark.parametrize("in_shape", [s for s, _ in SHAPES])
 def test_bias(in_shape, dtype):
-    layer = ref.build(linears.Bias.HParams.config(dims=in_shape[-1]), dtype)
+    layer = ref.build(linears.Bias.HParams.config(input_dims=in_shape[-1]), dtype)
     x = ref.normal(in_shape)
-    variables = _variables(linears.Bias, dims=in_shape[-1])
+    variables = _variables(linears.Bias, input_dims=in_shape[-1])
     _assert_fp32_weights(variables)
     p = ref.to_numpy(variables["params"])
     assert set(p) == {"b"} and p["b"].shape == (in_shape[-1],)
@@ -58,12 +58,12 @@ def test_bias(in_shape, dtype):
 
 
 def test_bias_initializes_to_zero():
-    layer = ref.build(linears.Bias.HParams.config(dims=3))
+    layer = ref.build(linears.Bias.HParams.config(input_dims=3))
     variables = ref.init_variables(layer, np.ones((2, 3), np.float32), noise=0.0)
     np.testing.assert_array_equal(variables["params"]["b"], np.zeros(3))
 
 
-# (has_bias, activation config factory or None for the default ReLU, numpy activation)
+# (use_bias, activation config factory or None for the default ReLU, numpy activation)
 FF_VARIANTS = [
     pytest.param(True, None, ref.relu, id="bias-relu"),
     pytest.param(False, None, ref.relu, id="nobias-relu"),
@@ -80,25 +80,25 @@ FF_VARIANTS = [
 
 @pytest.mark.parametrize("dtype", ref.DTYPES)
 @pytest.mark.parametrize("in_shape, out_dims", SHAPES)
-@pytest.mark.parametrize("has_bias, activation_cfg, activation", FF_VARIANTS)
-def test_feedforward(has_bias, activation_cfg, activation, in_shape, out_dims, dtype):
+@pytest.mark.parametrize("use_bias, activation_cfg, activation", FF_VARIANTS)
+def test_feedforward(use_bias, activation_cfg, activation, in_shape, out_dims, dtype):
     cfg = linears.FeedForward.HParams.config(
-        input_dims=in_shape[-1], output_dims=out_dims, has_bias=has_bias
+        input_dims=in_shape[-1], output_dims=out_dims, use_bias=use_bias
     )
     if activation_cfg is not None:
         cfg.activation_tpl = activation_cfg()
     layer = ref.build(cfg, dtype)
     x = ref.normal(in_shape)
     variables = _variables(
-        linears.FeedForward, input_dims=in_shape[-1], output_dims=out_dims, has_bias=has_bias
+        linears.FeedForward, input_dims=in_shape[-1], output_dims=out_dims, use_bias=use_bias
     )
     _assert_fp32_weights(variables)
     p = ref.to_numpy(variables["params"])
-    assert set(p) == ({"linear", "bias"} if has_bias else {"linear"})
+    assert set(p) == ({"linear", "bias"} if use_bias else {"linear"})
 
     y = layer.apply(variables, x)
     assert y.shape == in_shape[:-1] + (out_dims,) and y.dtype == dtype
-    pre = x @ p["linear"]["w"] + (p["bias"]["b"] if has_bias else 0.0)
+    pre = x @ p["linear"]["w"] + (p["bias"]["b"] if use_bias else 0.0)
     ref.assert_close(y, activation(pre), dtype)
 
 

@@ -16,7 +16,7 @@ SHAPES = [(4, 8), (2, 3, 16)]
 def _variables(layer_cls, **fields):
     """Weights of a float32 layer, shared by the tests of every input shape and dtype."""
     layer = ref.build(layer_cls.HParams.config(**fields))
-    return ref.init_variables(layer, np.zeros((1, fields["dim"]), np.float32))
+    return ref.init_variables(layer, np.zeros((1, fields["input_dims"]), np.float32))
 
 
 def _inputs(shape):
@@ -31,12 +31,12 @@ def _inputs(shape):
 )
 def test_layer_norm(use_scale, use_bias, shape, dtype):
     cfg = normalizations.LayerNorm.HParams.config(
-        dim=shape[-1], use_scale=use_scale, use_bias=use_bias
+        input_dims=shape[-1], use_scale=use_scale, use_bias=use_bias
     )
     layer = ref.build(cfg, dtype)
     x = _inputs(shape)
     variables = _variables(
-        normalizations.LayerNorm, dim=shape[-1], use_scale=use_scale, use_bias=use_bias
+        normalizations.LayerNorm, input_dims=shape[-1], use_scale=use_scale, use_bias=use_bias
     )
     p = ref.to_numpy(variables.get("params", {}))
     assert set(p) == {n for n, on in (("scale", use_scale), ("bias", use_bias)) if on}
@@ -47,7 +47,7 @@ def test_layer_norm(use_scale, use_bias, shape, dtype):
 
 
 def test_layer_norm_fresh_weights_are_identity_affine():
-    layer = ref.build(normalizations.LayerNorm.HParams.config(dim=8))
+    layer = ref.build(normalizations.LayerNorm.HParams.config(input_dims=8))
     x = _inputs((3, 8))
     variables = ref.init_variables(layer, x, noise=0.0)
     y = np.asarray(layer.apply(variables, x), np.float64)
@@ -57,9 +57,9 @@ def test_layer_norm_fresh_weights_are_identity_affine():
 
 @pytest.mark.parametrize("epsilon", [1e-6, 0.5])
 def test_layer_norm_epsilon(epsilon):
-    layer = ref.build(normalizations.LayerNorm.HParams.config(dim=8, epsilon=epsilon))
+    layer = ref.build(normalizations.LayerNorm.HParams.config(input_dims=8, epsilon=epsilon))
     x = _inputs((3, 8)) * 0.3
-    variables = _variables(normalizations.LayerNorm, dim=8, use_scale=True, use_bias=True)
+    variables = _variables(normalizations.LayerNorm, input_dims=8, use_scale=True, use_bias=True)
     p = ref.to_numpy(variables["params"])
     want = ref.layer_norm(x, p["scale"], p["bias"], epsilon=epsilon)
     ref.assert_close(layer.apply(variables, x), want, jnp.float32)
@@ -69,10 +69,10 @@ def test_layer_norm_epsilon(epsilon):
 @pytest.mark.parametrize("shape", SHAPES)
 @pytest.mark.parametrize("epsilon", [1e-6, 0.5])
 def test_rms_norm(epsilon, shape, dtype):
-    cfg = normalizations.RmsNorm.HParams.config(dim=shape[-1], epsilon=epsilon)
+    cfg = normalizations.RmsNorm.HParams.config(input_dims=shape[-1], epsilon=epsilon)
     layer = ref.build(cfg, dtype)
     x = _inputs(shape)
-    variables = _variables(normalizations.RmsNorm, dim=shape[-1])
+    variables = _variables(normalizations.RmsNorm, input_dims=shape[-1])
     p = ref.to_numpy(variables["params"])
     assert set(p) == {"scale"}
 
@@ -83,7 +83,7 @@ def test_rms_norm(epsilon, shape, dtype):
 
 def test_rms_norm_does_not_center():
     """Unlike LayerNorm, a constant row keeps its sign: x / |x| = 1."""
-    layer = ref.build(normalizations.RmsNorm.HParams.config(dim=4))
+    layer = ref.build(normalizations.RmsNorm.HParams.config(input_dims=4))
     x = np.full((1, 4), 3.0, np.float32)
     variables = ref.init_variables(layer, x, noise=0.0)
     np.testing.assert_allclose(layer.apply(variables, x), np.ones((1, 4)), rtol=1e-5)

@@ -23,7 +23,7 @@ SHAPES = [(2, 5), (1, 7)]  # (B, T)
 FFN_VARIANTS = {
     "relu": ({}, None, ref.relu, False),
     "swiglu_nobias": (
-        {"use_gated_activation": True, "has_bias": False},
+        {"use_gated_activation": True, "use_bias": False},
         activations.SiLU.HParams.config,
         ref.silu,
         True,
@@ -54,8 +54,8 @@ def test_feedforward(variant, b, t, dtype):
     fields, _, activation, gated = FFN_VARIANTS[variant]
     variables = _ffn_variables(variant)
     p = ref.to_numpy(variables["params"])
-    has_bias = fields.get("has_bias", True)
-    assert ("ffn_layer1_gate" in p) == gated and ("bias1" in p) == has_bias
+    use_bias = fields.get("use_bias", True)
+    assert ("ffn_layer1_gate" in p) == gated and ("bias1" in p) == use_bias
     assert p["ffn_layer1"]["w"].shape == (D, F) and p["ffn_layer2"]["w"].shape == (F, D)
 
     x = ref.normal((b, t, D))

@@ -41,7 +41,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec  # noqa: E402
 
 from praxis_lite import instantiate  # noqa: E402
 from praxis_lite.layers.pipeline import LayerwiseShardablePipelined  # noqa: E402
-from praxis_lite.layers.repeats import RematPolicy  # noqa: E402
+from praxis_lite.layers.repeats import AutodiffCheckpointType  # noqa: E402
 from praxis_lite.sharding import (  # noqa: E402
     DEFAULT_RULES,
     filter_rules_for_mesh,
@@ -58,7 +58,7 @@ def step_time(
         num_stages=stages, circular_repeat=repeat, microbatch_size=args.microbatch_size
     )
     cfg.stage_tpl.num_layers = args.layers // (stages * repeat)
-    cfg.stage_tpl.remat_policy = RematPolicy.SAVE_NOTHING
+    cfg.stage_tpl.checkpoint_policy = AutodiffCheckpointType.SAVE_NOTHING
     block = cfg.stage_tpl.block_tpl
     block.input_dims, block.hidden_dims, block.num_heads = args.dims, 4 * args.dims, 4
     pipe = instantiate(cfg)

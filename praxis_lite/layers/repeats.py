@@ -19,8 +19,8 @@ from praxis_lite.model_flops import StackLayout
 from praxis_lite.sharding import LAYERS
 
 
-class RematPolicy(enum.Enum):
-    """What the backward pass keeps from the forward pass of each block.
+class AutodiffCheckpointType(enum.Enum):
+    """What the backward pass keeps from the forward pass of each block (Pax's names).
 
     NONE: no rematerialization (keep everything, plain autodiff).
     SAVE_NOTHING: recompute the whole block (least memory).
@@ -38,13 +38,14 @@ class RematPolicy(enum.Enum):
     def checkpoint_policy(self):
         """The ``jax.checkpoint_policies`` function for this policy (None for NONE)."""
         policies = jax.checkpoint_policies
-        return {
-            RematPolicy.NONE: None,
-            RematPolicy.SAVE_NOTHING: policies.nothing_saveable,
-            RematPolicy.SAVE_DOT_WITH_NO_BATCH_DIM: policies.dots_with_no_batch_dims_saveable,
-            RematPolicy.SAVE_DOT_ONLY: policies.dots_saveable,
-            RematPolicy.SAVE_EVERYTHING: policies.everything_saveable,
-        }[self]
+        by_name = {
+            "NONE": None,
+            "SAVE_NOTHING": policies.nothing_saveable,
+            "SAVE_DOT_WITH_NO_BATCH_DIM": policies.dots_with_no_batch_dims_saveable,
+            "SAVE_DOT_ONLY": policies.dots_saveable,
+            "SAVE_EVERYTHING": policies.everything_saveable,
+        }
+        return by_name[self.name]
 
 
 class _ScanBody(BaseLayer):
@@ -83,12 +84,12 @@ class StackedTransformerRepeated(BaseLayer):
     Attributes:
       num_layers: number of blocks.
       block_tpl: the block template.
-      remat_policy: see :class:`RematPolicy`.
+      checkpoint_policy: see :class:`AutodiffCheckpointType`.
     """
 
     num_layers: int
     block_tpl: LayerTpl = template_field(Transformer)
-    remat_policy: RematPolicy = RematPolicy.SAVE_NOTHING
+    checkpoint_policy: AutodiffCheckpointType = AutodiffCheckpointType.SAVE_NOTHING
 
     def layout(self) -> StackLayout:
         """``num_layers`` blocks as one scanned loop body (remat when a policy is on)."""
@@ -96,7 +97,7 @@ class StackedTransformerRepeated(BaseLayer):
             self.num_layers,
             self.block_tpl.value,
             scan_trips=self.num_layers,
-            remat=self.remat_policy is not RematPolicy.NONE,
+            remat=self.checkpoint_policy is not AutodiffCheckpointType.NONE,
         )
 
     def __call__(
@@ -140,8 +141,8 @@ class StackedTransformerRepeated(BaseLayer):
     ) -> jax.Array:
         """The scan of the block over its stacked weights (and caches, when extending)."""
         body = _ScanBody
-        policy = self.remat_policy.checkpoint_policy()
-        if self.remat_policy is not RematPolicy.NONE and not extend:
+        policy = self.checkpoint_policy.checkpoint_policy()
+        if self.checkpoint_policy is not AutodiffCheckpointType.NONE and not extend:
             body = nn.remat(body, policy=policy, prevent_cse=False)
         scanned = nn.scan(
             body,

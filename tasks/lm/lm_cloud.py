@@ -13,7 +13,7 @@ import jax.numpy as jnp
 from paxlite import experiment_registry, mesh_checks
 from paxlite.base_experiment import KnobError
 from praxis_lite import config as config_lib
-from praxis_lite.layers.repeats import RematPolicy
+from praxis_lite.layers.repeats import AutodiffCheckpointType
 from praxis_lite.sharding import (
     EMBED,
     FSDP_AND_TENSOR_PARALLEL_RULES,
@@ -239,7 +239,7 @@ class LmCloudSpmd2B(LmCloudSpmdSynthetic):
     NUM_HEADS = MODEL_DIMS // 128
     PERCORE_BATCH_SIZE = 8
     ICI_MESH_SHAPE = (1, 4, 1)
-    CHECKPOINT_POLICY = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
 
 
 @experiment_registry.register
@@ -253,7 +253,7 @@ class LmCloudSpmd32B(LmCloudSpmdSynthetic):
     PERCORE_BATCH_SIZE = 8
     ICI_MESH_SHAPE = (1, 16, 4)
     # Pax saves the attention context and output projection; the nearest policy here.
-    CHECKPOINT_POLICY = RematPolicy.SAVE_DOT_WITH_NO_BATCH_DIM
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_DOT_WITH_NO_BATCH_DIM
 
 
 @experiment_registry.register
@@ -267,7 +267,7 @@ class LmCloudSpmd64B(LmCloudSpmdSynthetic):
     PERCORE_BATCH_SIZE = 4
     ICI_MESH_SHAPE = (1, 16, 8)
     # Pax saves the attention context and output projection; the nearest policy here.
-    CHECKPOINT_POLICY = RematPolicy.SAVE_DOT_WITH_NO_BATCH_DIM
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_DOT_WITH_NO_BATCH_DIM
 
 
 @experiment_registry.register
@@ -280,7 +280,7 @@ class LmCloudSpmd128B(LmCloudSpmdSynthetic):
     NUM_HEADS = MODEL_DIMS // 128
     PERCORE_BATCH_SIZE = 4
     ICI_MESH_SHAPE = (1, 64, 4)
-    CHECKPOINT_POLICY = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
 
 
 @experiment_registry.register
@@ -293,7 +293,7 @@ class LmCloudSpmd256B(LmCloudSpmdSynthetic):
     NUM_HEADS = MODEL_DIMS // 128
     PERCORE_BATCH_SIZE = 4
     ICI_MESH_SHAPE = (1, 64, 8)
-    CHECKPOINT_POLICY = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
 
 
 @experiment_registry.register
@@ -306,7 +306,7 @@ class LmCloudSpmd512B(LmCloudSpmdSynthetic):
     NUM_HEADS = MODEL_DIMS // 128
     PERCORE_BATCH_SIZE = 4
     ICI_MESH_SHAPE = (1, 64, 16)
-    CHECKPOINT_POLICY = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
 
 
 @experiment_registry.register
@@ -319,7 +319,7 @@ class LmCloudSpmd1024B(LmCloudSpmdSynthetic):
     NUM_HEADS = MODEL_DIMS // 128
     PERCORE_BATCH_SIZE = 2
     ICI_MESH_SHAPE = (1, 256, 8)
-    CHECKPOINT_POLICY = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
 
 
 @experiment_registry.register
@@ -358,7 +358,7 @@ class LmCloudSpmdPipeline9B(LmCloudSpmdPipeline):
     HIDDEN_DIMS = MODEL_DIMS * 4
     NUM_HEADS = MODEL_DIMS // 128
     FPROP_DTYPE = jnp.float32
-    CHECKPOINT_POLICY = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
     ICI_MESH_SHAPE = (16, 4, 1, 1)
 
 
@@ -378,7 +378,7 @@ class LmCloudSpmdPipelineMultislice2B(LmCloudSpmdPipeline):
     MODEL_DIMS = 3072
     HIDDEN_DIMS = MODEL_DIMS * 4
     NUM_HEADS = MODEL_DIMS // 128
-    CHECKPOINT_POLICY = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
     ICI_MESH_SHAPE = (1, 4, 1, 1)
     DCN_MESH_SHAPE = (2, 1, 1, 1)
 
@@ -398,6 +398,6 @@ class LmCloudSpmdPipelineMultislice2BCircular(LmCloudSpmdPipeline):
     MODEL_DIMS = 3072
     HIDDEN_DIMS = MODEL_DIMS * 4
     NUM_HEADS = MODEL_DIMS // 128
-    CHECKPOINT_POLICY = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
     ICI_MESH_SHAPE = (1, 4, 1, 1)
     DCN_MESH_SHAPE = (2, 1, 1, 1)

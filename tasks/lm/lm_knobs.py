@@ -15,7 +15,7 @@ from paxlite.base_experiment import BaseExperiment
 from praxis_lite import config as config_lib
 from praxis_lite.layers.embedding_softmax import RotaryPositionalEmbedding, SharedEmbeddingSoftmax
 from praxis_lite.layers.pipeline import LayerwiseShardablePipelined
-from praxis_lite.layers.repeats import RematPolicy, StackedTransformerRepeated
+from praxis_lite.layers.repeats import AutodiffCheckpointType, StackedTransformerRepeated
 from praxis_lite.layers.transformer_models import TransformerLm
 from praxis_lite.layers.transformers import StackedTransformer
 from praxis_lite.models import LanguageModel
@@ -53,7 +53,7 @@ class TransformerLmKnobs(BaseExperiment):
     USE_ROTARY_POSITION_EMB: bool = True
     USE_BIAS: bool = True
     USE_REPEATED_LAYER: bool = True
-    CHECKPOINT_POLICY: RematPolicy = RematPolicy.SAVE_NOTHING
+    CHECKPOINT_POLICY: AutodiffCheckpointType = AutodiffCheckpointType.SAVE_NOTHING
     DROPOUT_PROB: float = 0.0
     FPROP_DTYPE: Any = jnp.bfloat16
     SOFTMAX_CAP_LOGITS: float = 0.0
@@ -88,11 +88,11 @@ class TransformerLmKnobs(BaseExperiment):
                 circular_repeat=self.CIRCULAR_REPEAT,
             )
             stack.stage_tpl.num_layers = self.NUM_LAYERS // (self.NUM_STAGES * self.CIRCULAR_REPEAT)
-            stack.stage_tpl.remat_policy = self.CHECKPOINT_POLICY
+            stack.stage_tpl.checkpoint_policy = self.CHECKPOINT_POLICY
             return stack
         if self.USE_REPEATED_LAYER:
             return StackedTransformerRepeated.HParams.config(
-                num_layers=self.NUM_LAYERS, remat_policy=self.CHECKPOINT_POLICY
+                num_layers=self.NUM_LAYERS, checkpoint_policy=self.CHECKPOINT_POLICY
             )
         return StackedTransformer.HParams.config(num_layers=self.NUM_LAYERS)
 

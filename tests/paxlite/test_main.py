@@ -223,7 +223,8 @@ def test_print_config_shows_knobs_and_paths():
     assert proc.returncode == 0, proc.stderr[-2000:]
     assert "NUM_LAYERS: int = 3" in proc.stdout
     # Pax's knob names, and Pax's spelling of a checkpoint policy parsed from the command line.
-    assert "CHECKPOINT_POLICY: RematPolicy = <RematPolicy.SAVE_DOT_WITH_NO_BATCH_DIM" in proc.stdout
+    policy = "<AutodiffCheckpointType.SAVE_DOT_WITH_NO_BATCH_DIM"
+    assert f"CHECKPOINT_POLICY: AutodiffCheckpointType = {policy}" in proc.stdout
     assert "CHECKPOINT_EVERY_N_STEPS: int = 100" in proc.stdout
     assert "LR_SCHEDULE: LrSchedule = <LrSchedule.LINEAR_RAMPUP_COSINE_DECAY" in proc.stdout
     assert "learner.optimizer.learning_rate: float = 0.5" in proc.stdout

@@ -21,7 +21,7 @@ from jax.sharding import Mesh, PartitionSpec
 from praxis_lite import instantiate
 from praxis_lite.base_layer import AUX_LOSS, SUMMARIES, summaries_and_aux_losses
 from praxis_lite.layers.pipeline import LayerwiseShardablePipelined, PipelineShapeError
-from praxis_lite.layers.repeats import RematPolicy, StackedTransformerRepeated
+from praxis_lite.layers.repeats import AutodiffCheckpointType, StackedTransformerRepeated
 from praxis_lite.layers.transformers import Transformer
 from praxis_lite.sharding import (
     DEFAULT_RULES,
@@ -38,12 +38,12 @@ def _block(block) -> None:
     block.input_dims, block.hidden_dims, block.num_heads = DIMS, 32, 4
 
 
-def _pipeline(stages: int, repeat: int, remat: RematPolicy, **fields):
+def _pipeline(stages: int, repeat: int, remat: AutodiffCheckpointType, **fields):
     cfg = LayerwiseShardablePipelined.HParams.config(
         num_stages=stages, circular_repeat=repeat, **fields
     )
     cfg.stage_tpl.num_layers = LAYERS // (stages * repeat)
-    cfg.stage_tpl.remat_policy = remat
+    cfg.stage_tpl.checkpoint_policy = remat
     _block(cfg.stage_tpl.block_tpl)
     return instantiate(cfg)
 
@@ -83,7 +83,7 @@ def _loss(module, params, x, side):
 def _reference():
     """The plain scanned stack (no remat): weights, and loss, output, gradients on _inputs()."""
     x, side = _inputs()
-    plain = _plain(StackedTransformerRepeated, remat_policy=RematPolicy.NONE)
+    plain = _plain(StackedTransformerRepeated, checkpoint_policy=AutodiffCheckpointType.NONE)
     params = nn.unbox(plain.init(jax.random.key(0), x)["params"])["repeat"]["block"]
     step = jax.jit(
         jax.value_and_grad(lambda p: _loss(plain, {"repeat": {"block": p}}, x, side), has_aux=True)
@@ -92,7 +92,9 @@ def _reference():
 
 
 @pytest.mark.parametrize(
-    "remat", [RematPolicy.NONE, RematPolicy.SAVE_NOTHING], ids=lambda r: r.name
+    "remat",
+    [AutodiffCheckpointType.NONE, AutodiffCheckpointType.SAVE_NOTHING],
+    ids=lambda r: r.name,
 )
 @pytest.mark.parametrize("stages, repeat", [(2, 1), (4, 1), (2, 2), (4, 2)])
 def test_pipelined_equals_plain_stack_outputs_and_gradients(stages, repeat, remat):
@@ -138,7 +140,7 @@ def test_initial_weights_are_the_plain_stacks():
     the main.py test shows through equal losses)."""
     x, _ = _inputs()
     repeat = 2
-    pipe = _pipeline(2, repeat, RematPolicy.NONE)
+    pipe = _pipeline(2, repeat, AutodiffCheckpointType.NONE)
     boxed = jax.jit(pipe.init)(jax.random.key(0), x)["params"]["repeat"]["block"]
     leading = ("stages",) if repeat == 1 else (None, "stages")
     assert boxed["self_attention"]["w_q"].names == leading + ("embed", "heads", "head_dim")
@@ -178,7 +180,7 @@ def test_dropout_differs_per_microbatch_and_is_reproducible():
 )
 def test_bad_batch_or_schedule_is_named(fields, batch, message):
     repeat = fields.pop("circular_repeat", 1)
-    pipe = _pipeline(4, repeat, RematPolicy.NONE, **fields)
+    pipe = _pipeline(4, repeat, AutodiffCheckpointType.NONE, **fields)
     x = jax.ShapeDtypeStruct((batch, SEQ, DIMS), jnp.float32)
     params = jax.eval_shape(pipe.init, jax.random.key(0), x)["params"]
     with pytest.raises(PipelineShapeError, match=message):  # Raised while tracing.
@@ -213,7 +215,7 @@ def _recorded(module, params):
 def _plain_recorded():
     """The plain recording stack: its (noised) weights and what it records."""
     cfg = StackedTransformerRepeated.HParams.config(
-        num_layers=LAYERS, remat_policy=RematPolicy.NONE
+        num_layers=LAYERS, checkpoint_policy=AutodiffCheckpointType.NONE
     )
     _recording(cfg)
     plain = instantiate(cfg)

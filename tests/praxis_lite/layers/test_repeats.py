@@ -9,7 +9,7 @@ import pytest
 from praxis_lite import instantiate
 from praxis_lite.layers.activations import SiLU
 from praxis_lite.layers.embedding_softmax import RotaryPositionalEmbedding
-from praxis_lite.layers.repeats import RematPolicy, StackedTransformerRepeated
+from praxis_lite.layers.repeats import AutodiffCheckpointType, StackedTransformerRepeated
 from praxis_lite.layers.transformers import StackedTransformer
 from tests.praxis_lite.layers import numpy_refs as ref
 
@@ -38,14 +38,14 @@ def _stacked_to_loop_params(repeated_params):
 @pytest.mark.parametrize(
     "remat",
     [
-        RematPolicy.NONE,
-        RematPolicy.SAVE_NOTHING,
-        RematPolicy.SAVE_DOT_WITH_NO_BATCH_DIM,
-        RematPolicy.SAVE_EVERYTHING,
+        AutodiffCheckpointType.NONE,
+        AutodiffCheckpointType.SAVE_NOTHING,
+        AutodiffCheckpointType.SAVE_DOT_WITH_NO_BATCH_DIM,
+        AutodiffCheckpointType.SAVE_EVERYTHING,
     ],
 )
 def test_repeated_equals_loop_outputs_and_gradients(remat):
-    repeated = instantiate(_stack_config(StackedTransformerRepeated, remat_policy=remat))
+    repeated = instantiate(_stack_config(StackedTransformerRepeated, checkpoint_policy=remat))
     loop = instantiate(_stack_config(StackedTransformer))
     x = jax.random.normal(jax.random.key(1), (2, 5, 8))
     paddings = jnp.zeros((2, 5)).at[1, 3:].set(1.0)

@@ -7,7 +7,9 @@ e.g. ``tasks.lm.c4.C4Spmd1B``. :func:`get` accepts:
   imported on demand (``tasks.lm.c4``), so any importable package works, not
   only ``tasks/``;
 * a suffix of a registered name that is unique among registered experiments
-  (``C4Spmd1B``, ``c4.C4Spmd1B``).
+  (``C4Spmd1B``, ``c4.C4Spmd1B``);
+* Pax's paths: as Pax's registry, a ``params`` component is dropped
+  (``tasks.lm.params.c4.C4Spmd1B`` is ``tasks.lm.c4.C4Spmd1B``).
 
 An unknown or ambiguous name raises :class:`ExperimentRegistryError` naming the
 closest candidates; a module that fails to import surfaces its real error.
@@ -78,6 +80,9 @@ def get(name: str, search_packages: Sequence[str] = ()) -> type:
     """
     if name in _REGISTRY:
         return _REGISTRY[name]
+    without_params = _drop_params_component(name)
+    if without_params != name:
+        return get(without_params, search_packages)
     module_name = _import_module_of(name)
     if name in _REGISTRY:
         return _REGISTRY[name]
@@ -100,6 +105,13 @@ def get(name: str, search_packages: Sequence[str] = ()) -> type:
             "Pass a longer suffix or the full name."
         )
     raise ExperimentRegistryError(_unknown_message(name, module_name))
+
+
+def _drop_params_component(name: str) -> str:
+    """``tasks.lm.params.c4.X`` -> ``tasks.lm.c4.X``; ``params.c4.X`` -> ``c4.X`` (Pax's paths)."""
+    parts = name.split(".")
+    kept = [part for part in parts[:-1] if part != "params"] + parts[-1:]
+    return ".".join(kept)
 
 
 def _import_package_modules(package_name: str) -> list[str]:
@@ -176,12 +188,20 @@ def _unknown_message(name: str, module_name: str | None) -> str:
 
 
 def _closest(name: str, n: int = 5) -> list[str]:
-    """Registered full names whose class name is close to the last part of ``name``."""
+    """Registered full names whose class name is closest to the last part of ``name``.
+
+    Class names first: those that start with it (any case: ``C4Spmd1b`` finds
+    ``C4Spmd1B`` and ``C4Spmd1BAdam4Replicas``), shortest first; then by string
+    distance.
+    """
     by_class: dict[str, list[str]] = {}
     for key in _REGISTRY:
         by_class.setdefault(key.rsplit(".", 1)[-1], []).append(key)
-    close = difflib.get_close_matches(name.rsplit(".", 1)[-1], list(by_class), n=n, cutoff=0.6)
-    return sorted(key for class_name in close for key in by_class[class_name])[:n]
+    wanted = name.rsplit(".", 1)[-1]
+    starting = sorted((c for c in by_class if c.lower().startswith(wanted.lower())), key=len)
+    similar = difflib.get_close_matches(wanted, list(by_class), n=n, cutoff=0.6)
+    ordered = list(dict.fromkeys([*starting, *similar]))[:n]
+    return [key for class_name in ordered for key in sorted(by_class[class_name])][:n]
 
 
 def _where(cls: type) -> str:

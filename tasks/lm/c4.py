@@ -143,6 +143,11 @@ class C4Spmd1BAdam4Replicas(C4SpmdLmBase):
 
 
 @experiment_registry.register
+class C4Spmd1B(C4Spmd1BAdam4Replicas):
+    """``tasks.lm.c4.C4Spmd1B``: the name users and docs give C4Spmd1BAdam4Replicas (same run)."""
+
+
+@experiment_registry.register
 class C4Spmd2BAdam4Replicas(C4SpmdLmBase):
     """GPT-3-style 2B-parameter LM on 4 chips: global batch 1 x 4 x 1 x 32 = 128."""
 

@@ -1,0 +1,43 @@
+"""Pax's experiment names: Pax's paths (with 'params'), the headline C4Spmd1B, suggestions.
+
+Against the real registry of tasks/ (tests/paxlite/test_experiment_registry.py
+empties the registry for its own tests).
+"""
+
+import pytest
+
+from paxlite import experiment_registry
+from paxlite.experiment_registry import ExperimentRegistryError
+
+
+def test_pax_paths_with_params_resolve_as_in_pax():
+    """Pax registers tasks.lm.params.c4.X and drops 'params': both spellings work here."""
+    from tasks.lm import c4
+
+    for name in (
+        "tasks.lm.params.c4.C4Spmd2BAdam4Replicas",
+        "lm.params.c4.C4Spmd2BAdam4Replicas",
+        "params.c4.C4Spmd2BAdam4Replicas",
+        "tasks.lm.c4.C4Spmd2BAdam4Replicas",
+    ):
+        assert experiment_registry.get(name, ("tasks",)) is c4.C4Spmd2BAdam4Replicas
+
+
+def test_the_headline_name_is_the_1b_c4_experiment():
+    from paxlite.base_experiment import knobs
+    from tasks.lm import c4
+
+    short = experiment_registry.get("tasks.lm.c4.C4Spmd1B")
+    assert issubclass(short, c4.C4Spmd1BAdam4Replicas)
+    assert knobs(short) == knobs(c4.C4Spmd1BAdam4Replicas)
+
+
+def test_a_mistyped_name_suggests_class_names_that_start_like_it_first():
+    with pytest.raises(ExperimentRegistryError) as e:
+        experiment_registry.get("C4Spmd1b", ("tasks",))
+    lines = str(e.value).splitlines()
+    closest = lines[lines.index("Closest registered experiments:") + 1 :]
+    assert [c.strip() for c in closest[:2]] == [
+        "tasks.lm.c4.C4Spmd1B",
+        "tasks.lm.c4.C4Spmd1BAdam4Replicas",
+    ]

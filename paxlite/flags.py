@@ -7,6 +7,8 @@ import enum
 from absl import flags
 from fiddle.absl_flags import utils as fdl_flag_utils  # noqa: F401  (defines --fdl_set, --fiddler)
 
+from paxlite import pax_flags  # (defines paxml's flags)
+
 
 class Mode(enum.Enum):
     """What a run does (``--mode``)."""
@@ -91,8 +93,14 @@ UNSUPPORTED_FIDDLE_FLAGS = {
 }
 
 
-def reject_unsupported_fiddle_flags() -> None:
-    """Raises UsageError for the first of :data:`UNSUPPORTED_FIDDLE_FLAGS` given."""
+def reject_unsupported_flags() -> None:
+    """Raises UsageError for the first flag given that paxlite does not honour.
+
+    Fiddle's (:data:`UNSUPPORTED_FIDDLE_FLAGS`) and paxml's (``pax_flags.REFUSED``).
+    """
     for name, instead in UNSUPPORTED_FIDDLE_FLAGS.items():
         if FLAGS[name].present:
             raise UsageError(f"--{name} is not supported by paxlite: {instead}.")
+    reason = pax_flags.refused_flag()
+    if reason is not None:
+        raise UsageError(reason)

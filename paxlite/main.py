@@ -37,9 +37,10 @@ from paxlite import (  # noqa: E402
 from paxlite.base_experiment import KnobError  # noqa: E402
 from paxlite.checkpoints import CheckpointCorruptError, CheckpointMismatchError  # noqa: E402
 from paxlite.experiment_registry import ExperimentRegistryError  # noqa: E402
-from paxlite.flags import FLAGS, Mode, UsageError, reject_unsupported_fiddle_flags  # noqa: E402
+from paxlite.flags import FLAGS, Mode, UsageError, reject_unsupported_flags  # noqa: E402
 from paxlite.job import Job, build_job  # noqa: E402
 from paxlite.mesh import MeshShapeError, mesh_size  # noqa: E402
+from paxlite.pax_flags import distributed_args  # noqa: E402
 from praxis_lite.base_input import InputConfigError, InputDataError  # noqa: E402
 from praxis_lite.model_flops import FlopsDefinition  # noqa: E402
 
@@ -103,20 +104,16 @@ def main(argv: Sequence[str]) -> None:
 
 def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
     """The experiment with overrides, the processes joined, the job built (None: nothing to run)."""
-    reject_unsupported_fiddle_flags()
+    reject_unsupported_flags()
+    jax.config.update("jax_traceback_filtering", FLAGS.jax_traceback_filtering_option)
     experiment = overrides.resolve_experiment(FLAGS.exp, FLAGS.set, FLAGS.exp_search_packages)
     overrides.check_one_source(FLAGS.exp, FLAGS.set, FLAGS.fdl_set, FLAGS.exp_search_packages)
     if mode is Mode.COMPILE:
         size = mesh_size(experiment.ICI_MESH_SHAPE, experiment.DCN_MESH_SHAPE)
         distributed.use_fake_cpu_devices(size)
     else:
-        distributed.initialize(
-            FLAGS.coordinator_address,
-            FLAGS.num_processes,
-            FLAGS.process_id,
-            FLAGS.distributed_timeout_s,
-            FLAGS.peer_timeout_s,
-        )
+        timeouts = (FLAGS.distributed_timeout_s, FLAGS.peer_timeout_s)
+        distributed.initialize(*distributed_args(), *timeouts)
     task_cfg, dataset_cfgs, decoder_cfgs = overrides.resolve_configs(
         experiment, FLAGS.fdl_set, FLAGS.fiddler
     )

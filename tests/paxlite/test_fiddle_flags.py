@@ -50,3 +50,48 @@ def test_a_knob_and_a_path_on_different_leaves_both_apply(tmp_path):
     )
     assert code == 0, stderr[-2000:]
     assert "NUM_LAYERS: int = 3" in stdout and "learning_rate: float = 0.5" in stdout
+
+
+@pytest.mark.parametrize(
+    "flag, why",
+    [
+        ("--eval_on_test", "every eval input of datasets() is evaluated"),
+        ("--restore_checkpoint_step=100", "resumes from --job_log_dir's latest step"),
+        ("--enable_checkpoint_saving=false", "checkpoints are always saved"),
+        ("--study=s", "tuning is not part of paxlite"),
+    ],
+)
+def test_pax_flags_without_a_counterpart_are_refused_saying_why(tmp_path, flag, why):
+    job = tmp_path / "job"
+    code, stderr = main_in_process(f"--job_log_dir={job}", flag)
+    assert code == 2, stderr[-2000:]
+    assert stderr.startswith(f"paxlite: error: {flag.split('=')[0]}") and why in stderr
+    assert stderr.count("\n") == 1 and not job.exists()
+
+
+def test_pax_flags_that_ask_for_what_paxlite_does_are_accepted():
+    from tests.paxlite.test_main import run_main_in_process
+
+    code, stdout, stderr = run_main_in_process(
+        "--print_config",
+        "--enable_checkpoint_saving",
+        "--enforce_restore_shape_check=true",
+        "--jax_traceback_filtering_option=off",
+    )
+    assert code == 0, stderr[-2000:]
+    assert "NUM_LAYERS" in stdout
+
+
+@pytest.mark.parametrize(
+    "flags, message",
+    [
+        (["--server_addr=127.0.0.1:1", "--num_hosts=2", "--host_idx=0"], "add --multiprocess_gpu"),
+        (
+            ["--multiprocess_gpu", "--server_addr=127.0.0.1:1", "--coordinator_address=x:1"],
+            "not both",
+        ),
+    ],
+)
+def test_pax_multihost_flags_misused_fail_in_one_line(tmp_path, flags, message):
+    code, stderr = main_in_process(f"--job_log_dir={tmp_path / 'job'}", *flags)
+    assert code == 2 and message in stderr and stderr.count("\n") == 1, stderr[-2000:]

@@ -37,7 +37,20 @@ def _free_port() -> int:
         return s.getsockname()[1]
 
 
-def _two_process_command(job: pathlib.Path, port: int, i: int, *args: str) -> list[str]:
+def _two_process_command(
+    job: pathlib.Path, port: int, i: int, *args: str, pax_flags: bool = False
+) -> list[str]:
+    """The command of process ``i``; with ``pax_flags``, joining with Pax's GPU multi-host flags."""
+    join = (
+        [
+            "--multiprocess_gpu",
+            f"--server_addr=127.0.0.1:{port}",
+            "--num_hosts=2",
+            f"--host_idx={i}",
+        ]
+        if pax_flags
+        else [f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"]
+    )
     return [
         sys.executable,
         "-m",
@@ -47,9 +60,7 @@ def _two_process_command(job: pathlib.Path, port: int, i: int, *args: str) -> li
         *COMMON,
         "--set=ICI_MESH_SHAPE=1,4,1",
         "--set=DCN_MESH_SHAPE=2,1,1",
-        f"--coordinator_address=127.0.0.1:{port}",
-        "--num_processes=2",
-        f"--process_id={i}",
+        *join,
         "--distributed_timeout_s=120",
         *args,
     ]
@@ -110,13 +121,22 @@ def test_two_processes_match_one_and_checkpoints_restore_across(tmp_path):
 
 
 def test_a_dead_peer_stops_the_others_in_bounded_time_naming_it(tmp_path):
-    """Process 1 is killed mid-training; process 0 stops within the peer timeout, naming it."""
+    """Process 1 is killed mid-training; process 0 stops within the peer timeout, naming it.
+
+    The processes join with Pax's flags (--multiprocess_gpu --server_addr --num_hosts
+    --host_idx): they train together before one dies, so joining works as with ours.
+    """
     job, port, timeout_s = tmp_path / "job", _free_port(), 3
     logs = [(tmp_path / f"err{i}.txt").open("w") for i in range(2)]
     procs = [
         subprocess.Popen(
             _two_process_command(
-                job, port, i, "--set=NUM_TRAIN_STEPS=100000", f"--peer_timeout_s={timeout_s}"
+                job,
+                port,
+                i,
+                "--set=NUM_TRAIN_STEPS=100000",
+                f"--peer_timeout_s={timeout_s}",
+                pax_flags=True,
             ),
             cwd=REPO,
             env=_env(4),

@@ -1,0 +1,128 @@
+"""paxml 1.4 ``main.py``'s flags: each works with Pax's meaning here or stops the run in one line.
+
+Pax users keep their command lines. The GPU multi-host flags (``--multiprocess_gpu
+--server_addr --num_hosts --host_idx``) join the job through ``jax.distributed``
+as Pax's do; ``--jax_traceback_filtering_option`` sets JAX's option; the
+others that have no counterpart here are refused with the reason and what to
+use instead (:data:`REFUSED`), never silently ignored. ``--tfds_data_dir``,
+``--exp``, ``--job_log_dir`` and Fiddle's flags are defined in ``paxlite.flags``.
+"""
+
+from __future__ import annotations
+
+from absl import flags
+
+FLAGS = flags.FLAGS
+
+flags.DEFINE_bool(
+    "multiprocess_gpu",
+    False,
+    "Pax: this process joins a multi-host GPU job at --server_addr as host --host_idx of "
+    "--num_hosts (jax.distributed; as --coordinator_address/--num_processes/--process_id).",
+)
+flags.DEFINE_string("server_addr", None, "Pax: host:port of the job's coordinator (host 0).")
+flags.DEFINE_integer("num_hosts", None, "Pax: number of hosts (processes) in the job.")
+flags.DEFINE_integer("host_idx", None, "Pax: this host's index in [0, num_hosts).")
+flags.DEFINE_string(
+    "jax_traceback_filtering_option", "auto", "Pax: JAX's traceback filtering (jax config)."
+)
+
+#: Pax's flags that do not apply here: name -> (kind, why and what to do instead). Given on
+#: the command line (with a value that asks for something other than what paxlite does),
+#: they stop the run.
+REFUSED: dict[str, tuple[str, str]] = {
+    "eval_on_test": (
+        "bool",
+        "every eval input of datasets() is evaluated; list the test split there",
+    ),
+    "decode_during_train": (
+        "bool",
+        "use --mode=train_and_eval with --fdl_set task.decode_interval_steps=N",
+    ),
+    "eval_during_decode": ("bool", "run --mode=eval and --mode=decode"),
+    "maybe_use_persistence_checkpointing": (
+        "bool",
+        "checkpoints are orbax's, saved asynchronously",
+    ),
+    "jax_fully_async_checkpoint": ("bool", "checkpoints are already saved asynchronously (orbax)"),
+    "exit_after_ondemand_checkpoint": (
+        "bool",
+        "on SIGTERM the trainer already saves, then exits with code 143",
+    ),
+    "tensorstore_use_ocdbt": ("bool", "orbax's own storage layout is used"),
+    "async_timeout_secs": ("int", "the asynchronous save has no timeout setting here"),
+    "startup_random_jitter_max_secs": ("int", "processes start without jitter"),
+    "decode_output_pickle": ("bool", "decoder outputs are JSONL in <job_log_dir>/decoder_out"),
+    "checkpoint_todelete_subdir": (
+        "str",
+        "old checkpoints are deleted; keep more with CHECKPOINT_MAX_TO_KEEP",
+    ),
+    "restore_checkpoint_dir": (
+        "str",
+        "a run resumes from the latest checkpoint of --job_log_dir; copy the step there",
+    ),
+    "restore_checkpoint_step": ("multi_int", "a run resumes from --job_log_dir's latest step"),
+    "globally_use_hardware_rng": ("bool", "JAX's default RNG is used"),
+    "jax_profiler_port": ("int", "profiling is not available yet"),
+    "enable_auto_sharding": ("bool", "shardings come from LOGICAL_AXIS_RULES"),
+    "study": ("str", "hyperparameter tuning is not part of paxlite"),
+    "controller_mode": ("str", "hyperparameter tuning is not part of paxlite"),
+    "tuner_group": ("str", "hyperparameter tuning is not part of paxlite"),
+    "metrics_from": ("str", "hyperparameter tuning is not part of paxlite"),
+    "num_trials": ("int", "hyperparameter tuning is not part of paxlite"),
+    "pythia_port": ("int", "hyperparameter tuning is not part of paxlite"),
+    "fdl": ("multi_str", "the config comes from --exp; edit it with --fiddler or --fdl_set"),
+}
+
+#: Pax's flags whose default is what paxlite does: refused only when set the other way.
+REFUSED_WHEN: dict[str, tuple[bool, str]] = {
+    "enable_checkpoint_saving": (False, "checkpoints are always saved (they make runs resumable)"),
+    "enforce_restore_shape_check": (False, "a checkpoint of other shapes is always refused"),
+    "enable_summary_writer": (False, "TensorBoard summaries are always written"),
+}
+
+_DEFINE = {
+    "bool": flags.DEFINE_bool,
+    "int": flags.DEFINE_integer,
+    "str": flags.DEFINE_string,
+    "multi_int": flags.DEFINE_multi_integer,
+    "multi_str": flags.DEFINE_multi_string,
+}
+for _name, (_kind, _why) in REFUSED.items():
+    _DEFINE[_kind](_name, None, f"Pax's flag; refused here: {_why}.")
+for _name, (_refused_value, _why) in REFUSED_WHEN.items():
+    flags.DEFINE_bool(_name, not _refused_value, f"Pax's flag; {_why}.")
+
+
+def refused_flag() -> str | None:
+    """The one-line reason for the first Pax flag given that paxlite does not honour, or None."""
+    for name, (_, why) in REFUSED.items():
+        if FLAGS[name].present:
+            return f"--{name} (a paxml flag) is not supported by paxlite: {why}."
+    for name, (refused_value, why) in REFUSED_WHEN.items():
+        if FLAGS[name].present and FLAGS[name].value == refused_value:
+            return f"--{name}={str(refused_value).lower()} is not supported by paxlite: {why}."
+    return None
+
+
+def distributed_args() -> tuple[str | None, int | None, int | None]:
+    """``(coordinator address, process count, process index)`` from paxlite's or Pax's flags.
+
+    Raises:
+      ValueError: both spellings given, or Pax's without ``--multiprocess_gpu``.
+    """
+    ours = (FLAGS.coordinator_address, FLAGS.num_processes, FLAGS.process_id)
+    pax = (FLAGS.server_addr, FLAGS.num_hosts, FLAGS.host_idx)
+    if not any(v is not None for v in pax):
+        return ours
+    if any(v is not None for v in ours):
+        raise ValueError(
+            "give either --coordinator_address/--num_processes/--process_id or Pax's "
+            "--multiprocess_gpu --server_addr/--num_hosts/--host_idx, not both."
+        )
+    if not FLAGS.multiprocess_gpu:
+        raise ValueError(
+            "--server_addr, --num_hosts and --host_idx join a job with --multiprocess_gpu (as in "
+            "Pax); add --multiprocess_gpu."
+        )
+    return pax

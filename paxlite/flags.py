@@ -11,7 +11,7 @@ from paxlite import pax_flags  # (defines paxml's flags)
 
 
 class Mode(enum.Enum):
-    """What a run does (``--mode``)."""
+    """What a run does (``--mode``); paxml's values parse too (see :func:`resolved_mode`)."""
 
     TRAIN = "train"
     EVAL = "eval"
@@ -19,6 +19,18 @@ class Mode(enum.Enum):
     DECODE = "decode"
     COMPILE = "compile"
     BENCHMARK = "benchmark"
+    DECODE_ONCE = "decode_once"  # paxml's: decode the latest checkpoint once (our DECODE).
+    INFER = "infer"  # paxml's; refused.
+    TF_DATA_SERVICE_DISPATCHER = "tf_data_service_dispatcher"  # paxml's; refused.
+    TF_DATA_SERVICE_WORKER = "tf_data_service_worker"  # paxml's; refused.
+
+
+#: paxml's modes without a counterpart here, with what to do instead.
+REFUSED_MODES = {
+    Mode.INFER: "export or serve a model with paxlite.inference",
+    Mode.TF_DATA_SERVICE_DISPATCHER: "inputs are read by each training process",
+    Mode.TF_DATA_SERVICE_WORKER: "inputs are read by each training process",
+}
 
 
 class UsageError(Exception):
@@ -91,6 +103,15 @@ UNSUPPORTED_FIDDLE_FLAGS = {
     "fdl_tags_set": "tags are not used; set each path with --fdl_set",
     "fdl_help": "--print_config shows every knob and config path",
 }
+
+
+def resolved_mode() -> Mode:
+    """``--mode``, with paxml's ``decode_once`` as DECODE; UsageError for paxml's other modes."""
+    mode = FLAGS.mode
+    if mode in REFUSED_MODES:
+        why = REFUSED_MODES[mode]
+        raise UsageError(f"--mode={mode.value} (a paxml mode) is not supported by paxlite: {why}.")
+    return Mode.DECODE if mode is Mode.DECODE_ONCE else mode
 
 
 def reject_unsupported_flags() -> None:

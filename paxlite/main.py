@@ -34,10 +34,11 @@ from paxlite import (  # noqa: E402
     periodic_actions,
     train,
 )
+from paxlite import flags as cli_flags  # noqa: E402
 from paxlite.base_experiment import KnobError  # noqa: E402
 from paxlite.checkpoints import CheckpointCorruptError, CheckpointMismatchError  # noqa: E402
 from paxlite.experiment_registry import ExperimentRegistryError  # noqa: E402
-from paxlite.flags import FLAGS, Mode, UsageError, reject_unsupported_flags  # noqa: E402
+from paxlite.flags import FLAGS, Mode, UsageError  # noqa: E402
 from paxlite.job import Job, build_job  # noqa: E402
 from paxlite.mesh import MeshShapeError, mesh_size  # noqa: E402
 from paxlite.pax_flags import distributed_args  # noqa: E402
@@ -74,8 +75,8 @@ def main(argv: Sequence[str]) -> None:
         import seqio
 
         seqio.set_tfds_data_dir_override(FLAGS.tfds_data_dir)
-    mode = FLAGS.mode
     try:
+        mode = cli_flags.resolved_mode()
         job, configs = _setup(mode)
     except SETUP_ERRORS as e:
         fail(overrides.unproxied(e))
@@ -104,7 +105,7 @@ def main(argv: Sequence[str]) -> None:
 
 def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
     """The experiment with overrides, the processes joined, the job built (None: nothing to run)."""
-    reject_unsupported_flags()
+    cli_flags.reject_unsupported_flags()
     jax.config.update("jax_traceback_filtering", FLAGS.jax_traceback_filtering_option)
     experiment = overrides.resolve_experiment(FLAGS.exp, FLAGS.set, FLAGS.exp_search_packages)
     overrides.check_one_source(FLAGS.exp, FLAGS.set, FLAGS.fdl_set, FLAGS.exp_search_packages)

@@ -95,3 +95,17 @@ def test_pax_flags_that_ask_for_what_paxlite_does_are_accepted():
 def test_pax_multihost_flags_misused_fail_in_one_line(tmp_path, flags, message):
     code, stderr = main_in_process(f"--job_log_dir={tmp_path / 'job'}", *flags)
     assert code == 2 and message in stderr and stderr.count("\n") == 1, stderr[-2000:]
+
+
+@pytest.mark.parametrize("mode", ["infer", "tf_data_service_worker"])
+def test_pax_modes_without_a_counterpart_are_refused(tmp_path, mode):
+    code, stderr = main_in_process(f"--job_log_dir={tmp_path / 'job'}", f"--mode={mode}")
+    assert code == 2 and stderr.startswith(f"paxlite: error: --mode={mode} (a paxml mode)")
+    assert stderr.count("\n") == 1
+
+
+def test_pax_decode_once_is_decode(tmp_path):
+    """paxml's --mode=decode_once decodes the latest checkpoint once: our --mode=decode."""
+    job = f"--job_log_dir={tmp_path / 'job'}"
+    code, stderr = main_in_process(job, "--mode=decode_once", "--set=ICI_MESH_SHAPE=1,8,1")
+    assert code == 2 and "--mode=decode needs a checkpoint" in stderr, stderr[-2000:]

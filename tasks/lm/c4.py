@@ -148,6 +148,13 @@ class C4Spmd1B(C4Spmd1BAdam4Replicas):
 
 
 @experiment_registry.register
+class C4Spmd1BAdam4ReplicasLimitSteps(C4Spmd1BAdam4Replicas):
+    """Pax's C4Spmd1BAdam4Replicas for 15,000 steps."""
+
+    NUM_TRAIN_STEPS = 15_000
+
+
+@experiment_registry.register
 class C4Spmd2BAdam4Replicas(C4SpmdLmBase):
     """GPT-3-style 2B-parameter LM on 4 chips: global batch 1 x 4 x 1 x 32 = 128."""
 

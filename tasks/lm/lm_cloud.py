@@ -243,6 +243,13 @@ class LmCloudSpmd2B(LmCloudSpmdSynthetic):
 
 
 @experiment_registry.register
+class LmCloudSpmd2BLimitSteps(LmCloudSpmd2B):
+    """Pax's LmCloudSpmd2B for 300 steps (the run of Pax's README)."""
+
+    NUM_TRAIN_STEPS = 300
+
+
+@experiment_registry.register
 class LmCloudSpmd32B(LmCloudSpmdSynthetic):
     """32B params on 64 chips; global batch 8 x 64 = 512."""
 

@@ -25,6 +25,8 @@ from tests.tasks.test_lm_cloud_catalogue import (
 # Pax's global batch per experiment: PERCORE_BATCH_SIZE x ICI chips x slices.
 GLOBAL_BATCH = {
     "C4Spmd1BAdam4Replicas": 128,
+    "C4Spmd1B": 128,
+    "C4Spmd1BAdam4ReplicasLimitSteps": 128,
     "C4Spmd2BAdam4Replicas": 128,
     "C4Spmd16BAdam32Replicas": 512,
     "C4Spmd32BAdam64Replicas": 512,

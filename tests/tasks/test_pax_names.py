@@ -41,3 +41,19 @@ def test_a_mistyped_name_suggests_class_names_that_start_like_it_first():
         "tasks.lm.c4.C4Spmd1B",
         "tasks.lm.c4.C4Spmd1BAdam4Replicas",
     ]
+
+
+def test_limit_steps_variants_are_their_base_run_for_paxs_step_count():
+    from paxlite.base_experiment import knobs
+    from tasks.lm import c4, lm_cloud
+
+    for variant, base, steps in (
+        (lm_cloud.LmCloudSpmd2BLimitSteps, lm_cloud.LmCloudSpmd2B, 300),
+        (c4.C4Spmd1BAdam4ReplicasLimitSteps, c4.C4Spmd1BAdam4Replicas, 15_000),
+    ):
+        assert variant().task().num_train_steps == steps
+        changed = {k for k, v in knobs(variant).items() if knobs(base)[k] != v}
+        assert changed == {"NUM_TRAIN_STEPS"}
+    # Pax's README command: --exp=tasks.lm.params.lm_cloud.LmCloudSpmd2BLimitSteps.
+    found = experiment_registry.get("tasks.lm.params.lm_cloud.LmCloudSpmd2BLimitSteps")
+    assert found is lm_cloud.LmCloudSpmd2BLimitSteps

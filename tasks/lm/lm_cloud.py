@@ -209,11 +209,14 @@ class PaxTransformerLm(LmCloudSpmd):
 class LmCloudSpmdSynthetic(PaxTransformerLm):
     """Pax's LmCloudSpmd settings on uniform random tokens (a fixed-shape benchmark input).
 
-    Beyond PaxTransformerLm: no position embedding at all and gradients clipped
-    at 5. Leaves set the sizes, PERCORE_BATCH_SIZE and mesh shapes.
+    Beyond PaxTransformerLm: no position embedding at all, gradients clipped at 5,
+    and Pax's ``set_default_adam`` schedule (``linear_rampup_exponential_decay``:
+    warmup 4000, decay from 4001 to 0.1 x peak at 300,000; the LR_LRED_* defaults).
+    Leaves set the sizes, PERCORE_BATCH_SIZE and mesh shapes.
     """
 
     CLIP_GRADIENT_NORM_TO_VALUE = 5.0
+    LR_SCHEDULE = LrSchedule.LINEAR_RAMPUP_EXPONENTIAL_DECAY
 
     def datasets(self) -> list[Any]:
         """One training input: this host's share of PERCORE_BATCH_SIZE x devices."""

@@ -57,3 +57,15 @@ def test_limit_steps_variants_are_their_base_run_for_paxs_step_count():
     # Pax's README command: --exp=tasks.lm.params.lm_cloud.LmCloudSpmd2BLimitSteps.
     found = experiment_registry.get("tasks.lm.params.lm_cloud.LmCloudSpmd2BLimitSteps")
     assert found is lm_cloud.LmCloudSpmd2BLimitSteps
+
+
+def test_lm_cloud_runs_use_paxs_default_adam_schedule():
+    """Pax's LmCloudSpmd calls set_default_adam: linear ramp-up, then exponential decay."""
+    from praxis_lite import config as config_lib
+    from praxis_lite import schedules
+    from tasks.lm import lm_cloud
+
+    optimizer = config_lib.instantiate(lm_cloud.LmCloudSpmd2B().task()).learner.optimizer
+    assert optimizer.lr_schedule == schedules.LinearRampupExponentialDecay(
+        warmup_steps=4000, decay_start=4001, decay_end=300_000, min_ratio=0.1, max=1.0
+    )

@@ -233,6 +233,19 @@ class LmCloudSpmdSynthetic(PaxTransformerLm):
 
 
 @experiment_registry.register
+class LmCloudSpmdTest(LmCloudSpmdSynthetic):
+    """Pax's small model for a local CPU run: 2 layers of 64 dims; global batch 1 x 4 = 4."""
+
+    PERCORE_BATCH_SIZE = 4
+    NUM_LAYERS = 2
+    MODEL_DIMS = 64
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    DIMS_PER_HEAD = 8
+    NUM_HEADS = MODEL_DIMS // DIMS_PER_HEAD  # Pax's NUM_HEADS=None means this.
+    ICI_MESH_SHAPE = (1, 1, 1)
+
+
+@experiment_registry.register
 class LmCloudSpmd2B(LmCloudSpmdSynthetic):
     """2B params on 4 chips; global batch 8 x 4 = 32."""
 

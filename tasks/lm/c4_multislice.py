@@ -11,6 +11,8 @@ import jax.numpy as jnp
 
 from paxlite import experiment_registry
 from tasks.lm.c4 import C4SpmdGpt3AdamOrgHP, C4SpmdLmBase
+from tasks.lm.knob_groups import knob_group
+from tasks.lm.lm_cloud import LmCloudSpmd
 
 
 class C4Spmd22BAdamMaxText(C4SpmdLmBase):
@@ -51,41 +53,36 @@ class C4Spmd22BAdam4xv4_128(C4Spmd22BAdamMaxText):
     DCN_MESH_SHAPE = (4, 1, 1)
 
 
+@knob_group
+class V4_8Sizes(LmCloudSpmd):
+    """Preset: Pax's 0.87B model under the 22B name (16 layers of 8 heads x 256) on v4-8s."""
+
+    NUM_LAYERS = 16
+    MODEL_DIMS = 2048
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = 8
+    ICI_MESH_SHAPE = (1, 4, 1)
+
+
 @experiment_registry.register
-class C4Spmd22BAdam1xv4_8(C4Spmd22BAdamMaxText):
+class C4Spmd22BAdam1xv4_8(V4_8Sizes, C4Spmd22BAdamMaxText):
     """A 0.87B stand-in under Pax's 22B name, on one v4-8 slice: global batch 4 x 16 = 64.
 
     16 layers of 8 heads x 256, for trying the multi-slice setup on small slices.
     """
 
-    NUM_LAYERS = 16
-    MODEL_DIMS = 2048
-    HIDDEN_DIMS = MODEL_DIMS * 4
-    NUM_HEADS = 8
-    ICI_MESH_SHAPE = (1, 4, 1)
-
 
 @experiment_registry.register
-class C4Spmd22BAdam2xv4_8(C4Spmd22BAdamMaxText):
+class C4Spmd22BAdam2xv4_8(V4_8Sizes, C4Spmd22BAdamMaxText):
     """C4Spmd22BAdam1xv4_8 on two v4-8 slices: global batch 2 x 4 x 16 = 128."""
 
-    NUM_LAYERS = 16
-    MODEL_DIMS = 2048
-    HIDDEN_DIMS = MODEL_DIMS * 4
-    NUM_HEADS = 8
-    ICI_MESH_SHAPE = (1, 4, 1)
     DCN_MESH_SHAPE = (2, 1, 1)
 
 
 @experiment_registry.register
-class C4Spmd22BAdam4xv4_8(C4Spmd22BAdamMaxText):
+class C4Spmd22BAdam4xv4_8(V4_8Sizes, C4Spmd22BAdamMaxText):
     """C4Spmd22BAdam1xv4_8 on four v4-8 slices: global batch 4 x 4 x 16 = 256."""
 
-    NUM_LAYERS = 16
-    MODEL_DIMS = 2048
-    HIDDEN_DIMS = MODEL_DIMS * 4
-    NUM_HEADS = 8
-    ICI_MESH_SHAPE = (1, 4, 1)
     DCN_MESH_SHAPE = (4, 1, 1)
 
 

@@ -385,8 +385,23 @@ class LmCloudSpmdPipeline9B(LmCloudSpmdPipeline):
     ICI_MESH_SHAPE = (16, 4, 1, 1)
 
 
+@knob_group
+class Pipeline2BOnTwoSlices(LmCloudSpmd):
+    """Preset: LmCloudSpmd2B's sizes in 2 stages across two 4-chip slices (global batch 128)."""
+
+    NUM_STAGES = 2
+    PERCORE_BATCH_SIZE = 16
+    NUM_LAYERS = 18
+    MODEL_DIMS = 3072
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = MODEL_DIMS // 128
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
+    ICI_MESH_SHAPE = (1, 4, 1, 1)
+    DCN_MESH_SHAPE = (2, 1, 1, 1)
+
+
 @experiment_registry.register
-class LmCloudSpmdPipelineMultislice2B(LmCloudSpmdPipeline):
+class LmCloudSpmdPipelineMultislice2B(Pipeline2BOnTwoSlices, LmCloudSpmdPipeline):
     """LmCloudSpmd2B pipelined over two 4-chip slices: the 2 stages cross DCN.
 
     Global batch 16 x 8 = 128 in 32 microbatches of 4; each slice splits its
@@ -394,33 +409,15 @@ class LmCloudSpmdPipelineMultislice2B(LmCloudSpmdPipeline):
     cross DCN per iteration (the gradient reduction stays inside each slice).
     """
 
-    NUM_STAGES = 2
     MICROBATCH_SIZE = 4
-    PERCORE_BATCH_SIZE = 16
-    NUM_LAYERS = 18
-    MODEL_DIMS = 3072
-    HIDDEN_DIMS = MODEL_DIMS * 4
-    NUM_HEADS = MODEL_DIMS // 128
-    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
-    ICI_MESH_SHAPE = (1, 4, 1, 1)
-    DCN_MESH_SHAPE = (2, 1, 1, 1)
 
 
 @experiment_registry.register
-class LmCloudSpmdPipelineMultislice2BCircular(LmCloudSpmdPipeline):
+class LmCloudSpmdPipelineMultislice2BCircular(Pipeline2BOnTwoSlices, LmCloudSpmdPipeline):
     """LmCloudSpmdPipelineMultislice2B, circular: 3 virtual stages of 3 layers per slice.
 
     16 microbatches of 8: bubble 1 / (3 x 16 + 1) = 2% instead of 1 / 17 = 6%.
     """
 
-    NUM_STAGES = 2
     CIRCULAR_REPEAT = 3
     MICROBATCH_SIZE = 8
-    PERCORE_BATCH_SIZE = 16
-    NUM_LAYERS = 18
-    MODEL_DIMS = 3072
-    HIDDEN_DIMS = MODEL_DIMS * 4
-    NUM_HEADS = MODEL_DIMS // 128
-    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
-    ICI_MESH_SHAPE = (1, 4, 1, 1)
-    DCN_MESH_SHAPE = (2, 1, 1, 1)

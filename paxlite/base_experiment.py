@@ -176,19 +176,22 @@ class BaseExperiment(abc.ABC):
         """The logical-axis -> mesh-axis rules for this experiment's mesh."""
         return self.LOGICAL_AXIS_RULES
 
-    def global_batch_size(self, num_devices: int) -> int:
-        """PERCORE_BATCH_SIZE x devices (Pax's rule); must come out whole."""
-        total = self.PERCORE_BATCH_SIZE * num_devices
+    def global_batch_size(self, num_devices: int, percore: float | None = None) -> int:
+        """``percore`` (default PERCORE_BATCH_SIZE) x devices (Pax's rule); must come out whole."""
+        percore = self.PERCORE_BATCH_SIZE if percore is None else percore
+        total = percore * num_devices
         if total != int(total) or total <= 0:
             raise KnobError(
-                f"PERCORE_BATCH_SIZE={self.PERCORE_BATCH_SIZE} x {num_devices} devices = {total} "
+                f"PERCORE_BATCH_SIZE={percore} x {num_devices} devices = {total} "
                 "is not a positive whole batch; pick PERCORE_BATCH_SIZE so the product is."
             )
         return int(total)
 
-    def per_host_batch_size(self, num_devices: int, num_hosts: int) -> int:
+    def per_host_batch_size(
+        self, num_devices: int, num_hosts: int, percore: float | None = None
+    ) -> int:
         """The batch each host's input produces: the global batch split over hosts."""
-        total = self.global_batch_size(num_devices)
+        total = self.global_batch_size(num_devices, percore)
         if total % num_hosts:
             raise KnobError(
                 f"Global batch {total} does not split over {num_hosts} hosts; change "
@@ -215,11 +218,12 @@ class BaseExperiment(abc.ABC):
         rules = filter_rules_for_mesh(self.logical_axis_rules(), mesh)
         return partitioning.infeed_split(partitioning.batch_sharding(mesh, rules))[0]
 
-    def infeed_batch_size(self) -> int:
-        """The batch this process's input produces: the global batch over the infeed hosts."""
+    def infeed_batch_size(self, percore: float | None = None) -> int:
+        """The batch this process's input produces: the global batch (of ``percore``
+        examples per device, default PERCORE_BATCH_SIZE) over the infeed hosts."""
         import jax
 
-        return self.per_host_batch_size(jax.device_count(), self.num_infeed_hosts())
+        return self.per_host_batch_size(jax.device_count(), self.num_infeed_hosts(), percore)
 
 
 def knobs(cls: type[BaseExperiment]) -> dict[str, tuple[Any, Any]]:

@@ -37,6 +37,7 @@ class RunResult:
       preempted: stopped by SIGTERM (or a preemption sync point) after saving.
       first_step: compile time and time to the first step (seconds).
       cost: the train step's cost (FLOPs, peak), when it was compiled.
+      reached_target: stopped early: an eval reached the task's ``target_log_pplx``.
     """
 
     train: dict[str, float] = dataclasses.field(default_factory=dict)
@@ -47,6 +48,7 @@ class RunResult:
     preempted: bool = False
     first_step: dict[str, float] | None = None
     cost: StepCost | None = None
+    reached_target: bool = False
 
 
 @dataclasses.dataclass
@@ -151,7 +153,7 @@ class Checkpointing:
                 "Run the same command again to resume."
             )
             ctx.result.preempted = ctx.stop = True
-        elif ctx.step % self._interval == 0 or ctx.step == ctx.last_step:
+        elif ctx.step % self._interval == 0 or ctx.step == ctx.last_step or ctx.stop:
             check_finite(ctx.state, self._task, ckpt)
             ckpt.save(ctx.step, ctx.state, self._batches.input_state())
 
@@ -160,15 +162,37 @@ class Checkpointing:
 
 
 class Evaluation:
-    """Every ``interval`` steps (0: only at the end) and at the end: every eval input."""
+    """Every ``interval`` steps (0: only at the end) and at the end: every eval input.
 
-    def __init__(self, interval: int, evaluator: eval_lib.Evaluator):
+    With ``target_log_pplx``, an eval whose ``log_pplx`` (of any input) is at most
+    it stops training after this step (Checkpointing, which runs after, saves it).
+    """
+
+    def __init__(
+        self, interval: int, evaluator: eval_lib.Evaluator, target_log_pplx: float | None = None
+    ):
         self._interval, self._evaluator = interval, evaluator
+        self._target = target_log_pplx
 
     def __call__(self, ctx: StepContext) -> None:
-        if ctx.every(self._interval):
-            with ctx.progress.paused(ctx.state):
-                ctx.result.eval = self._evaluator.run(ctx.state.params, ctx.step)
+        if not ctx.every(self._interval):
+            return
+        with ctx.progress.paused(ctx.state):
+            ctx.result.eval = self._evaluator.run(ctx.state.params, ctx.step)
+        if self._target is None:
+            return
+        reached = {
+            name: m["log_pplx"]
+            for name, m in ctx.result.eval.items()
+            if m.get("log_pplx", float("inf")) <= self._target
+        }
+        if reached and ctx.step < ctx.last_step:
+            name, value = next(iter(reached.items()))
+            summaries.log(
+                f"eval '{name}' log_pplx {value:.4f} <= target {self._target} "
+                f"(TARGET_LOG_PPLX): training stops at step {ctx.step}."
+            )
+            ctx.result.reached_target = ctx.stop = True
 
 
 class Decoding:

@@ -48,6 +48,9 @@ class SingleTask:
         ``--mode=decode`` decodes a checkpoint).
       decoder: how to decode: a ``DecoderParams`` config (``task.decoder.temperature``,
         ``.top_k``, ``.top_p``, ``.eos_id``, ``.max_decode_steps``, ...).
+      target_log_pplx: early stopping (Pax's ``EarlyStoppingFn``): training ends,
+        with a checkpoint, after an eval in which an input's ``log_pplx`` is at
+        most this (nats per token); None: never.
     """
 
     model: Any
@@ -60,6 +63,7 @@ class SingleTask:
     skip_nonfinite_updates: bool = False
     decode_interval_steps: int = 0
     decoder: Any = config_lib.template_field(DecoderParams)
+    target_log_pplx: float | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_train_steps", "save_interval_steps", "summary_interval_steps"):

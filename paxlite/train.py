@@ -119,11 +119,11 @@ def _prepare(
     batches = prefetch.Prefetcher(job.train_input, job.to_global)
     writer = summaries.create_writer(job.job_log_dir, "train")
     checkpointing = Checkpointing(task.save_interval_steps, checkpointer, batches, task)
-    actions = [
+    actions = [  # Evaluation before Checkpointing: an early stop is saved at its step.
         FirstStepReport(step, run_start, compile_s, writer),
         TrainSummaries(task.summary_interval_steps, writer, task, checkpointer),
-        checkpointing,
         *_evaluation_actions(job, run, evaluate),
+        checkpointing,
     ]
     progress = summaries.Progress(step, task.num_train_steps, result.cost)
     return _Loop(step_fn, run, batches, actions, checkpointing, checkpointer, progress)
@@ -138,7 +138,7 @@ def _evaluation_actions(job: Job, run: train_setup.RunState, evaluate: bool) -> 
     if job.eval_inputs:
         eval_step = train_setup.jit_eval_step(job, run.shardings.params)
         evaluator = eval_lib.Evaluator(eval_step, job.eval_inputs, job.job_log_dir, job.to_global)
-        actions.append(Evaluation(task.eval_interval_steps, evaluator))
+        actions.append(Evaluation(task.eval_interval_steps, evaluator, task.target_log_pplx))
     if task.decode_interval_steps:
         program = decode_lib.DecodeProgram.for_job(job, run.shardings.params)
         actions.append(Decoding(task.decode_interval_steps, program))

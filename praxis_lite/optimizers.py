@@ -117,33 +117,49 @@ class Sgd(BaseOptimizer):
 
 @dataclasses.dataclass(frozen=True)
 class Adam(BaseOptimizer):
-    """Adam (``optax.adam``); with ``weight_decay > 0``, AdamW (``optax.adamw``).
+    """Adam as praxis computes it: optax's moments, then update capping, then decoupled decay.
 
-    AdamW's decay is decoupled from the moments: each step subtracts
-    ``lr(step) * weight_decay * param``.
+    The raw update of each parameter tensor is ``m_hat / (sqrt(v_hat + epsilon_root)
+    + epsilon)`` (``optax.scale_by_adam``); when ``clip_threshold > 0`` it is divided
+    by ``max(1, rms(update) / clip_threshold)`` (``optax.clip_by_block_rms``, praxis's
+    update capping); then ``weight_decay * param`` is added (AdamW's decoupled decay)
+    and the sum is scaled by ``-lr(step)``.
 
     Attributes:
       beta1: decay of the first-moment estimate, in [0, 1).
       beta2: decay of the second-moment estimate, in [0, 1).
       epsilon: added to the root of the second moment (units of the gradient).
+      epsilon_root: added to the second moment inside the root (units of gradient squared).
+      clip_threshold: the largest RMS of one tensor's raw update (praxis's default 1.0);
+        0 or less: no capping (Pax's experiments write -1).
     """
 
     beta1: float = 0.9
     beta2: float = 0.999
     epsilon: float = 1e-8
+    epsilon_root: float = 0.0
+    clip_threshold: float = 1.0
 
     def __post_init__(self) -> None:
         super().__post_init__()
         _check_decay_rate(self, "beta1")
         _check_decay_rate(self, "beta2")
-        if self.epsilon < 0:
-            raise ValueError(f"Adam: epsilon must be >= 0, got {self.epsilon}.")
+        for name in ("epsilon", "epsilon_root"):
+            if getattr(self, name) < 0:
+                raise ValueError(f"Adam: {name} must be >= 0, got {getattr(self, name)}.")
 
     def _transform(self, learning_rate: optax.Schedule) -> optax.GradientTransformation:
-        hparams = dict(b1=self.beta1, b2=self.beta2, eps=self.epsilon)
+        steps = [
+            optax.scale_by_adam(
+                b1=self.beta1, b2=self.beta2, eps=self.epsilon, eps_root=self.epsilon_root
+            )
+        ]
+        if self.clip_threshold > 0:
+            steps.append(optax.clip_by_block_rms(self.clip_threshold))
         if self.weight_decay > 0:
-            return optax.adamw(learning_rate, weight_decay=self.weight_decay, **hparams)
-        return optax.adam(learning_rate, **hparams)
+            steps.append(optax.add_decayed_weights(self.weight_decay))
+        steps.append(optax.scale_by_learning_rate(learning_rate))
+        return optax.chain(*steps)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -122,6 +122,9 @@ class SeqIOInput(BaseInput):
         prompt/target batches of one Task, formed as the DecodeForm says.
       prompt_len: prompt tokens per example with ``DecodeForm.TARGETS_PREFIX``
         (0 otherwise).
+      num_batches_to_skip: the stream starts after this many batches (Pax's
+        ``num_batches_to_skip``: e.g. to step past data that made a run diverge);
+        a resumed input skips these plus the batches it had read.
       data_flag: how a user points this input at other data, named by data errors
         (e.g. '--set=TEXT_DATA_PATH=PATH', '--tfds_data_dir=DIR'); empty: the
         path the task was registered with.
@@ -136,6 +139,7 @@ class SeqIOInput(BaseInput):
     model_vocab_size: int | None = None
     decode_form: DecodeForm | None = None
     prompt_len: int = 0
+    num_batches_to_skip: int = 0
     data_flag: str = ""
 
     def __post_init__(self) -> None:
@@ -384,8 +388,8 @@ class SeqIOInput(BaseInput):
         # One-epoch eval keeps the last partial batch (padded in numpy); all else drops it.
         ds = ds.batch(self.batch_size, drop_remainder=not self.reset_for_eval)
         self._spec = ds.element_spec
-        if skip:
-            ds = ds.skip(skip)
+        if skip + self.num_batches_to_skip:
+            ds = ds.skip(skip + self.num_batches_to_skip)
         options = tf.data.Options()
         options.deterministic = True
         ds = ds.with_options(options).prefetch(_AUTOTUNE)

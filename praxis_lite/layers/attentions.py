@@ -17,6 +17,7 @@ import math
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.ad_checkpoint import checkpoint_name
 
 from praxis_lite.base_layer import BaseLayer
 from praxis_lite.config import LayerTpl, template_field
@@ -134,13 +135,18 @@ class DotProductAttention(BaseLayer):
         self.dropout = nn.Dropout(self.atten_dropout_prob)
 
     def project_qkv(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """``x [B, T, D]`` -> q ``[B, T, N, H]``, k and v ``[B, T, K, H]``."""
+        """``x [B, T, D]`` -> q ``[B, T, N, H]``, k and v ``[B, T, K, H]``.
+
+        The projections are named for remat policies as in praxis:
+        'combined_qkv_proj', or 'query_proj', 'key_proj' and 'value_proj'.
+        """
         if self.combine_qkv:
-            q, k, v = jnp.einsum("btd,cdnh->cbtnh", x, self.w_qkv)
+            qkv = jnp.einsum("btd,cdnh->cbtnh", x, self.w_qkv)
+            q, k, v = checkpoint_name(qkv, "combined_qkv_proj")
         else:
-            q = jnp.einsum("btd,dnh->btnh", x, self.w_q)
-            k = jnp.einsum("btd,dkh->btkh", x, self.w_k)
-            v = jnp.einsum("btd,dkh->btkh", x, self.w_v)
+            q = checkpoint_name(jnp.einsum("btd,dnh->btnh", x, self.w_q), "query_proj")
+            k = checkpoint_name(jnp.einsum("btd,dkh->btkh", x, self.w_k), "key_proj")
+            v = checkpoint_name(jnp.einsum("btd,dkh->btkh", x, self.w_v), "value_proj")
         if self.use_bias:
             q, k, v = q + self.b_q, k + self.b_k, v + self.b_v
         return q, k, v
@@ -161,7 +167,7 @@ class DotProductAttention(BaseLayer):
         probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
         probs = self.dropout(probs, deterministic=not train)
         encoded = jnp.einsum("bkgts,bskh->btkgh", probs, v)
-        return encoded.reshape(b, t, n, h)
+        return checkpoint_name(encoded.reshape(b, t, n, h), "context")
 
     def __call__(
         self,
@@ -204,8 +210,8 @@ class DotProductAttention(BaseLayer):
         return self.post_project(encoded)
 
     def post_project(self, encoded: jax.Array) -> jax.Array:
-        """Heads back to model dims: ``[B, T, N, H] -> [B, T, D]``."""
-        out = jnp.einsum("btnh,nhd->btd", encoded, self.w_post)
+        """Heads back to model dims: ``[B, T, N, H] -> [B, T, D]`` (named 'out_proj')."""
+        out = checkpoint_name(jnp.einsum("btnh,nhd->btd", encoded, self.w_post), "out_proj")
         if self.use_bias:
             out = out + self.b_post
         return self.constrain(out, (BATCH, LENGTH, EMBED))

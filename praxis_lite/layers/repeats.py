@@ -27,6 +27,13 @@ class AutodiffCheckpointType(enum.Enum):
     SAVE_DOT_WITH_NO_BATCH_DIM: keep matmul outputs without batch dims, recompute the rest.
     SAVE_DOT_ONLY: keep every matmul output (incl. attention einsums).
     SAVE_EVERYTHING: remat wrapper that saves every value (same memory as NONE).
+    The rest keep named attention activations (see ``DotProductAttention``):
+    SAVE_QKV_OUT_PROJ: the combined q/k/v projection and the output projection;
+    SAVE_QKV_OUT_PROJ_SEPARATE: separate q, k, v projections and the output projection;
+    SAVE_CONTEXT: the attention context (probabilities x values);
+    SAVE_OUT_PROJ: the output projection;
+    SAVE_CONTEXT_AND_OUT_PROJ: the context and the output projection;
+    SAVE_DOT_FOR_MLPERF_200B: every q/k/v projection, the context and the output projection.
     """
 
     NONE = "none"
@@ -34,6 +41,12 @@ class AutodiffCheckpointType(enum.Enum):
     SAVE_DOT_WITH_NO_BATCH_DIM = "save_dot_with_no_batch_dims"
     SAVE_DOT_ONLY = "save_dot_only"
     SAVE_EVERYTHING = "save_everything"
+    SAVE_QKV_OUT_PROJ = "save_qkv_out_proj"
+    SAVE_QKV_OUT_PROJ_SEPARATE = "save_qkv_out_proj_separate"
+    SAVE_CONTEXT = "save_context"
+    SAVE_OUT_PROJ = "save_out_proj"
+    SAVE_CONTEXT_AND_OUT_PROJ = "save_encoded_and_out_proj"
+    SAVE_DOT_FOR_MLPERF_200B = "save_dot_for_mlperf_200b"
 
     def checkpoint_policy(self):
         """The ``jax.checkpoint_policies`` function for this policy (None for NONE)."""
@@ -45,7 +58,21 @@ class AutodiffCheckpointType(enum.Enum):
             "SAVE_DOT_ONLY": policies.dots_saveable,
             "SAVE_EVERYTHING": policies.everything_saveable,
         }
-        return by_name[self.name]
+        if self.name in by_name:
+            return by_name[self.name]
+        return policies.save_only_these_names(*_SAVED_NAMES[self.name])
+
+
+_QKV_SEPARATE = ("query_proj", "key_proj", "value_proj")
+#: The activation names each named policy keeps (praxis's ``checkpoint_policy.py``).
+_SAVED_NAMES = {
+    "SAVE_QKV_OUT_PROJ": ("combined_qkv_proj", "out_proj"),
+    "SAVE_QKV_OUT_PROJ_SEPARATE": (*_QKV_SEPARATE, "out_proj"),
+    "SAVE_CONTEXT": ("context",),
+    "SAVE_OUT_PROJ": ("out_proj",),
+    "SAVE_CONTEXT_AND_OUT_PROJ": ("context", "out_proj"),
+    "SAVE_DOT_FOR_MLPERF_200B": ("combined_qkv_proj", *_QKV_SEPARATE, "context", "out_proj"),
+}
 
 
 class _ScanBody(BaseLayer):

@@ -21,7 +21,6 @@ import seqio
 
 from paxlite import experiment_registry
 from praxis_lite import config as config_lib
-from praxis_lite.layers.embedding_softmax import PositionalEmbedding, TrainablePositionalEmbedding
 from praxis_lite.seqio_input import SeqIOInput
 from praxis_lite.seqio_tasks import lm_preprocessors, make_vocabulary, register_task_once
 from tasks.lm import model_params
@@ -72,9 +71,9 @@ def register_c4_task(
 class C4SpmdLmBase(PaxTransformerLm):
     """Family base of Pax's decoder-only LMs on C4 with Adam (Pax's ``C4SpmdAdam``).
 
-    Beyond PaxTransformerLm: sinusoidal absolute positions and, by default,
-    Pax's Adam recipe: learning rate 1e-3 (betas 0.9/0.99, epsilon 1e-6,
-    gradients clipped at 1: the family defaults), Pax's
+    Beyond PaxTransformerLm: by default, Pax's Adam recipe: learning rate 1e-3 (betas 0.9/0.99, epsilon 1e-6, each
+    tensor's raw update capped at RMS 1, gradients clipped at global norm 5:
+    the family defaults), Pax's
     ``linear_rampup_exponential_decay`` schedule (the LR_LRED_* knobs: ramped up
     over 4000 steps, decayed from step 4001 to 0.1 x peak at step 300,000).
     Training reads the 'train' split (shuffled, packed if PACKED_INPUT); eval
@@ -85,21 +84,23 @@ class C4SpmdLmBase(PaxTransformerLm):
       VOCAB_PATH: the SentencePiece model (Pax's, on GCS, by default; a local path works).
       C4_TASK_NAME: the SeqIO task name the C4 task is registered under.
       PACKED_INPUT: pack several documents' pieces into each training row.
+      TRAINING_SEED: seed of the training input's shuffle (Pax's 9876); the eval
+        input reads in order.
+      TRAINING_NUM_BATCHES_TO_SKIP: the training stream starts after this many
+        batches (None: none), e.g. to step past data that made a run diverge.
+      PERCORE_EVAL_BATCH_SIZE: eval examples per device (None: PERCORE_BATCH_SIZE).
     """
 
     VOCAB_PATH: str = GPT_SPM_PATH
     C4_TASK_NAME: str = C4_TASK_NAME
     PACKED_INPUT: bool = True
+    TRAINING_SEED: int = 9876
+    TRAINING_NUM_BATCHES_TO_SKIP: int | None = None
+    PERCORE_EVAL_BATCH_SIZE: float | None = None
     LR_SCHEDULE = LrSchedule.LINEAR_RAMPUP_EXPONENTIAL_DECAY
 
     LEARNING_RATE = 1e-3
     SUMMARY_INTERVAL_STEPS = 10
-
-    def model(self) -> Any:
-        model = super().model()
-        if not self.USE_ROTARY_POSITION_EMB:  # Pax's default: sinusoidal absolute positions.
-            model.lm_tpl.position_emb_tpl = PositionalEmbedding.HParams.config()
-        return model
 
     def datasets(self) -> list[Any]:
         """Registers the C4 task with VOCAB_PATH; returns the train and validation inputs."""
@@ -107,13 +108,17 @@ class C4SpmdLmBase(PaxTransformerLm):
         common = dict(
             mixture_name=self.C4_TASK_NAME,
             task_feature_lengths={"targets": self.MAX_SEQ_LEN},
-            batch_size=self.infeed_batch_size(),
             model_vocab_size=self.VOCAB_SIZE,
-            seed=self.SEED,
             data_flag="--tfds_data_dir=DIR",
         )
         train = config_lib.Config(
-            SeqIOInput, split_name="train", feature_converter_pack=self.PACKED_INPUT, **common
+            SeqIOInput,
+            split_name="train",
+            feature_converter_pack=self.PACKED_INPUT,
+            batch_size=self.infeed_batch_size(),
+            seed=self.TRAINING_SEED,
+            num_batches_to_skip=self.TRAINING_NUM_BATCHES_TO_SKIP or 0,
+            **common,
         )
         evaluation = config_lib.Config(
             SeqIOInput,
@@ -121,6 +126,8 @@ class C4SpmdLmBase(PaxTransformerLm):
             split_name="validation",
             is_training=False,
             reset_for_eval=True,
+            batch_size=self.infeed_batch_size(self.PERCORE_EVAL_BATCH_SIZE),
+            seed=self.SEED,
             **common,
         )
         return [train, evaluation]
@@ -194,21 +201,21 @@ class C4SpmdGpt3AdamOrgHP(C4SpmdLmBase):
     """GPT-3 175B with the paper's hyperparameters (Pax's ``C4SpmdGpt3AdamOrgHP``).
 
     As in Pax (matched against Megatron-LM): 96 layers of 96 heads x 128, a
-    learned position table of TRAINABLE_PE_MAX_SEQ_LEN rows and unscaled token
+    learned position table (TRAINABLE_POSITION_EMB) and unscaled token
     embeddings, attention biases, no logit caps, tanh-approximated GELU, layer
     norms with epsilon LAYERNORM_EPSILON; Adam(W) with learning rate 6e-5,
     betas 0.9/0.95, epsilon 1e-8, weight decay 0.1, gradients clipped at 1, and
     a cosine decay to 0.1 x peak over steps 266..108600 after 265 warmup steps
-    (steps of a 1.5k global batch). Pax's Gaussian(0.006) weight init is not a
+    (steps of a 1.5k global batch); no update capping. Pax's Gaussian(0.006) weight init is not a
     knob here: the layers keep their own initializers.
 
     Attributes (knobs, beyond C4SpmdLmBase's):
-      TRAINABLE_PE_MAX_SEQ_LEN: rows of the learned position table.
       LAYERNORM_EPSILON: epsilon of every layer norm.
     """
 
-    TRAINABLE_PE_MAX_SEQ_LEN: int = 16384
     LAYERNORM_EPSILON: float = 1e-5
+    TARGET_LOG_PPLX = 2.69
+    TRAINABLE_POSITION_EMB = True
 
     MAX_SEQ_LEN = 2048
     NUM_LAYERS = 96
@@ -224,6 +231,8 @@ class C4SpmdGpt3AdamOrgHP(C4SpmdLmBase):
     WEIGHT_DECAY = 0.1
     ADAM_BETA2 = 0.95
     ADAM_EPSILON = 1e-8
+    ADAM_CLIP_THRESHOLD = -1.0
+    CLIP_GRADIENT_NORM_TO_VALUE = 1.0
     LR_SCHEDULE = LrSchedule.LINEAR_RAMPUP_COSINE_DECAY
     LR_COS_WARMUP = 265
     LR_COS_DECAY_START = 266
@@ -235,10 +244,10 @@ class C4SpmdGpt3AdamOrgHP(C4SpmdLmBase):
     def model(self) -> Any:
         model = super().model()
         lm = model.lm_tpl
-        lm.position_emb_tpl = TrainablePositionalEmbedding.HParams.config(
-            max_seq_length=self.TRAINABLE_PE_MAX_SEQ_LEN
-        )
-        lm.softmax_tpl.scale_sqrt_depth = False
+        if self.SEPARATE_EMBEDDING:
+            lm.embedding_tpl.scale_sqrt_depth = False
+        else:
+            lm.softmax_tpl.scale_sqrt_depth = False
         block = model_params.block_config(lm.stacked_transformer_tpl)
         block.tr_fflayer_tpl.activation_tpl.approximate = True
         for norm in (block.ln_tpl, block.tr_fflayer_tpl.ln_tpl, lm.final_ln_tpl):

@@ -11,8 +11,10 @@ experiment is a family base, at most one intermediate, and the leaf.
 from __future__ import annotations
 
 import enum
+import math
 from typing import Any, TypeVar
 
+from paxlite import mesh
 from paxlite.base_experiment import BaseExperiment, KnobError
 from paxlite.tasks_lib import Learner, SingleTask
 from praxis_lite import config as config_lib
@@ -50,11 +52,15 @@ class LrScheduleKnobs(BaseExperiment):
     * ``linear_rampup_exponential_decay``: linear from 0 to LR_LRED_MAX over
       LR_LRED_WARMUP steps, then exponential decay from LR_LRED_DECAY_START to
       LR_LRED_MIN_RATIO x LR_LRED_MAX at LR_LRED_DECAY_END.
-    * ``linear_rampup_cosine_decay``: the same with a cosine; LR_COS_DECAY_START
-      None is LR_COS_WARMUP + 1 (Pax's), LR_COS_DECAY_END None is NUM_TRAIN_STEPS.
+    * ``linear_rampup_cosine_decay``: the same with a cosine. As in Pax, None
+      derives a step count from GPT-3's recipe scaled to the global batch B
+      (PERCORE_BATCH_SIZE x the mesh's devices): LR_COS_WARMUP None is
+      ceil(265 x 1536 / B), LR_COS_DECAY_START None is LR_COS_WARMUP + 1,
+      LR_COS_DECAY_END None is ceil(108600 x 1536 / B).
     * ``constant``: LEARNING_RATE throughout.
 
-    All multiply the optimizer's LEARNING_RATE.
+    All multiply the optimizer's LEARNING_RATE. Defaults: Pax's
+    ``TransformerLmSpmdAdam``.
     """
 
     LR_SCHEDULE: LrSchedule = LrSchedule.LINEAR_RAMPUP_EXPONENTIAL_DECAY
@@ -63,15 +69,17 @@ class LrScheduleKnobs(BaseExperiment):
     LR_LRED_DECAY_END: int = 300_000
     LR_LRED_MIN_RATIO: float = 0.1
     LR_LRED_MAX: float = 1.0
-    LR_COS_WARMUP: int = 4000
+    LR_COS_WARMUP: int | None = 4000
     LR_COS_DECAY_START: int | None = None
-    LR_COS_DECAY_END: int | None = None
+    LR_COS_DECAY_END: int | None = 300_000
     LR_COS_MIN_RATIO: float = 0.1
     LR_COS_MAX: float = 1.0
 
     def validate(self) -> None:
         super().validate()
-        _check_at_least(self, 0, "LR_LRED_WARMUP", "LR_COS_WARMUP")
+        _check_at_least(self, 0, "LR_LRED_WARMUP")
+        if self.LR_COS_WARMUP is not None:
+            _check_at_least(self, 0, "LR_COS_WARMUP")
 
     def lr_schedule(self) -> config_lib.Config:
         """The schedule config of LR_SCHEDULE from its knob group."""
@@ -86,16 +94,36 @@ class LrScheduleKnobs(BaseExperiment):
                 self.LR_LRED_MIN_RATIO,
                 self.LR_LRED_MAX,
             )
+        warmup = self.LR_COS_WARMUP
+        if warmup is None:
+            warmup = gpt3_steps_for_batch(265, mesh_global_batch(self))
         decay_start = self.LR_COS_DECAY_START
         decay_end = self.LR_COS_DECAY_END
+        if decay_end is None:
+            decay_end = gpt3_steps_for_batch(108_600, mesh_global_batch(self))
         return _rampup(
             schedules.LinearRampupCosineDecay,
-            self.LR_COS_WARMUP,
-            self.LR_COS_WARMUP + 1 if decay_start is None else decay_start,
-            getattr(self, "NUM_TRAIN_STEPS", 0) if decay_end is None else decay_end,
+            warmup,
+            warmup + 1 if decay_start is None else decay_start,
+            decay_end,
             self.LR_COS_MIN_RATIO,
             self.LR_COS_MAX,
         )
+
+
+#: The global batch that GPT-3's published step counts are for (Pax's MLPerf reference).
+GPT3_REFERENCE_BATCH = 1536
+
+
+def gpt3_steps_for_batch(steps_at_1536: int, global_batch: int) -> int:
+    """Pax's scaling of a GPT-3 step count to another global batch: same number of examples."""
+    return math.ceil(steps_at_1536 * GPT3_REFERENCE_BATCH / global_batch - 1e-6)
+
+
+def mesh_global_batch(experiment: BaseExperiment) -> int:
+    """PERCORE_BATCH_SIZE x the devices of the experiment's mesh (ICI x DCN)."""
+    devices = mesh.mesh_size(experiment.ICI_MESH_SHAPE, experiment.DCN_MESH_SHAPE)
+    return experiment.global_batch_size(devices)
 
 
 def _rampup(
@@ -116,24 +144,37 @@ def _rampup(
 @knob_group
 class AdamKnobs(BaseExperiment):
     """Adam(W)'s knobs (Pax's names): LEARNING_RATE (the peak; the schedule multiplies
-    it), WEIGHT_DECAY (decoupled), ADAM_BETA1, ADAM_BETA2, ADAM_EPSILON and
+    it; None: Pax's MLPerf rule, 2e-5 for a global batch up to 3584, else 3e-5),
+    WEIGHT_DECAY (decoupled), ADAM_BETA1, ADAM_BETA2, ADAM_EPSILON, ADAM_EPSILON_ROOT
+    (inside the root), ADAM_CLIP_THRESHOLD (caps the RMS of each tensor's raw update,
+    praxis's default 1.0; negative: off, as Pax writes -1) and
     CLIP_GRADIENT_NORM_TO_VALUE (global-norm clipping; 0: none)."""
 
-    LEARNING_RATE: float = 2.5e-4
+    LEARNING_RATE: float | None = 2.5e-4
     WEIGHT_DECAY: float = 1e-3
     ADAM_BETA1: float = 0.9
     ADAM_BETA2: float = 0.99
     ADAM_EPSILON: float = 1e-6
+    ADAM_EPSILON_ROOT: float = 0.0
+    ADAM_CLIP_THRESHOLD: float = 1.0
     CLIP_GRADIENT_NORM_TO_VALUE: float = 1.0
+
+    def peak_learning_rate(self) -> float:
+        """LEARNING_RATE, or Pax's batch-size rule when it is None."""
+        if self.LEARNING_RATE is not None:
+            return self.LEARNING_RATE
+        return 2e-5 if mesh_global_batch(self) <= 3584 else 3e-5
 
     def learner(self, lr_schedule: config_lib.Config) -> config_lib.Config:
         """The ``Learner`` config: Adam of these knobs with ``lr_schedule``."""
         optimizer = config_lib.Config(
             optimizers.Adam,
-            learning_rate=self.LEARNING_RATE,
+            learning_rate=self.peak_learning_rate(),
             beta1=self.ADAM_BETA1,
             beta2=self.ADAM_BETA2,
             epsilon=self.ADAM_EPSILON,
+            epsilon_root=self.ADAM_EPSILON_ROOT,
+            clip_threshold=self.ADAM_CLIP_THRESHOLD,
             weight_decay=self.WEIGHT_DECAY,
             clip_gradient_norm_to_value=self.CLIP_GRADIENT_NORM_TO_VALUE,
             lr_schedule=lr_schedule,
@@ -149,6 +190,8 @@ class LoopKnobs(BaseExperiment):
     this many steps (and at the end). CHECKPOINT_MAX_TO_KEEP: checkpoints kept.
     SUMMARY_INTERVAL_STEPS: TensorBoard scalars and a console line.
     EVAL_INTERVAL_STEPS: eval every this many steps (0: at the end only).
+    TARGET_LOG_PPLX: stop (with a checkpoint) after an eval whose log-perplexity
+    is at most this (Pax's ``EarlyStoppingFn``); None: train to NUM_TRAIN_STEPS.
     """
 
     NUM_TRAIN_STEPS: int = 500_000
@@ -156,6 +199,7 @@ class LoopKnobs(BaseExperiment):
     CHECKPOINT_MAX_TO_KEEP: int = 10
     SUMMARY_INTERVAL_STEPS: int = 100
     EVAL_INTERVAL_STEPS: int = 0
+    TARGET_LOG_PPLX: float | None = None
 
     def validate(self) -> None:
         super().validate()
@@ -175,6 +219,7 @@ class LoopKnobs(BaseExperiment):
             summary_interval_steps=self.SUMMARY_INTERVAL_STEPS,
             eval_interval_steps=self.EVAL_INTERVAL_STEPS,
             max_to_keep=self.CHECKPOINT_MAX_TO_KEEP,
+            target_log_pplx=self.TARGET_LOG_PPLX,
         )
 
 

@@ -13,6 +13,7 @@ import jax.numpy as jnp
 from paxlite import experiment_registry, mesh_checks
 from paxlite.base_experiment import KnobError
 from praxis_lite import config as config_lib
+from praxis_lite.layers.embedding_softmax import PositionalEmbedding
 from praxis_lite.layers.repeats import AutodiffCheckpointType
 from praxis_lite.sharding import (
     EMBED,
@@ -170,12 +171,13 @@ def bfloat16_compute(task_cfg: Any) -> None:
 class PaxTransformerLm(LmCloudSpmd):
     """Pax's decoder-only Transformer (``TransformerLmSpmdAdafactor``), shared by its catalogues.
 
-    Pax's choices: GELU, no RoPE (a subclass picks the absolute position
-    embedding, none by default), 128 dims per head with NUM_HEADS x DIMS_PER_HEAD
+    Pax's choices: GELU, no RoPE but sinusoidal absolute positions (praxis's
+    default; a learned table with TRAINABLE_POSITION_EMB), 128 dims per head with NUM_HEADS x DIMS_PER_HEAD
     == MODEL_DIMS, one combined q/k/v weight without biases (feed-forward biases
     kept), attention logits capped at 50 and softmax logits at 30, repeated
-    layers, weights split over 'data' (FSDP) and 'mdl' (tensor parallelism).
-    Subclasses set the input, the optimizer details, the sizes and the mesh.
+    layers, weights split over 'data' (FSDP) and 'mdl' (tensor parallelism),
+    gradients clipped at global norm 5. Subclasses set the input, the optimizer
+    details, the sizes and the mesh.
     """
 
     DIMS_PER_HEAD = 128
@@ -187,6 +189,13 @@ class PaxTransformerLm(LmCloudSpmd):
     SOFTMAX_CAP_LOGITS = 30.0
     USE_REPEATED_LAYER = True
     LOGICAL_AXIS_RULES = FSDP_AND_TENSOR_PARALLEL_RULES
+    CLIP_GRADIENT_NORM_TO_VALUE = 5.0
+
+    def model(self) -> config_lib.Config:
+        model = super().model()
+        if not self.TRAINABLE_POSITION_EMB:
+            model.lm_tpl.position_emb_tpl = PositionalEmbedding.HParams.config()
+        return model
 
     def validate(self) -> None:
         super().validate()
@@ -209,13 +218,11 @@ class PaxTransformerLm(LmCloudSpmd):
 class LmCloudSpmdSynthetic(PaxTransformerLm):
     """Pax's LmCloudSpmd settings on uniform random tokens (a fixed-shape benchmark input).
 
-    Beyond PaxTransformerLm: no position embedding at all, gradients clipped at 5,
-    and Pax's ``set_default_adam`` schedule (``linear_rampup_exponential_decay``:
+    Beyond PaxTransformerLm: Pax's ``set_default_adam`` schedule (``linear_rampup_exponential_decay``:
     warmup 4000, decay from 4001 to 0.1 x peak at 300,000; the LR_LRED_* defaults).
     Leaves set the sizes, PERCORE_BATCH_SIZE and mesh shapes.
     """
 
-    CLIP_GRADIENT_NORM_TO_VALUE = 5.0
     LR_SCHEDULE = LrSchedule.LINEAR_RAMPUP_EXPONENTIAL_DECAY
 
     def datasets(self) -> list[Any]:
@@ -275,8 +282,7 @@ class LmCloudSpmd32B(LmCloudSpmdSynthetic):
     NUM_HEADS = MODEL_DIMS // 128
     PERCORE_BATCH_SIZE = 8
     ICI_MESH_SHAPE = (1, 16, 4)
-    # Pax saves the attention context and output projection; the nearest policy here.
-    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_DOT_WITH_NO_BATCH_DIM
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_CONTEXT_AND_OUT_PROJ
 
 
 @experiment_registry.register
@@ -289,8 +295,7 @@ class LmCloudSpmd64B(LmCloudSpmdSynthetic):
     NUM_HEADS = MODEL_DIMS // 128
     PERCORE_BATCH_SIZE = 4
     ICI_MESH_SHAPE = (1, 16, 8)
-    # Pax saves the attention context and output projection; the nearest policy here.
-    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_DOT_WITH_NO_BATCH_DIM
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_CONTEXT_AND_OUT_PROJ
 
 
 @experiment_registry.register

@@ -13,7 +13,13 @@ import jax.numpy as jnp
 
 from paxlite.base_experiment import BaseExperiment
 from praxis_lite import config as config_lib
-from praxis_lite.layers.embedding_softmax import RotaryPositionalEmbedding, SharedEmbeddingSoftmax
+from praxis_lite.layers.embedding_softmax import (
+    Embedding,
+    FullSoftmax,
+    RotaryPositionalEmbedding,
+    SharedEmbeddingSoftmax,
+    TrainablePositionalEmbedding,
+)
 from praxis_lite.layers.pipeline import LayerwiseShardablePipelined
 from praxis_lite.layers.repeats import AutodiffCheckpointType, StackedTransformerRepeated
 from praxis_lite.layers.transformer_models import TransformerLm
@@ -32,6 +38,9 @@ class TransformerLmKnobs(BaseExperiment):
     ACTIVATION_CLS, USE_GATED_ACTIVATION, NORM, USE_ROTARY_POSITION_EMB, USE_BIAS,
     USE_ATTENTION_BIAS (None: follow USE_BIAS), COMBINE_QKV (one [3, D, N, H] q/k/v
     weight), ATTEN_LOGIT_CAP (tanh cap on attention logits, 0: none), DROPOUT_PROB.
+    Embeddings: SEPARATE_EMBEDDING (an input table of its own, scaled by sqrt(MODEL_DIMS),
+    and a separate output projection; else one shared table), TRAINABLE_POSITION_EMB
+    (a learned table of TRAINABLE_PE_MAX_SEQ_LEN positions added to the input).
     Output: SOFTMAX_CAP_LOGITS, Z_LOSS_WEIGHT. Stack: USE_REPEATED_LAYER (scanned),
     CHECKPOINT_POLICY (remat inside the scan), and the pipeline: NUM_STAGES > 1
     splits the layers over that many stages, the batch cut into microbatches of
@@ -59,6 +68,9 @@ class TransformerLmKnobs(BaseExperiment):
     SOFTMAX_CAP_LOGITS: float = 0.0
     Z_LOSS_WEIGHT: float = 0.0
     COMBINE_QKV: bool = False
+    SEPARATE_EMBEDDING: bool = False
+    TRAINABLE_POSITION_EMB: bool = False
+    TRAINABLE_PE_MAX_SEQ_LEN: int = 16 * 1024
     ATTEN_LOGIT_CAP: float = 0.0
     USE_ATTENTION_BIAS: bool | None = None
     NUM_STAGES: int = 1
@@ -69,9 +81,16 @@ class TransformerLmKnobs(BaseExperiment):
     def model(self) -> config_lib.Config:
         """The ``LanguageModel`` config around a ``TransformerLm`` of these knobs."""
         lm = TransformerLm.HParams.config(model_dims=self.MODEL_DIMS, vocab_size=self.VOCAB_SIZE)
-        lm.softmax_tpl = SharedEmbeddingSoftmax.HParams.config(
+        softmax = FullSoftmax if self.SEPARATE_EMBEDDING else SharedEmbeddingSoftmax
+        lm.softmax_tpl = softmax.HParams.config(
             soft_cap_logits=self.SOFTMAX_CAP_LOGITS, z_loss_weight=self.Z_LOSS_WEIGHT
         )
+        if self.SEPARATE_EMBEDDING:
+            lm.embedding_tpl = Embedding.HParams.config(scale_sqrt_depth=True)
+        if self.TRAINABLE_POSITION_EMB:
+            lm.position_emb_tpl = TrainablePositionalEmbedding.HParams.config(
+                max_seq_length=self.TRAINABLE_PE_MAX_SEQ_LEN
+            )
         lm.final_ln_tpl = self.NORM.value.HParams.config()
         lm.stacked_transformer_tpl = self.stack()
         self.configure_block(block_config(lm.stacked_transformer_tpl))

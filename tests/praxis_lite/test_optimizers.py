@@ -74,7 +74,10 @@ def _ref_adam(opt, num_steps=_NUM_STEPS):
             m[k] = b1 * m[k] + (1 - b1) * grads[k]
             v[k] = b2 * v[k] + (1 - b2) * grads[k] ** 2
             m_hat, v_hat = m[k] / (1 - b1 ** (t + 1)), v[k] / (1 - b2 ** (t + 1))
-            direction = m_hat / (np.sqrt(v_hat) + opt.epsilon) + opt.weight_decay * params[k]
+            raw = m_hat / (np.sqrt(v_hat + opt.epsilon_root) + opt.epsilon)
+            if opt.clip_threshold > 0:  # praxis's update capping, per tensor
+                raw = raw / max(1.0, np.sqrt(np.mean(raw**2)) / opt.clip_threshold)
+            direction = raw + opt.weight_decay * params[k]
             params[k] = params[k] - _lr(opt, t) * direction
     return params
 
@@ -105,18 +108,36 @@ def test_sgd_matches_reference(momentum, nesterov, weight_decay):
     _assert_close(got, _ref_sgd(opt))
 
 
-@pytest.mark.parametrize("weight_decay", [0.0, 0.1])  # Adam, AdamW
-def test_adam_matches_reference(weight_decay):
+@pytest.mark.parametrize(
+    "weight_decay, epsilon_root, clip_threshold",
+    [
+        (0.0, 0.0, -1.0),  # Adam
+        (0.1, 0.0, -1.0),  # AdamW
+        (0.1, 0.0, 0.5),  # praxis's update capping bites: the first updates have RMS 1
+        (0.0, 0.3, 1.0),  # epsilon inside the root
+    ],
+)
+def test_adam_matches_reference(weight_decay, epsilon_root, clip_threshold):
     opt = optimizers.Adam(
         learning_rate=0.2,
         lr_schedule=_SCHEDULE,
         beta1=0.8,
         beta2=0.95,
         epsilon=1e-6,
+        epsilon_root=epsilon_root,
+        clip_threshold=clip_threshold,
         weight_decay=weight_decay,
     )
     got, _ = _run(opt)
     _assert_close(got, _ref_adam(opt))
+
+
+def test_adam_update_capping_changes_the_run():
+    """The capped and uncapped runs differ (so the reference above tests the capping)."""
+    common = dict(learning_rate=0.2, lr_schedule=_SCHEDULE, beta1=0.8, beta2=0.95)
+    capped, _ = _run(optimizers.Adam(clip_threshold=0.5, **common))
+    free, _ = _run(optimizers.Adam(clip_threshold=-1.0, **common))
+    assert not np.allclose(capped["w"], free["w"], atol=1e-4)
 
 
 def test_adafactor_decreases_loss_and_factors_state():

@@ -70,7 +70,7 @@ def test_param_count(cls: type):
     # The stack is 12 * L * D^2 (q, k, v, post: 4 D^2; feed-forward: 8 D^2) plus V x D, plus
     # GPT-3's learned position table; biases and norms are < 0.1%.
     assert exp.HIDDEN_DIMS == 4 * exp.MODEL_DIMS
-    table = getattr(exp, "TRAINABLE_PE_MAX_SEQ_LEN", 0)
+    table = exp.TRAINABLE_PE_MAX_SEQ_LEN if exp.TRAINABLE_POSITION_EMB else 0
     dense = (12 * exp.NUM_LAYERS * exp.MODEL_DIMS + exp.VOCAB_SIZE + table) * exp.MODEL_DIMS
     assert abs(count / dense - 1) < 1e-3
 

@@ -42,6 +42,8 @@ def _stacked_to_loop_params(repeated_params):
         AutodiffCheckpointType.SAVE_NOTHING,
         AutodiffCheckpointType.SAVE_DOT_WITH_NO_BATCH_DIM,
         AutodiffCheckpointType.SAVE_EVERYTHING,
+        AutodiffCheckpointType.SAVE_CONTEXT_AND_OUT_PROJ,
+        AutodiffCheckpointType.SAVE_DOT_FOR_MLPERF_200B,
     ],
 )
 def test_repeated_equals_loop_outputs_and_gradients(remat):
@@ -83,3 +85,22 @@ def test_layers_differ_after_init():
     w = nn.unbox(params)["repeat"]["block"]["ff_layer"]["ffn_layer1"]["w"]
     assert w.shape == (NUM_LAYERS, 8, 16)
     assert not np.allclose(w[0], w[1])
+
+
+@pytest.mark.parametrize("combine_qkv", [False, True])
+def test_named_policies_find_their_activations_in_the_block(combine_qkv):
+    """Pax's named policies keep attention activations by name: the names are in the forward."""
+    cfg = _stack_config(
+        StackedTransformerRepeated,
+        checkpoint_policy=AutodiffCheckpointType.SAVE_DOT_FOR_MLPERF_200B,
+    )
+    if combine_qkv:  # one [3, D, N, H] weight needs as many key/value heads as query heads
+        cfg.block_tpl.num_kv_heads = None
+    cfg.block_tpl.tr_atten_tpl.combine_qkv = combine_qkv
+    repeated = instantiate(cfg)
+    x = jax.random.normal(jax.random.key(1), (2, 5, 8))
+    params = nn.unbox(jax.eval_shape(repeated.init, jax.random.key(0), x)["params"])
+    jaxpr = str(jax.make_jaxpr(lambda p: repeated.apply({"params": p}, x))(params))
+    projections = ["combined_qkv_proj"] if combine_qkv else ["query_proj", "key_proj", "value_proj"]
+    for name in [*projections, "context", "out_proj"]:
+        assert f"name={name}" in jaxpr, name

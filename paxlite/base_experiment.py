@@ -134,10 +134,12 @@ class BaseExperiment(abc.ABC):
                     f"MESH_AXIS_NAMES = {self.MESH_AXIS_NAMES!r} has {axes}; give one entry per "
                     "mesh axis."
                 )
-            if shape is not None and any(size < 1 for size in shape):
+            fills = 1 if name == "ICI_MESH_SHAPE" and list(shape or ()).count(-1) == 1 else 0
+            if shape is not None and sum(size < 1 for size in shape) > fills:
                 raise KnobError(
                     f"{type(self).__qualname__}.{name} = {shape!r}: every entry is a number of "
-                    "devices (or slices) and must be at least 1."
+                    "devices (or slices) and must be at least 1 (ICI_MESH_SHAPE may have one "
+                    "-1: the devices the other entries leave)."
                 )
         for logical, mesh_axes in self.logical_axis_rules():
             names = (mesh_axes,) if isinstance(mesh_axes, str) else mesh_axes

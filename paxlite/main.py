@@ -110,7 +110,8 @@ def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
     experiment = overrides.resolve_experiment(FLAGS.exp, FLAGS.set, FLAGS.exp_search_packages)
     overrides.check_one_source(FLAGS.exp, FLAGS.set, FLAGS.fdl_set, FLAGS.exp_search_packages)
     if mode is Mode.COMPILE:
-        size = mesh_size(experiment.ICI_MESH_SHAPE, experiment.DCN_MESH_SHAPE)
+        # A -1 (all devices) entry compiles for one device per other entry.
+        size = mesh_size(experiment.ICI_MESH_SHAPE, experiment.DCN_MESH_SHAPE, num_devices=1)
         distributed.use_fake_cpu_devices(size)
     else:
         timeouts = (FLAGS.distributed_timeout_s, FLAGS.peer_timeout_s)

@@ -15,6 +15,26 @@ class MeshShapeError(ValueError):
     """The mesh shape does not fit the devices of this job."""
 
 
+#: An ICI_MESH_SHAPE entry that takes the devices the other entries leave (Pax's pmap runs).
+ALL_REMAINING = -1
+
+
+def resolved_ici(
+    ici_mesh_shape: Sequence[int],
+    dcn_mesh_shape: Sequence[int] | None,
+    num_devices: int | None = None,
+) -> tuple[int, ...]:
+    """``ici_mesh_shape`` with an ``ALL_REMAINING`` (-1) entry replaced by the devices left
+    over (of ``num_devices``, default ``jax.device_count()``) after the other entries and DCN."""
+    ici = tuple(ici_mesh_shape)
+    if ALL_REMAINING not in ici:
+        return ici
+    total = jax.device_count() if num_devices is None else num_devices
+    others = math.prod(size for size in ici if size != ALL_REMAINING)
+    others *= math.prod(dcn_mesh_shape or (1,))
+    return tuple(max(total // others, 1) if size == ALL_REMAINING else size for size in ici)
+
+
 def create_mesh(
     ici_mesh_shape: Sequence[int],
     dcn_mesh_shape: Sequence[int] | None,
@@ -33,7 +53,7 @@ def create_mesh(
       MeshShapeError: lengths differ, or the product is not the device count.
     """
     devices = list(jax.devices() if devices is None else devices)
-    ici = tuple(ici_mesh_shape)
+    ici = resolved_ici(ici_mesh_shape, dcn_mesh_shape, len(devices))
     dcn = tuple(dcn_mesh_shape) if dcn_mesh_shape is not None else (1,) * len(ici)
     if not (len(ici) == len(dcn) == len(axis_names)):
         raise MeshShapeError(
@@ -61,6 +81,7 @@ def axis_sizes(
     axis_names: Sequence[str],
 ) -> dict[str, int]:
     """Mesh axis name -> devices on it (ICI x DCN), without building a mesh."""
+    ici_mesh_shape = resolved_ici(ici_mesh_shape, dcn_mesh_shape)
     dcn = tuple(dcn_mesh_shape) if dcn_mesh_shape else (1,) * len(ici_mesh_shape)
     return {
         name: ici * slices
@@ -68,9 +89,16 @@ def axis_sizes(
     }
 
 
-def mesh_size(ici_mesh_shape: Sequence[int], dcn_mesh_shape: Sequence[int] | None) -> int:
-    """Devices in the mesh: the product of the ICI and DCN shapes."""
-    return math.prod(ici_mesh_shape) * math.prod(dcn_mesh_shape or (1,))
+def mesh_size(
+    ici_mesh_shape: Sequence[int],
+    dcn_mesh_shape: Sequence[int] | None,
+    num_devices: int | None = None,
+) -> int:
+    """Devices in the mesh: the product of the ICI and DCN shapes (a -1 entry resolved
+    against ``num_devices``, default ``jax.device_count()``)."""
+    return math.prod(resolved_ici(ici_mesh_shape, dcn_mesh_shape, num_devices)) * math.prod(
+        dcn_mesh_shape or (1,)
+    )
 
 
 def _hybrid_device_array(ici: tuple[int, ...], dcn: tuple[int, ...], devices) -> np.ndarray:

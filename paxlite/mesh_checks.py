@@ -14,6 +14,7 @@ from typing import Any
 
 from paxlite.base_experiment import BaseExperiment, KnobError
 from paxlite.mesh import axis_sizes
+from praxis_lite import sharding
 from praxis_lite.sharding import BATCH, STAGES
 
 
@@ -39,7 +40,7 @@ class MeshPlan:
         return cls(
             owner=type(experiment).__qualname__,
             sizes=axis_sizes(experiment.ICI_MESH_SHAPE, experiment.DCN_MESH_SHAPE, names),
-            rules=tuple(experiment.logical_axis_rules()),
+            rules=tuple(sharding.with_defaults(experiment.logical_axis_rules())),
             axis_names=names,
         )
 

@@ -33,6 +33,8 @@ HEAD_DIM = "head_dim"
 VOCAB = "vocab"
 LAYERS = "layers"
 STAGES = "stages"
+# The model dim of embedding tables (Pax's EMB_W_DATA_DIMS); follows EMBED unless a rule names it.
+TABLE_EMBED = "table_embed"
 
 # A sensible default for 'data' x 'mdl' meshes (Pax's DP + tensor parallelism).
 DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
@@ -67,10 +69,20 @@ TENSOR_PARALLEL_RULES = (
 FSDP_AND_TENSOR_PARALLEL_RULES = TENSOR_PARALLEL_RULES + ((EMBED, "data"),)
 
 
+def with_defaults(rules: LogicalAxisRules) -> list[tuple[str, Any]]:
+    """``rules``, plus TABLE_EMBED mapped as EMBED is when no rule names it."""
+    rules = list(rules)
+    named = dict(reversed(rules))  # The first rule for a name wins.
+    if TABLE_EMBED not in named and EMBED in named:
+        rules.append((TABLE_EMBED, named[EMBED]))
+    return rules
+
+
 def filter_rules_for_mesh(rules: LogicalAxisRules, mesh: Mesh) -> list[tuple[str, Any]]:
-    """Drops mesh axes that ``mesh`` does not have (e.g. 'replica' on a 2-D mesh)."""
+    """Drops mesh axes that ``mesh`` does not have (e.g. 'replica' on a 2-D mesh); adds
+    the default rules of :func:`with_defaults`."""
     kept = []
-    for logical, mesh_axes in rules:
+    for logical, mesh_axes in with_defaults(rules):
         if mesh_axes is None:
             kept.append((logical, None))
             continue

@@ -14,7 +14,7 @@ import jax.numpy as jnp
 
 from praxis_lite.base_layer import BaseLayer
 from praxis_lite.py_utils import NestedMap
-from praxis_lite.sharding import EMBED, VOCAB
+from praxis_lite.sharding import EMBED, TABLE_EMBED, VOCAB
 
 
 class Embedding(BaseLayer):
@@ -24,27 +24,43 @@ class Embedding(BaseLayer):
       num_classes: vocabulary size ``V``.
       input_dims: embedding size ``D``.
       scale_sqrt_depth: multiply looked-up vectors by ``sqrt(D)``.
+      lookup_style: 'index' (a gather) or 'matmul' (one-hot ids times the table,
+        Pax's choice for TPUs); the same vectors either way.
     """
 
     num_classes: int
     input_dims: int
     scale_sqrt_depth: bool = False
+    lookup_style: str = "index"
 
     @nn.compact
     def __call__(self, ids: jax.Array) -> jax.Array:
         table = _embedding_table(self, self.num_classes, self.input_dims)
-        return _lookup(table, ids, self.scale_sqrt_depth, self.fprop_dtype)
+        return _lookup(table, ids, self.scale_sqrt_depth, self.fprop_dtype, self.lookup_style)
 
 
 def _embedding_table(layer: BaseLayer, num_classes: int, dims: int) -> jax.Array:
-    """Declares the ``[V, D]`` table ``emb_var`` on ``layer``."""
+    """Declares the ``[V, D]`` table ``emb_var`` (logical axes VOCAB, TABLE_EMBED) on ``layer``."""
     init = nn.initializers.normal(stddev=1.0 / math.sqrt(dims))
-    return layer.create_variable("emb_var", (num_classes, dims), (VOCAB, EMBED), init)
+    return layer.create_variable("emb_var", (num_classes, dims), (VOCAB, TABLE_EMBED), init)
 
 
-def _lookup(table: jax.Array, ids: jax.Array, scale_sqrt_depth: bool, dtype) -> jax.Array:
-    """Rows of ``table [V, D]`` for ``ids [...]`` -> ``[..., D]``, optionally times ``sqrt(D)``."""
-    out = jnp.take(table, ids, axis=0)
+def _lookup(
+    table: jax.Array, ids: jax.Array, scale_sqrt_depth: bool, dtype, style: str = "index"
+) -> jax.Array:
+    """Rows of ``table [V, D]`` for ``ids [...]`` -> ``[..., D]``, optionally times ``sqrt(D)``.
+
+    ``style`` 'index' gathers the rows; 'matmul' multiplies one-hot ids ``[..., V]`` by
+    the table (Pax's ``lookup_style='matmul'``).
+    """
+    if style == "matmul":
+        out = jnp.einsum(
+            "...v,vd->...d", jax.nn.one_hot(ids, table.shape[0], dtype=table.dtype), table
+        )
+    elif style == "index":
+        out = jnp.take(table, ids, axis=0)
+    else:
+        raise ValueError(f"lookup_style must be 'index' or 'matmul', got {style!r}.")
     if scale_sqrt_depth:
         out = out * jnp.asarray(math.sqrt(table.shape[-1]), dtype)
     return out
@@ -166,15 +182,19 @@ class SharedEmbeddingSoftmax(_SoftmaxBase):
 
     Attributes:
       scale_sqrt_depth: scale looked-up vectors by ``sqrt(D)``.
+      lookup_style: 'index' or 'matmul', as :class:`Embedding`'s.
     """
 
     scale_sqrt_depth: bool = True
+    lookup_style: str = "index"
 
     def setup(self) -> None:
         self.emb_var = _embedding_table(self, self.num_classes, self.input_dims)
 
     def emb_lookup(self, ids: jax.Array) -> jax.Array:
-        return _lookup(self.emb_var, ids, self.scale_sqrt_depth, self.fprop_dtype)
+        return _lookup(
+            self.emb_var, ids, self.scale_sqrt_depth, self.fprop_dtype, self.lookup_style
+        )
 
     def get_logits(self, x: jax.Array) -> jax.Array:
         return self._cap(jnp.einsum("...d,vd->...v", self.to_fprop(x), self.emb_var))

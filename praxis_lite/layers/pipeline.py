@@ -85,6 +85,9 @@ class LayerwiseShardablePipelined(BaseLayer):
       num_microbatches: ``M``; the batch ``B`` must divide by it. Give this or
         ``microbatch_size``; with neither, ``M = S``.
       microbatch_size: ``B / M``, examples per microbatch (instead of ``M``).
+      stream_io: split the buffer of microbatches (inputs in, outputs out) over
+        the stage devices instead of holding all of it on each (Pax's
+        ``stream_io``): its memory per device falls by ``S``; needs ``M % S == 0``.
       circular_repeat: ``R``, virtual stages per device (1 = GPipe).
     """
 
@@ -92,6 +95,7 @@ class LayerwiseShardablePipelined(BaseLayer):
     stage_tpl: LayerTpl = template_field(StackedTransformerRepeated)
     num_microbatches: int | None = None
     microbatch_size: int | None = None
+    stream_io: bool = False
     circular_repeat: int = 1
 
     def _stage_config(self) -> Any:
@@ -137,6 +141,11 @@ class LayerwiseShardablePipelined(BaseLayer):
             raise PipelineShapeError(
                 f"a circular pipeline needs at least as many microbatches as stages, got "
                 f"{count} microbatches for {self.num_stages} stages."
+            )
+        if self.stream_io and count % self.num_stages:
+            raise PipelineShapeError(
+                f"stream_io splits the {count} microbatches over the {self.num_stages} "
+                "stages; make the number of microbatches a multiple of the stages."
             )
         return count
 
@@ -315,8 +324,9 @@ class LayerwiseShardablePipelined(BaseLayer):
         return self.constrain(a, (STAGES, BATCH, LENGTH, EMBED))
 
     def _constrain_micro(self, a: jax.Array, last: str) -> jax.Array:
-        """Microbatched ``[M, mb, T, D]``: every microbatch split over the batch axes."""
-        return self.constrain(a, (None, BATCH, LENGTH, last))
+        """Microbatched ``[M, mb, T, D]``: every microbatch split over the batch axes
+        (and, with ``stream_io``, the microbatches over the stages)."""
+        return self.constrain(a, (STAGES if self.stream_io else None, BATCH, LENGTH, last))
 
 
 def _microbatch_mean_weights(num_iterations: int, s: int, r: int, m: int) -> jax.Array:

@@ -21,11 +21,12 @@ import seqio
 
 from paxlite import experiment_registry
 from praxis_lite import config as config_lib
+from praxis_lite.layers.repeats import AutodiffCheckpointType
 from praxis_lite.seqio_input import SeqIOInput
 from praxis_lite.seqio_tasks import lm_preprocessors, make_vocabulary, register_task_once
 from tasks.lm import model_params
 from tasks.lm.knob_groups import LrSchedule, knob_group
-from tasks.lm.lm_cloud import LmCloudSpmd, PaxTransformerLm
+from tasks.lm.lm_cloud import LmCloudSpmd, LmCloudSpmdSynthetic, PaxTransformerLm
 
 C4_TFDS_NAME = "c4/en:3.0.1"
 C4_TASK_NAME = "c4_lm_v301_gpt"
@@ -71,9 +72,10 @@ def register_c4_task(
 class C4SpmdLmBase(PaxTransformerLm):
     """Family base of Pax's decoder-only LMs on C4 with Adam (Pax's ``C4SpmdAdam``).
 
-    Beyond PaxTransformerLm: by default, Pax's Adam recipe: learning rate 1e-3 (betas 0.9/0.99, epsilon 1e-6, each
-    tensor's raw update capped at RMS 1, gradients clipped at global norm 5:
-    the family defaults), Pax's
+    Beyond PaxTransformerLm: token lookup as a one-hot matmul (Pax's
+    ``TransformerLmSpmdAdam``) and, by default, Pax's Adam recipe: learning rate
+    1e-3 (betas 0.9/0.99, epsilon 1e-6, each tensor's raw update capped at RMS 1,
+    gradients clipped at global norm 5: the family defaults), Pax's
     ``linear_rampup_exponential_decay`` schedule (the LR_LRED_* knobs: ramped up
     over 4000 steps, decayed from step 4001 to 0.1 x peak at step 300,000).
     Training reads the 'train' split (shuffled, packed if PACKED_INPUT); eval
@@ -100,7 +102,13 @@ class C4SpmdLmBase(PaxTransformerLm):
     LR_SCHEDULE = LrSchedule.LINEAR_RAMPUP_EXPONENTIAL_DECAY
 
     LEARNING_RATE = 1e-3
-    SUMMARY_INTERVAL_STEPS = 10
+    EMBEDDING_LOOKUP_STYLE = "matmul"
+    FPROP_DTYPE = jnp.float32
+    USE_REPEATED_LAYER = False
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_DOT_FOR_MLPERF_200B
+    CHECKPOINT_EVERY_N_STEPS = 1000
+    PERCORE_BATCH_SIZE = 1
+    ICI_MESH_SHAPE = (1, 4, 2)
 
     def datasets(self) -> list[Any]:
         """Registers the C4 task with VOCAB_PATH; returns the train and validation inputs."""
@@ -137,8 +145,55 @@ class C4SpmdLmBase(PaxTransformerLm):
 # compare with Pax's published runs. Global batch: PERCORE_BATCH_SIZE x chips.
 
 
+@knob_group
+class Bf16Scanned(LmCloudSpmd):
+    """Preset: what Pax's sized C4 leaves restate: bfloat16 compute, scanned layers,
+    full remat (SAVE_NOTHING), a summary every 10 steps."""
+
+    FPROP_DTYPE = jnp.bfloat16
+    USE_REPEATED_LAYER = True
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
+    SUMMARY_INTERVAL_STEPS = 10
+
+
 @experiment_registry.register
-class C4Spmd1BAdam4Replicas(C4SpmdLmBase):
+class C4SpmdAdam(C4SpmdLmBase):
+    """Pax's registered C4 base: 24 layers of 32 heads x 64, vocabulary 32128, float32,
+    unscanned layers with Pax's MLPerf-200B remat, on 8 chips: global batch 1 x 8 = 8."""
+
+    NUM_LAYERS = 24
+    NUM_HEADS = 32
+    MODEL_DIMS = 2048
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    DIMS_PER_HEAD = None
+    VOCAB_SIZE = 32128
+
+
+@experiment_registry.register
+class LmCloudSpmdAdam(LmCloudSpmdSynthetic):
+    """Pax's LmCloudSpmdAdam (registered in Pax's c4 module): 2 layers of 16 heads x 128
+    on synthetic tokens, float32, unscanned, 8 chips: global batch 16 x 8 = 128."""
+
+    NUM_LAYERS = 2
+    MODEL_DIMS = 2048
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = 16
+    PERCORE_BATCH_SIZE = 16
+    ICI_MESH_SHAPE = (1, 4, 2)
+    FPROP_DTYPE = jnp.float32
+    USE_REPEATED_LAYER = False
+    LEARNING_RATE = 1e-3
+
+
+@experiment_registry.register
+class LmCloudSpmdAdamLimitSteps(LmCloudSpmdAdam):
+    """Pax's LmCloudSpmdAdam for 4000 steps."""
+
+    NUM_TRAIN_STEPS = 4000
+
+
+@experiment_registry.register
+class C4Spmd1BAdam4Replicas(Bf16Scanned, C4SpmdLmBase):
     """GPT-3-style 1B-parameter LM on 4 chips: global batch 1 x 4 x 1 x 32 = 128."""
 
     NUM_LAYERS = 13
@@ -162,7 +217,7 @@ class C4Spmd1BAdam4ReplicasLimitSteps(C4Spmd1BAdam4Replicas):
 
 
 @experiment_registry.register
-class C4Spmd2BAdam4Replicas(C4SpmdLmBase):
+class C4Spmd2BAdam4Replicas(Bf16Scanned, C4SpmdLmBase):
     """GPT-3-style 2B-parameter LM on 4 chips: global batch 1 x 4 x 1 x 32 = 128."""
 
     NUM_LAYERS = 18
@@ -174,7 +229,7 @@ class C4Spmd2BAdam4Replicas(C4SpmdLmBase):
 
 
 @experiment_registry.register
-class C4Spmd16BAdam32Replicas(C4SpmdLmBase):
+class C4Spmd16BAdam32Replicas(Bf16Scanned, C4SpmdLmBase):
     """GPT-3-style 16B-parameter LM on 32 chips: global batch 1 x 16 x 2 x 16 = 512."""
 
     NUM_LAYERS = 36
@@ -186,7 +241,7 @@ class C4Spmd16BAdam32Replicas(C4SpmdLmBase):
 
 
 @experiment_registry.register
-class C4Spmd32BAdam64Replicas(C4SpmdLmBase):
+class C4Spmd32BAdam64Replicas(Bf16Scanned, C4SpmdLmBase):
     """GPT-3-style 32B-parameter LM on 64 chips: global batch 1 x 16 x 4 x 8 = 512."""
 
     NUM_LAYERS = 40
@@ -238,7 +293,10 @@ class C4SpmdGpt3AdamOrgHP(C4SpmdLmBase):
     LR_COS_DECAY_START = 266
     LR_COS_DECAY_END = 108_600
 
+    USE_REPEATED_LAYER = True
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
     EVAL_INTERVAL_STEPS = 100
+    SUMMARY_INTERVAL_STEPS = 10
     CHECKPOINT_EVERY_N_STEPS = 100
 
     def model(self) -> Any:
@@ -277,14 +335,32 @@ class C4SpmdGpt3AdamOrgHPBS1p5k1536Replicas(C4SpmdGpt3AdamOrgHP):
 
 
 @knob_group
-class Gpt3SmallSizes(LmCloudSpmd):
+class PipelineMesh(LmCloudSpmd):
+    """Preset: Pax's pipelined C4 runs: mesh axes ('stage', 'replica', 'data', 'mdl'),
+    the embedding table split over ('replica', 'data')."""
+
+    MESH_AXIS_NAMES = ("stage", "replica", "data", "mdl")
+    EMB_W_DATA_DIMS = ("replica", "data")
+
+
+@experiment_registry.register
+class C4SpmdPipelineAdam(PipelineMesh, C4SpmdAdam):
+    """Pax's registered pipelined C4 base: C4SpmdAdam's model in 2 stages on 8 chips,
+    global batch 1 x 8 = 8 in 4 microbatches of 2."""
+
+    NUM_STAGES = 2
+    MICROBATCH_SIZE = 2
+    ICI_MESH_SHAPE = (2, 1, 2, 2)
+
+
+@knob_group
+class Gpt3SmallSizes(PipelineMesh):
     """Preset: Pax's "small GPT-3" sizes and learning rate, pipelined over a 'stage' mesh axis.
 
     24 layers, model 3072, 24 heads of 128, vocabulary 51200 (Pax's own padding of
     50257, which splits over a 4-way 'mdl' axis), bfloat16, learning rate 2e-4.
     """
 
-    MESH_AXIS_NAMES = ("stage", "replica", "data", "mdl")
     NUM_LAYERS = 24
     NUM_HEADS = 24
     MODEL_DIMS = 3072
@@ -326,3 +402,132 @@ class C4SpmdPipelineGpt3SmallAdam8Replicas(Gpt3SmallSizes, C4SpmdGpt3AdamOrgHP):
     ICI_MESH_SHAPE = (2, 1, 2, 2)
     EVAL_INTERVAL_STEPS = 10
     SUMMARY_INTERVAL_STEPS = 5
+
+
+@experiment_registry.register
+class C4SpmdPipelineGpt3AdamOrgHPBS1p5k768Replicas(PipelineMesh, C4SpmdGpt3AdamOrgHP):
+    """GPT-3 175B in float32, 8 stages on 768 chips: global batch 2 x 768 = 1536.
+
+    Pax means 192 microbatches of 8, but its class misspells the knob
+    (``MICROBATCH_SIAZE``), so Pax runs 768 microbatches of 2 (the inherited
+    value); a microbatch of 2 cannot split over the 8 data-parallel devices, which
+    jit here refuses, so this runs Pax's intended 8. Vocabulary 51200 split over
+    the 12-way 'mdl' axis: 12 x 4267 = 51204 here (Pax's shard shape).
+    """
+
+    VOCAB_SIZE = 51204
+    PERCORE_BATCH_SIZE = 2
+    NUM_STAGES = 8
+    MICROBATCH_SIZE = 8
+    ICI_MESH_SHAPE = (8, 1, 8, 12)
+    FPROP_DTYPE = jnp.float32
+    CHECKPOINT_MAX_TO_KEEP = 100
+    EVAL_INTERVAL_STEPS = 25
+    SUMMARY_INTERVAL_STEPS = 1
+    CHECKPOINT_EVERY_N_STEPS = 50
+
+
+@knob_group
+class Gpt3MLPerfHP(PipelineMesh):
+    """Preset: Pax's MLPerf GPT-3 reference (``C4SpmdPipelineGpt3AdamMLPerfHP``): float32,
+    vocabulary 51200, and the learning rate, warmup and decay end derived from the
+    global batch (LEARNING_RATE and LR_COS_* None: see ``LrScheduleKnobs``)."""
+
+    VOCAB_SIZE = 51200
+    FPROP_DTYPE = jnp.float32
+    SUMMARY_INTERVAL_STEPS = 1
+    CHECKPOINT_MAX_TO_KEEP = 100
+    LEARNING_RATE = None
+    LR_COS_WARMUP = None
+    LR_COS_DECAY_START = None
+    LR_COS_DECAY_END = None
+
+
+@experiment_registry.register
+class C4SpmdPipelineGpt3AdamMLPerfHPBS1p5k768Replicas(Gpt3MLPerfHP, C4SpmdGpt3AdamOrgHP):
+    """MLPerf GPT-3, 8 stages on 768 chips: global batch 2 x 768 = 1536, microbatches of 8.
+
+    Vocabulary 51200 over the 12-way 'mdl' axis: 12 x 4267 = 51204 here (Pax's shard shape).
+    """
+
+    VOCAB_SIZE = 51204
+    PERCORE_BATCH_SIZE = 2
+    NUM_STAGES = 8
+    ICI_MESH_SHAPE = (8, 1, 8, 12)
+    MICROBATCH_SIZE = 8
+    EVAL_INTERVAL_STEPS = 16
+    CHECKPOINT_EVERY_N_STEPS = 32
+
+
+@experiment_registry.register
+class C4SpmdPipelineGpt3AdamMLPerfHPBS2k512Replicas(Gpt3MLPerfHP, C4SpmdGpt3AdamOrgHP):
+    """MLPerf GPT-3, 8 stages on 512 chips: global batch 4 x 512 = 2048, microbatches of 8."""
+
+    PERCORE_BATCH_SIZE = 4
+    NUM_STAGES = 8
+    ICI_MESH_SHAPE = (8, 1, 8, 8)
+    MICROBATCH_SIZE = 8
+    EVAL_INTERVAL_STEPS = 12
+    CHECKPOINT_EVERY_N_STEPS = 24
+
+
+@experiment_registry.register
+class C4SpmdPipelineGpt3AdamMLPerfHPBS3k768Replicas(Gpt3MLPerfHP, C4SpmdGpt3AdamOrgHP):
+    """MLPerf GPT-3, 4 stages on 768 chips: global batch 4 x 768 = 3072, microbatches of 16,
+    the microbatch buffer split over the stages (STREAM_IO).
+
+    Vocabulary 51200 over the 12-way 'mdl' axis: 12 x 4267 = 51204 here (Pax's shard shape).
+    """
+
+    VOCAB_SIZE = 51204
+    PERCORE_BATCH_SIZE = 4
+    NUM_STAGES = 4
+    ICI_MESH_SHAPE = (4, 1, 16, 12)
+    MICROBATCH_SIZE = 16
+    EVAL_INTERVAL_STEPS = 8
+    CHECKPOINT_EVERY_N_STEPS = 16
+    STREAM_IO = True
+
+
+@experiment_registry.register
+class C4SpmdPipelineGpt3AdamMLPerfHPBS4k1024Replicas(Gpt3MLPerfHP, C4SpmdGpt3AdamOrgHP):
+    """MLPerf GPT-3, 8 stages on 1024 chips: global batch 4 x 1024 = 4096, microbatches of 8,
+    STREAM_IO."""
+
+    PERCORE_BATCH_SIZE = 4
+    NUM_STAGES = 8
+    ICI_MESH_SHAPE = (8, 1, 8, 16)
+    MICROBATCH_SIZE = 8
+    EVAL_INTERVAL_STEPS = 6
+    CHECKPOINT_EVERY_N_STEPS = 12
+    STREAM_IO = True
+
+
+@experiment_registry.register
+class C4SpmdPipelineGpt3AdamMLPerfHPBS8k1024Replicas(Gpt3MLPerfHP, C4SpmdGpt3AdamOrgHP):
+    """MLPerf GPT-3, 4 stages on 1024 chips: global batch 8 x 1024 = 8192, microbatches of 16,
+    STREAM_IO."""
+
+    PERCORE_BATCH_SIZE = 8
+    NUM_STAGES = 4
+    ICI_MESH_SHAPE = (4, 1, 16, 16)
+    MICROBATCH_SIZE = 16
+    EVAL_INTERVAL_STEPS = 3
+    CHECKPOINT_EVERY_N_STEPS = 6
+    STREAM_IO = True
+
+
+@experiment_registry.register
+class C4SpmdGpt3L16AdamOrgHP(C4SpmdGpt3AdamOrgHP):
+    """GPT-3's shapes with 16 layers, bfloat16, on 64 chips: global batch 3 x 64 = 192.
+
+    Pax's vocabulary (50257) splits unevenly over the 4-way 'mdl' axis, which jit
+    here refuses; it is 4 x 12565 = 50260 here (the shard shape GSPMD gives Pax).
+    """
+
+    VOCAB_SIZE = 50260
+    NUM_LAYERS = 16
+    FPROP_DTYPE = jnp.bfloat16
+    PERCORE_BATCH_SIZE = 3
+    EVAL_INTERVAL_STEPS = 25_000
+    ICI_MESH_SHAPE = (1, 16, 4)

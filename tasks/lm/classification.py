@@ -2,7 +2,8 @@
 
 The model (``praxis_lite.models.ClassificationMlpModel``) classifies every token of
 a synthetic sequence on its own: ``ids [B, T]`` in, a class per token out, with
-``INPUT_DIM`` classes. Pax's catalogue leaves (SmallMlp, LargeMlp) are not here.
+``INPUT_DIM`` classes. Pax registers its catalogue leaves (SmallMlp, LargeMlp) in
+``lm_cloud``; they are in ``tasks.lm.lm_cloud`` here too.
 """
 
 from __future__ import annotations
@@ -45,6 +46,13 @@ class ClassificationModelAdam(AdamKnobs, LrScheduleKnobs, LoopKnobs):
       FPROP_DTYPE: compute dtype (weights stay float32).
       LEARNING_RATE, WEIGHT_DECAY, CLIP_GRADIENT_NORM_TO_VALUE: the optimizer, as above;
         the schedule and the loop: ``LrScheduleKnobs`` and ``LoopKnobs``.
+      MESH_SHAPE: Pax's name for this family's mesh ('replica', 'data', 'mdl'): when
+        set, it is the ICI_MESH_SHAPE.
+      MLP_WEIGHT_SHARDING, SOFTMAX_WEIGHT_SHARDING: Pax's per-weight mesh mappings;
+        None or all -1 (replicated, what Pax's leaves use) work; other mappings are
+        refused (split weights through LOGICAL_AXIS_RULES instead).
+      TRAINING_OPTIMIZED_SHARDING: Pax's switch between training and serving layouts;
+        True (training) is what paxlite does; False is refused.
     """
 
     NUM_LAYER: int = 8
@@ -55,9 +63,22 @@ class ClassificationModelAdam(AdamKnobs, LrScheduleKnobs, LoopKnobs):
     PERCORE_BATCH_SIZE = 16
     FPROP_DTYPE: Any = jnp.float32
 
+    MESH_SHAPE: tuple[int, ...] | None = None
+    MLP_WEIGHT_SHARDING: tuple[int | str, ...] | None = None
+    SOFTMAX_WEIGHT_SHARDING: tuple[int | str, ...] | None = None
+    TRAINING_OPTIMIZED_SHARDING: bool = True
+
     LEARNING_RATE = 1e-3
     WEIGHT_DECAY = 1e-3
     CLIP_GRADIENT_NORM_TO_VALUE = 5.0
+
+    def __init_subclass__(cls, **kwargs: Any) -> None:
+        """MESH_SHAPE, where a class sets it (and not ICI_MESH_SHAPE too), is its
+        ICI_MESH_SHAPE: Pax's spelling for this family."""
+        super().__init_subclass__(**kwargs)
+        own = vars(cls)
+        if own.get("MESH_SHAPE") is not None and "ICI_MESH_SHAPE" not in own:
+            cls.ICI_MESH_SHAPE = tuple(cls.MESH_SHAPE)
 
     NUM_TRAIN_STEPS = 10
     CHECKPOINT_EVERY_N_STEPS = 5
@@ -70,6 +91,19 @@ class ClassificationModelAdam(AdamKnobs, LrScheduleKnobs, LoopKnobs):
         for knob in ("NUM_LAYER", "INPUT_DIM", "HIDDEN_DIM", "OUTPUT_DIM", "MAX_SEQ_LEN"):
             if getattr(self, knob) < 1:
                 raise KnobError(f"{name}.{knob} = {getattr(self, knob)}; it must be at least 1.")
+        for knob in ("MLP_WEIGHT_SHARDING", "SOFTMAX_WEIGHT_SHARDING"):
+            mapping = getattr(self, knob)
+            if mapping is not None and any(axis != -1 for axis in mapping):
+                raise KnobError(
+                    f"{name}.{knob} = {mapping!r}: per-weight mesh mappings are not supported "
+                    "here; use None or all -1 (replicated) and split weights with "
+                    "LOGICAL_AXIS_RULES."
+                )
+        if not self.TRAINING_OPTIMIZED_SHARDING:
+            raise KnobError(
+                f"{name}.TRAINING_OPTIMIZED_SHARDING = False: paxlite lays weights out for "
+                "training only; remove the setting."
+            )
         if self.OUTPUT_DIM != self.INPUT_DIM:
             raise KnobError(
                 f"{name}: OUTPUT_DIM={self.OUTPUT_DIM} != INPUT_DIM={self.INPUT_DIM}; the MLP's "

@@ -192,6 +192,9 @@ class LoopKnobs(BaseExperiment):
     EVAL_INTERVAL_STEPS: eval every this many steps (0: at the end only).
     TARGET_LOG_PPLX: stop (with a checkpoint) after an eval whose log-perplexity
     is at most this (Pax's ``EarlyStoppingFn``); None: train to NUM_TRAIN_STEPS.
+    PROFILER_CAPTURE_STEP, PROFILER_NUM_STEPS, PROFILER_MIN_DURATION_SEC: Pax's
+    profiler knobs, declared with Pax's defaults; taking a trace is not built yet,
+    so a PROFILER_CAPTURE_STEP is refused.
     """
 
     NUM_TRAIN_STEPS: int = 500_000
@@ -200,6 +203,9 @@ class LoopKnobs(BaseExperiment):
     SUMMARY_INTERVAL_STEPS: int = 100
     EVAL_INTERVAL_STEPS: int = 0
     TARGET_LOG_PPLX: float | None = None
+    PROFILER_CAPTURE_STEP: int | None = None
+    PROFILER_NUM_STEPS: int = 2
+    PROFILER_MIN_DURATION_SEC: float = 1.0
 
     def validate(self) -> None:
         super().validate()
@@ -207,6 +213,12 @@ class LoopKnobs(BaseExperiment):
             self, 1, "CHECKPOINT_EVERY_N_STEPS", "SUMMARY_INTERVAL_STEPS", "CHECKPOINT_MAX_TO_KEEP"
         )
         _check_at_least(self, 0, "NUM_TRAIN_STEPS", "EVAL_INTERVAL_STEPS")
+        if self.PROFILER_CAPTURE_STEP is not None:
+            raise KnobError(
+                f"{type(self).__qualname__}.PROFILER_CAPTURE_STEP = {self.PROFILER_CAPTURE_STEP}: "
+                "profiler traces are not built yet; remove the setting (a JAX trace can be "
+                "taken with jax.profiler around a run meanwhile)."
+            )
 
     def single_task(self, model: config_lib.Config, learner: config_lib.Config) -> Any:
         """The ``SingleTask`` config of ``model`` and ``learner`` with this loop."""

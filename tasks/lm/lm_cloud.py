@@ -16,6 +16,7 @@ from praxis_lite import config as config_lib
 from praxis_lite.layers.embedding_softmax import PositionalEmbedding
 from praxis_lite.layers.repeats import AutodiffCheckpointType
 from praxis_lite.sharding import (
+    DATA_PARALLEL_RULES,
     EMBED,
     FSDP_AND_TENSOR_PARALLEL_RULES,
     HEAD_DIM,
@@ -24,9 +25,11 @@ from praxis_lite.sharding import (
     LAYERS,
     MLP,
     STAGES,
+    TABLE_EMBED,
     VOCAB,
 )
 from praxis_lite.synthetic_input import SyntheticLmInput
+from tasks.lm.classification import ClassificationModelAdam
 from tasks.lm.knob_groups import AdamKnobs, LoopKnobs, LrSchedule, LrScheduleKnobs, knob_group
 from tasks.lm.lm_knobs import TransformerLmKnobs
 from tasks.lm.model_params import Activation
@@ -43,9 +46,20 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs):
     the layers over that many stages along a 'stage' mesh axis (MESH_AXIS_NAMES
     ('stage', 'replica', 'data', 'mdl'), ICI x DCN devices on 'stage' equal to
     NUM_STAGES).
+
+    EMB_W_DATA_DIMS: the mesh axes the embedding table's model dim is split over
+    (Pax's knob, e.g. ('replica', 'data')); None: as every other weight's model
+    dim (the 'embed' rule of LOGICAL_AXIS_RULES).
     """
 
     LR_SCHEDULE = LrSchedule.LINEAR_RAMPUP_COSINE_DECAY
+    EMB_W_DATA_DIMS: str | tuple[str, ...] | None = None
+
+    def logical_axis_rules(self) -> tuple[tuple[str, Any], ...]:
+        rules = super().logical_axis_rules()
+        if self.EMB_W_DATA_DIMS is None:
+            return rules
+        return ((TABLE_EMBED, self.EMB_W_DATA_DIMS), *rules)
 
     def validate(self) -> None:
         """Sizes are positive, heads divide the model dims, and weights split evenly on the mesh."""
@@ -172,13 +186,23 @@ class PaxTransformerLm(LmCloudSpmd):
     """Pax's decoder-only Transformer (``TransformerLmSpmdAdafactor``), shared by its catalogues.
 
     Pax's choices: GELU, no RoPE but sinusoidal absolute positions (praxis's
-    default; a learned table with TRAINABLE_POSITION_EMB), 128 dims per head with NUM_HEADS x DIMS_PER_HEAD
-    == MODEL_DIMS, one combined q/k/v weight without biases (feed-forward biases
-    kept), attention logits capped at 50 and softmax logits at 30, repeated
+    default; a learned table with TRAINABLE_POSITION_EMB), 128 dims per head
+    with NUM_HEADS x DIMS_PER_HEAD == MODEL_DIMS, one combined q/k/v weight
+    without biases (feed-forward biases kept), attention logits capped at 50 and softmax logits at 30, repeated
     layers, weights split over 'data' (FSDP) and 'mdl' (tensor parallelism),
     gradients clipped at global norm 5. Subclasses set the input, the optimizer
     details, the sizes and the mesh.
+
+    Pax's other model knobs: EMBEDDING_LOOKUP_STYLE ('index' or 'matmul': how
+    token ids pick table rows; the same vectors). NORM_POLICY 'pre' (norms before
+    attention and feed-forward) is the one built here; USE_FP8 and RELATIVE_BIAS
+    True are refused with the reason.
     """
+
+    EMBEDDING_LOOKUP_STYLE: str = "index"
+    NORM_POLICY: str = "pre"
+    USE_FP8: bool = False
+    RELATIVE_BIAS: bool = False
 
     DIMS_PER_HEAD = 128
     ACTIVATION_CLS = Activation.GELU
@@ -193,12 +217,39 @@ class PaxTransformerLm(LmCloudSpmd):
 
     def model(self) -> config_lib.Config:
         model = super().model()
+        lm = model.lm_tpl
         if not self.TRAINABLE_POSITION_EMB:
-            model.lm_tpl.position_emb_tpl = PositionalEmbedding.HParams.config()
+            lm.position_emb_tpl = PositionalEmbedding.HParams.config()
+        table = lm.embedding_tpl if self.SEPARATE_EMBEDDING else lm.softmax_tpl
+        table.lookup_style = self.EMBEDDING_LOOKUP_STYLE
         return model
+
+    def _refuse_unsupported(self) -> None:
+        """Pax's model knobs that have no counterpart here stop with the reason."""
+        name = type(self).__qualname__
+        refused = {
+            "USE_FP8": (self.USE_FP8, "fp8 matmuls are not supported; train in bfloat16"),
+            "RELATIVE_BIAS": (
+                self.RELATIVE_BIAS,
+                "T5's relative position bias comes with the encoder-decoder models; use "
+                "USE_ROTARY_POSITION_EMB or the absolute position embeddings",
+            ),
+            "NORM_POLICY": (
+                self.NORM_POLICY != "pre",
+                f"only 'pre' (norms before each sub-layer) is built, got {self.NORM_POLICY!r}",
+            ),
+            "EMBEDDING_LOOKUP_STYLE": (
+                self.EMBEDDING_LOOKUP_STYLE not in ("index", "matmul"),
+                f"use 'index' or 'matmul', got {self.EMBEDDING_LOOKUP_STYLE!r}",
+            ),
+        }
+        for knob, (bad, why) in refused.items():
+            if bad:
+                raise KnobError(f"{name}.{knob}: {why}.")
 
     def validate(self) -> None:
         super().validate()
+        self._refuse_unsupported()
         if (
             self.DIMS_PER_HEAD is not None
             and self.NUM_HEADS * self.DIMS_PER_HEAD != self.MODEL_DIMS
@@ -218,8 +269,9 @@ class PaxTransformerLm(LmCloudSpmd):
 class LmCloudSpmdSynthetic(PaxTransformerLm):
     """Pax's LmCloudSpmd settings on uniform random tokens (a fixed-shape benchmark input).
 
-    Beyond PaxTransformerLm: Pax's ``set_default_adam`` schedule (``linear_rampup_exponential_decay``:
-    warmup 4000, decay from 4001 to 0.1 x peak at 300,000; the LR_LRED_* defaults).
+    Beyond PaxTransformerLm: Pax's ``set_default_adam`` schedule
+    (``linear_rampup_exponential_decay``: warmup 4000, decay from 4001 to 0.1 x
+    peak at 300,000; the LR_LRED_* defaults).
     Leaves set the sizes, PERCORE_BATCH_SIZE and mesh shapes.
     """
 
@@ -390,6 +442,25 @@ class LmCloudSpmdPipeline9B(LmCloudSpmdPipeline):
     ICI_MESH_SHAPE = (16, 4, 1, 1)
 
 
+@experiment_registry.register
+class LmCloudSpmdPipeline175B(LmCloudSpmdPipeline):
+    """GPT-3 175B shapes (96 layers of 96 heads x 128, sequences of 2048) in 8 stages across
+    8 hosts of 16 GPUs, 16-way tensor parallel in each: global batch 0.75 x 128 = 96 in 48
+    microbatches of 2 (Pax: "works on 8 hosts * 16 A100s")."""
+
+    MICROBATCH_SIZE = 2
+    PERCORE_BATCH_SIZE = 0.75
+    NUM_STAGES = 8
+    NUM_LAYERS = 96
+    MODEL_DIMS = 12288
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = 96
+    MAX_SEQ_LEN = 2048
+    CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
+    ICI_MESH_SHAPE = (1, 1, 1, 16)
+    DCN_MESH_SHAPE = (8, 1, 1, 1)
+
+
 @knob_group
 class Pipeline2BOnTwoSlices(LmCloudSpmd):
     """Preset: LmCloudSpmd2B's sizes in 2 stages across two 4-chip slices (global batch 128)."""
@@ -426,3 +497,76 @@ class LmCloudSpmdPipelineMultislice2BCircular(Pipeline2BOnTwoSlices, LmCloudSpmd
 
     CIRCULAR_REPEAT = 3
     MICROBATCH_SIZE = 8
+
+
+# Pax's data-parallel (pmap) LM: here one 'data' axis over every device of the job.
+
+
+@experiment_registry.register
+class LmCloudTransformerAdam(LmCloudSpmdSynthetic):
+    """Pax's pmap Transformer LM (``TransformerLmPmapAdam``): 32 layers of 16 heads x 64,
+    ReLU, separate q/k/v weights without biases, float32, unscanned, trained data-parallel
+    over all of the job's devices (ICI_MESH_SHAPE (1, -1, 1)): global batch 16 x devices.
+
+    Pax's pmap keeps a whole replica on every device; the same holds here
+    (DATA_PARALLEL_RULES: only the batch is split).
+    """
+
+    NUM_LAYERS = 32
+    MODEL_DIMS = 1024
+    HIDDEN_DIMS = MODEL_DIMS * 4
+    NUM_HEADS = 16
+    DIMS_PER_HEAD = None
+    ACTIVATION_CLS = Activation.RELU
+    COMBINE_QKV = False
+    SOFTMAX_CAP_LOGITS = 0.0
+    USE_REPEATED_LAYER = False
+    FPROP_DTYPE = jnp.float32
+    LEARNING_RATE = 1e-3
+    PERCORE_BATCH_SIZE = 16
+    ICI_MESH_SHAPE = (1, -1, 1)
+    LOGICAL_AXIS_RULES = DATA_PARALLEL_RULES
+
+
+@experiment_registry.register
+class LmCloudTransformerAdamTest(LmCloudTransformerAdam):
+    """LmCloudTransformerAdam with 2 layers."""
+
+    NUM_LAYERS = 2
+
+
+@experiment_registry.register
+class LmCloudTransformerAdamLimitSteps(LmCloudTransformerAdam):
+    """LmCloudTransformerAdam with 10 layers, for 2000 steps."""
+
+    NUM_LAYERS = 10
+    NUM_TRAIN_STEPS = 2000
+
+
+# Pax's MLP experiments (registered in Pax's lm_cloud module): 8-way data parallel.
+
+
+@experiment_registry.register
+class LargeMlp(ClassificationModelAdam):
+    """Pax's 8-layer MLP with large hidden dims (4096 -> 7168 -> 4096), on 8 devices."""
+
+    NUM_LAYER = 8
+    INPUT_DIM = 4096
+    OUTPUT_DIM = 4096
+    HIDDEN_DIM = 7168
+    MESH_SHAPE = (8, 1, 1)
+    MLP_WEIGHT_SHARDING = (-1, -1)
+    SOFTMAX_WEIGHT_SHARDING = (-1, -1)
+
+
+@experiment_registry.register
+class SmallMlp(ClassificationModelAdam):
+    """Pax's 8-layer MLP with small hidden dims (1024 throughout), on 8 devices."""
+
+    NUM_LAYER = 8
+    INPUT_DIM = 1024
+    OUTPUT_DIM = 1024
+    HIDDEN_DIM = 1024
+    MESH_SHAPE = (8, 1, 1)
+    MLP_WEIGHT_SHARDING = (-1, -1)
+    SOFTMAX_WEIGHT_SHARDING = (-1, -1)

@@ -45,7 +45,8 @@ class TransformerLmKnobs(BaseExperiment):
     CHECKPOINT_POLICY (remat inside the scan), and the pipeline: NUM_STAGES > 1
     splits the layers over that many stages, the batch cut into microbatches of
     MICROBATCH_SIZE or into NUM_MICROBATCHES (default NUM_STAGES); CIRCULAR_REPEAT
-    virtual stages per device. FPROP_DTYPE: the compute dtype (weights float32).
+    virtual stages per device, STREAM_IO (the microbatch buffer split over the stages).
+    FPROP_DTYPE: the compute dtype (weights float32).
     """
 
     NUM_LAYERS: int
@@ -77,6 +78,7 @@ class TransformerLmKnobs(BaseExperiment):
     MICROBATCH_SIZE: int | None = None
     NUM_MICROBATCHES: int | None = None
     CIRCULAR_REPEAT: int = 1
+    STREAM_IO: bool = False
 
     def model(self) -> config_lib.Config:
         """The ``LanguageModel`` config around a ``TransformerLm`` of these knobs."""
@@ -105,6 +107,7 @@ class TransformerLmKnobs(BaseExperiment):
                 num_microbatches=self.NUM_MICROBATCHES,
                 microbatch_size=self.MICROBATCH_SIZE,
                 circular_repeat=self.CIRCULAR_REPEAT,
+                stream_io=self.STREAM_IO,
             )
             stack.stage_tpl.num_layers = self.NUM_LAYERS // (self.NUM_STAGES * self.CIRCULAR_REPEAT)
             stack.stage_tpl.checkpoint_policy = self.CHECKPOINT_POLICY

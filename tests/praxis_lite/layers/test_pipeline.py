@@ -176,6 +176,7 @@ def test_dropout_differs_per_microbatch_and_is_reproducible():
         (dict(microbatch_size=3), 8, "microbatches of 3"),
         (dict(num_microbatches=2, microbatch_size=4), 8, "not both"),
         (dict(num_microbatches=2, circular_repeat=2), 8, "at least as many microbatches"),
+        (dict(num_microbatches=6, stream_io=True), 12, "6 microbatches over the 4 stages"),
     ],
 )
 def test_bad_batch_or_schedule_is_named(fields, batch, message):
@@ -241,3 +242,24 @@ def test_aux_losses_and_summaries_recorded_in_stages_match_the_plain_stack(stage
     for a, b in zip(jax.tree_util.tree_leaves(got), jax.tree_util.tree_leaves(want), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
     np.testing.assert_allclose(got_aux, want_aux, rtol=1e-5)
+
+
+def test_stream_io_splits_the_microbatch_buffer_and_computes_the_same():
+    """Pax's stream_io: the [M, mb, T, D] buffer lives split over the stages; same numbers."""
+    x, side = _inputs()
+    pipe = _pipeline(2, 1, AutodiffCheckpointType.NONE, num_microbatches=4, stream_io=True)
+    mesh = Mesh(np.array(jax.devices()).reshape(2, 1, 2, 2), ("stage", "replica", "data", "mdl"))
+    rules = filter_rules_for_mesh(DEFAULT_RULES, mesh)
+    plain_params, ((r_loss, r_out), _) = _reference()
+    with nn.logical_axis_rules(rules):
+        abstract = jax.eval_shape(lambda: pipe.init(jax.random.key(0), x))["params"]
+        shardings = strip_boxes(logical_shardings(abstract, mesh, rules))
+    params = jax.device_put({"repeat": {"block": _to_pipelined(plain_params, 1)}}, shardings)
+    with jax.set_mesh(mesh), nn.logical_axis_rules(rules):
+        step = jax.jit(lambda p: _loss(pipe, p, x, side))
+        hlo = step.lower(params).as_text()
+        p_loss, p_out = step(params)
+    # The [M=4, mb, T, D] buffer is constrained with 'stage' on its microbatch dimension.
+    assert re.search(r'\[\{"stage"\}, \{"replica", "data"\}, \{\}, \{\}\]> : tensor<4x', hlo)
+    np.testing.assert_allclose(p_out, r_out, rtol=1e-5, atol=1e-5)
+    np.testing.assert_allclose(p_loss, r_loss, rtol=1e-5)

@@ -188,10 +188,10 @@ class PaxTransformerLm(LmCloudSpmd):
     Pax's choices: GELU, no RoPE but sinusoidal absolute positions (praxis's
     default; a learned table with TRAINABLE_POSITION_EMB), 128 dims per head
     with NUM_HEADS x DIMS_PER_HEAD == MODEL_DIMS, one combined q/k/v weight
-    without biases (feed-forward biases kept), attention logits capped at 50 and softmax logits at 30, repeated
-    layers, weights split over 'data' (FSDP) and 'mdl' (tensor parallelism),
-    gradients clipped at global norm 5. Subclasses set the input, the optimizer
-    details, the sizes and the mesh.
+    without biases (feed-forward biases kept), attention logits capped at 50 and
+    softmax logits at 30, repeated layers, weights split over 'data' (FSDP) and
+    'mdl' (tensor parallelism), gradients clipped at global norm 5. Subclasses set
+    the input, the optimizer details, the sizes and the mesh.
 
     Pax's other model knobs: EMBEDDING_LOOKUP_STYLE ('index' or 'matmul': how
     token ids pick table rows; the same vectors). NORM_POLICY 'pre' (norms before

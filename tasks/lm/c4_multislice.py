@@ -41,16 +41,18 @@ class C4Spmd22BAdam1xv4_128(Model22B, C4SpmdLmBase):
 
 
 @experiment_registry.register
-class C4Spmd22BAdam2xv4_128(C4Spmd22BAdam1xv4_128):
+class C4Spmd22BAdam2xv4_128(Model22B, C4SpmdLmBase):
     """22B on two v4-128 slices: global batch 2 x 64 x 16 = 2048."""
 
+    ICI_MESH_SHAPE = (1, 64, 1)
     DCN_MESH_SHAPE = (2, 1, 1)
 
 
 @experiment_registry.register
-class C4Spmd22BAdam4xv4_128(C4Spmd22BAdam1xv4_128):
+class C4Spmd22BAdam4xv4_128(Model22B, C4SpmdLmBase):
     """22B on four v4-128 slices: global batch 4 x 64 x 16 = 4096."""
 
+    ICI_MESH_SHAPE = (1, 64, 1)
     DCN_MESH_SHAPE = (4, 1, 1)
 
 

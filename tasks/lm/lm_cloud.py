@@ -71,6 +71,7 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs):
         kv_heads = self.NUM_KV_HEADS or self.NUM_HEADS
         sizes = {
             EMBED: ("MODEL_DIMS", self.MODEL_DIMS),
+            TABLE_EMBED: ("MODEL_DIMS", self.MODEL_DIMS),
             MLP: ("HIDDEN_DIMS", self.HIDDEN_DIMS),
             HEADS: ("NUM_HEADS", self.NUM_HEADS),
             KV_HEADS: ("NUM_KV_HEADS" if self.NUM_KV_HEADS else "NUM_HEADS", kv_heads),

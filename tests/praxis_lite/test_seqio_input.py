@@ -227,6 +227,21 @@ def test_resume_is_exact(task):
     assert_batches_equal([resumed.get_next() for _ in range(3)], expected[5:])
 
 
+def test_num_batches_to_skip_starts_later_and_resumes_exactly(task):
+    """Pax's num_batches_to_skip (TRAINING_NUM_BATCHES_TO_SKIP): the stream starts k batches in;
+    its state counts only what it read, and a resume skips both."""
+    kwargs = dict(feature_converter_pack=True, seed=7)
+    expected = [b for b, _ in zip(iter(make(task, **kwargs).get_next, None), range(8))]
+
+    skipping = make(task, num_batches_to_skip=3, **kwargs)
+    assert_batches_equal([skipping.get_next() for _ in range(2)], expected[3:5])
+    state = skipping.get_state()
+    assert state["num_batches"] == 2
+    resumed = make(task, num_batches_to_skip=3, **kwargs)
+    resumed.set_state(state)
+    assert_batches_equal([resumed.get_next() for _ in range(3)], expected[5:8])
+
+
 def test_reset_after_the_sample_batch_replays_it(task):
     """The trainer reads a sample batch, then resets; the stream must start over exactly."""
     expected = [make(task, seed=3).get_next()]

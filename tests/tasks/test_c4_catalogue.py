@@ -38,6 +38,21 @@ GLOBAL_BATCH = {
     "C4Spmd22BAdam2xv4_8": 128,
     "C4Spmd22BAdam4xv4_8": 256,
     "C4SpmdGpt3AdamDataParallel2x16x16": 256,
+    "C4SpmdAdam": 8,
+    "LmCloudSpmdAdam": 128,
+    "LmCloudSpmdAdamLimitSteps": 128,
+    "C4SpmdGpt3L16AdamOrgHP": 192,
+    "C4Spmd22BAdamMaxText": 128,
+    "C4Spmd22BAdam1xv4_128LimitSteps": 1024,
+    "C4Spmd22BAdam2xv4_128LimitSteps": 2048,
+    "C4Spmd22BAdam4xv4_128LimitSteps": 4096,
+    "C4Spmd22BAdam1xv4_8LimitSteps": 64,
+    "C4Spmd22BAdam2xv4_8LimitSteps": 128,
+    "C4Spmd22BAdam4xv4_8LimitSteps": 256,
+    "C4Spmd22BAdam1xv4_384": 1920,
+    "C4Spmd22BAdam2xv4_384": 3840,
+    "C4Spmd32BAdam1xv5_256": 256,
+    "C4Spmd32BAdam2xv5_256": 512,
 }
 CATALOGUE = [
     cls
@@ -52,12 +67,14 @@ def test_catalogue_is_registered():
 
 
 def _named_size(name: str) -> float | None:
-    """The size the name says; None for Pax's small v4-8 stand-ins under the 22B name."""
-    if name.endswith("v4_8"):
+    """The size the name says; None for Pax's small v4-8 stand-ins under the 22B name and
+    for names without a size (the family bases, GPT-3's 16-layer cut)."""
+    if "v4_8" in name or "L16" in name:
         return None
     if "Gpt3" in name:
         return 175e9
-    return int(re.search(r"Spmd(\d+)B", name).group(1)) * 1e9
+    size = re.search(r"Spmd(\d+)B", name)
+    return int(size.group(1)) * 1e9 if size else None
 
 
 @pytest.mark.parametrize("cls", CATALOGUE, ids=_ids)
@@ -85,7 +102,10 @@ def test_params_shard_evenly_on_its_mesh(cls: type):
     _assert_params_shard_evenly(cls)
 
 
-@pytest.mark.parametrize("cls", CATALOGUE, ids=_ids)
+_C4_INPUT = [cls for cls in CATALOGUE if issubclass(cls, c4.C4SpmdLmBase)]
+
+
+@pytest.mark.parametrize("cls", _C4_INPUT, ids=[cls.__name__ for cls in _C4_INPUT])
 def test_datasets_register_the_task_without_reading_files(cls: type):
     overrides = {"VOCAB_PATH": "/nowhere/spm.model", "C4_TASK_NAME": "c4_catalogue"}
     # One CPU device here: a whole per-device batch keeps the per-host batch whole.

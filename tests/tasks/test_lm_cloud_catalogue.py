@@ -34,10 +34,14 @@ GLOBAL_BATCH = {
     "LmCloudSpmd1024B": 4096,
     "LmCloudSpmdMultislice2B": 128,
 }
-CATALOGUE = [  # Pipelined leaves: tests/tasks/test_pipeline_catalogue.py.
+CATALOGUE = [  # Pipelined leaves: tests/tasks/test_pipeline_catalogue.py; the MLPs and the
+    # data-parallel (pmap) LMs over all devices: tests/tasks/test_pax_catalogue.py.
     cls
     for cls in experiment_registry.get_all().values()
-    if cls.__module__ == lm_cloud.__name__ and cls.NUM_STAGES == 1
+    if cls.__module__ == lm_cloud.__name__
+    and issubclass(cls, lm_cloud.LmCloudSpmd)
+    and cls.NUM_STAGES == 1
+    and -1 not in cls.ICI_MESH_SHAPE
 ]
 _ids = [cls.__name__ for cls in CATALOGUE]
 
@@ -71,10 +75,13 @@ def _abstract_params(cls: type) -> Any:
 
 
 def _param_count(cls: type) -> int:
-    """The number of parameters; the stack's weights are stacked NUM_LAYERS deep."""
+    """The number of parameters; a scanned stack's weights are stacked NUM_LAYERS deep."""
     params = jax.tree_util.tree_leaves(_abstract_params(cls), is_leaf=_is_box)
     stacked = [p for p in params if LAYERS in p.names]
-    assert stacked and all(p.value.shape[0] == cls.NUM_LAYERS for p in stacked)
+    if cls.USE_REPEATED_LAYER:
+        assert stacked and all(p.value.shape[0] == cls.NUM_LAYERS for p in stacked)
+    else:  # Pax's unscanned bases: one set of weights per layer.
+        assert not stacked
     return sum(math.prod(p.value.shape) for p in params)
 
 

@@ -29,11 +29,22 @@ EXPECTED = {
     "LmCloudSpmdPipeline9B": (512, 128, 9.80),
     "LmCloudSpmdPipelineMultislice2B": (128, 32, 2.14),
     "LmCloudSpmdPipelineMultislice2BCircular": (128, 16, 2.14),
+    "LmCloudSpmdPipeline175B": (96, 48, 174.35),
+    "C4SpmdPipelineAdam": (8, 4, 1.27),
+    # GPT-3 175B: 174.6B plus the 16384-row learned position table.
+    "C4SpmdPipelineGpt3AdamOrgHPBS1p5k768Replicas": (1536, 192, 174.79),
+    "C4SpmdPipelineGpt3AdamMLPerfHPBS1p5k768Replicas": (1536, 192, 174.79),
+    "C4SpmdPipelineGpt3AdamMLPerfHPBS2k512Replicas": (2048, 256, 174.79),
+    "C4SpmdPipelineGpt3AdamMLPerfHPBS3k768Replicas": (3072, 192, 174.79),
+    "C4SpmdPipelineGpt3AdamMLPerfHPBS4k1024Replicas": (4096, 512, 174.79),
+    "C4SpmdPipelineGpt3AdamMLPerfHPBS8k1024Replicas": (8192, 512, 174.79),
 }
 CATALOGUE = [
     cls
     for cls in experiment_registry.get_all().values()
-    if cls.__module__ in (c4.__name__, lm_cloud.__name__) and cls.NUM_STAGES > 1
+    if cls.__module__ in (c4.__name__, lm_cloud.__name__)
+    and issubclass(cls, lm_cloud.LmCloudSpmd)
+    and cls.NUM_STAGES > 1
 ]
 _ids = [cls.__name__ for cls in CATALOGUE]
 

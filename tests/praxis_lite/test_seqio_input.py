@@ -231,7 +231,8 @@ def test_num_batches_to_skip_starts_later_and_resumes_exactly(task):
     """Pax's num_batches_to_skip (TRAINING_NUM_BATCHES_TO_SKIP): the stream starts k batches in;
     its state counts only what it read, and a resume skips both."""
     kwargs = dict(feature_converter_pack=True, seed=7)
-    expected = [b for b, _ in zip(iter(make(task, **kwargs).get_next, None), range(8))]
+    reference = make(task, **kwargs)
+    expected = [reference.get_next() for _ in range(8)]
 
     skipping = make(task, num_batches_to_skip=3, **kwargs)
     assert_batches_equal([skipping.get_next() for _ in range(2)], expected[3:5])

@@ -357,6 +357,8 @@ def _check_class_knobs(cls: type[BaseExperiment]) -> None:
             member = enum_member_of(value, tp) if name in own else None
             if member is not None:  # Pax's spelling of an enum knob: stored as the member.
                 setattr(cls, name, value := member)
+            if isinstance(value, list) and matches_type(tuple(value), tp):
+                setattr(cls, name, value := tuple(value))  # Pax's lists for tuple knobs.
             if value is not MISSING and not matches_type(value, tp):
                 raise KnobError(_type_mismatch(cls, name, value, tp))
 

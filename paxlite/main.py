@@ -166,7 +166,7 @@ def _run(job: Job, mode: Mode) -> periodic_actions.RunResult | None:
         return None
     return train.run(
         job,
-        evaluate=mode is Mode.TRAIN_AND_EVAL,
+        evaluate=True,  # Pax's --mode=train evaluates too, every EVAL_INTERVAL_STEPS.
         stop_at_step=FLAGS.stop_at_step,
         peak_tflops=FLAGS.peak_tflops,
         flops_definition=definition,

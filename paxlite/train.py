@@ -130,7 +130,7 @@ def _prepare(
 
 
 def _evaluation_actions(job: Job, run: train_setup.RunState, evaluate: bool) -> list[Any]:
-    """Eval (and, with decoder inputs and a decode interval, decode) actions of a train_and_eval."""
+    """Eval actions, and decode actions when the job has decoder inputs and a decode interval."""
     task = job.task
     if not evaluate:
         return []
@@ -139,7 +139,7 @@ def _evaluation_actions(job: Job, run: train_setup.RunState, evaluate: bool) -> 
         eval_step = train_setup.jit_eval_step(job, run.shardings.params)
         evaluator = eval_lib.Evaluator(eval_step, job.eval_inputs, job.job_log_dir, job.to_global)
         actions.append(Evaluation(task.eval_interval_steps, evaluator, task.target_log_pplx))
-    if task.decode_interval_steps:
+    if task.decode_interval_steps and job.decoder_inputs:
         program = decode_lib.DecodeProgram.for_job(job, run.shardings.params)
         actions.append(Decoding(task.decode_interval_steps, program))
     return actions

@@ -150,7 +150,7 @@ def test_non_knob_attributes_are_not_checked():
         ("ACTIVATION_CLS", "swish"),
         ("HIDDEN_DIMS", (8, 8)),
         ("HIDDEN_DIMS", [8, "8"]),
-        ("ICI_MESH_SHAPE", [1, 2, 1]),
+        ("ICI_MESH_SHAPE", [1, "2", 1]),
         ("ICI_MESH_SHAPE", (1, "2", 1)),
         ("DEPTH", 1.5),
         ("SEED", None),
@@ -161,11 +161,15 @@ def test_wrong_type_fails_at_class_creation(knob: str, value: Any):
         type("Bad", (Lm,), {knob: value})
 
 
-def test_list_for_tuple_knob_error_shows_tuple_syntax():
+def test_a_list_for_a_tuple_knob_is_paxs_spelling_and_becomes_the_tuple():
+    class ListMesh(Lm):
+        ICI_MESH_SHAPE = [1, 2, 1]  # noqa: RUF012  (Pax's files write mesh shapes as lists)
+
+    assert ListMesh.ICI_MESH_SHAPE == (1, 2, 1)
     with pytest.raises(KnobError, match=r"tuple\[int, \.\.\.\].*\(a tuple: \(1, 2\)"):
 
-        class ListMesh(Lm):
-            ICI_MESH_SHAPE = [1, 2, 1]  # noqa: RUF012
+        class BadListMesh(Lm):
+            ICI_MESH_SHAPE = [1, "2", 1]  # noqa: RUF012
 
 
 @pytest.mark.parametrize(

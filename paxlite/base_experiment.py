@@ -57,6 +57,7 @@ RENAMED_KNOBS = {
     "LR_DECAY_END": "LR_LRED_DECAY_END (or LR_COS_DECAY_END for a cosine LR_SCHEDULE)",
     "LR_DECAY_MIN_RATIO": "LR_LRED_MIN_RATIO (or LR_COS_MIN_RATIO for a cosine LR_SCHEDULE)",
     "LR_MIN_RATIO": "LR_LRED_MIN_RATIO",
+    "C4_TASK_NAME": "TRAIN_MIXTURE",
 }
 _E = TypeVar("_E", bound="BaseExperiment")
 

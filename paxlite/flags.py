@@ -52,10 +52,11 @@ flags.DEFINE_enum_class(
     "What to run. train: train, evaluating the experiment's eval inputs every "
     "EVAL_INTERVAL_STEPS and at the end (Pax's train). train_and_eval: the same, and also "
     "decodes every task.decode_interval_steps. decode: decode the experiment's "
-    "decoder_datasets() with the latest checkpoint. compile: a dry run that builds the experiment's mesh from fake CPU devices, "
-    "compiles the train step on abstract arrays and prints sizes and FLOPs. benchmark: time "
-    "the train step on the experiment's data (fresh parameters, no checkpoints) and write "
-    "benchmark.json/.md/.png into --job_log_dir.",
+    "decoder_datasets() with the latest checkpoint. compile: a dry run that builds the "
+    "experiment's mesh from fake CPU devices, compiles the train step on abstract arrays "
+    "and prints sizes and FLOPs. benchmark: time the train step on the experiment's data "
+    "(fresh parameters, no checkpoints) and write benchmark.json/.md/.png into "
+    "--job_log_dir.",
 )
 flags.DEFINE_float(
     "peak_tflops",

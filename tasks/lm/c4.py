@@ -84,7 +84,10 @@ class C4SpmdLmBase(PaxTransformerLm):
 
     Attributes (knobs, beyond LmCloudSpmd's):
       VOCAB_PATH: the SentencePiece model (Pax's, on GCS, by default; a local path works).
-      C4_TASK_NAME: the SeqIO task name the C4 task is registered under.
+      TRAIN_MIXTURE: the SeqIO task the C4 task is registered under (with VOCAB_PATH) and
+        training reads ('train' split).
+      EVAL_MIXTURE: a registered SeqIO task or mixture whose 'validation' split eval
+        reads; None: TRAIN_MIXTURE's.
       PACKED_INPUT: pack several documents' pieces into each training row.
       TRAINING_SEED: seed of the training input's shuffle (Pax's 9876); the eval
         input reads in order.
@@ -94,7 +97,8 @@ class C4SpmdLmBase(PaxTransformerLm):
     """
 
     VOCAB_PATH: str = GPT_SPM_PATH
-    C4_TASK_NAME: str = C4_TASK_NAME
+    TRAIN_MIXTURE: str = C4_TASK_NAME
+    EVAL_MIXTURE: str | None = None
     PACKED_INPUT: bool = True
     TRAINING_SEED: int = 9876
     TRAINING_NUM_BATCHES_TO_SKIP: int | None = None
@@ -112,15 +116,15 @@ class C4SpmdLmBase(PaxTransformerLm):
 
     def datasets(self) -> list[Any]:
         """Registers the C4 task with VOCAB_PATH; returns the train and validation inputs."""
-        register_c4_task(self.C4_TASK_NAME, vocab_path=self.VOCAB_PATH)
+        register_c4_task(self.TRAIN_MIXTURE, vocab_path=self.VOCAB_PATH)
         common = dict(
-            mixture_name=self.C4_TASK_NAME,
             task_feature_lengths={"targets": self.MAX_SEQ_LEN},
             model_vocab_size=self.VOCAB_SIZE,
             data_flag="--tfds_data_dir=DIR",
         )
         train = config_lib.Config(
             SeqIOInput,
+            mixture_name=self.TRAIN_MIXTURE,
             split_name="train",
             feature_converter_pack=self.PACKED_INPUT,
             batch_size=self.infeed_batch_size(),
@@ -131,6 +135,7 @@ class C4SpmdLmBase(PaxTransformerLm):
         evaluation = config_lib.Config(
             SeqIOInput,
             name="validation",
+            mixture_name=self.EVAL_MIXTURE or self.TRAIN_MIXTURE,
             split_name="validation",
             is_training=False,
             reset_for_eval=True,

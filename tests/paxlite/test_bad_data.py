@@ -235,7 +235,7 @@ def _spm_not_a_model(tmp, good):
 
 def _c4(tfds_dir: pathlib.Path, good) -> list[str]:
     # A task per case: seqio's TFDS loader keeps the data dir it first saw.
-    task = f"--set=C4_TASK_NAME=c4_{tfds_dir.parent.name}"
+    task = f"--set=TRAIN_MIXTURE=c4_{tfds_dir.parent.name}"
     return [f"--tfds_data_dir={tfds_dir}", f"--set=VOCAB_PATH={good['spm']}", task, *C4_SMALL]
 
 

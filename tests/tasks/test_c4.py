@@ -187,7 +187,7 @@ def test_c4_1b_experiment_is_paxs():
 
 def test_datasets_register_the_task_without_reading_files():
     cls = base_experiment.with_overrides(
-        c4.C4Spmd1BAdam4Replicas, {"VOCAB_PATH": "/nowhere/spm.model", "C4_TASK_NAME": "c4_lazy"}
+        c4.C4Spmd1BAdam4Replicas, {"VOCAB_PATH": "/nowhere/spm.model", "TRAIN_MIXTURE": "c4_lazy"}
     )
     train_cfg, eval_cfg = cls().datasets()
     assert seqio.get_mixture_or_task("c4_lazy").output_features["targets"].add_eos
@@ -218,7 +218,7 @@ TINY = {
     "NUM_TRAIN_STEPS": 12,
     "SUMMARY_INTERVAL_STEPS": 1,
     "CHECKPOINT_EVERY_N_STEPS": 1000,
-    "C4_TASK_NAME": "c4_exp",
+    "TRAIN_MIXTURE": "c4_exp",
 }
 
 

@@ -107,7 +107,7 @@ _C4_INPUT = [cls for cls in CATALOGUE if issubclass(cls, c4.C4SpmdLmBase)]
 
 @pytest.mark.parametrize("cls", _C4_INPUT, ids=[cls.__name__ for cls in _C4_INPUT])
 def test_datasets_register_the_task_without_reading_files(cls: type):
-    overrides = {"VOCAB_PATH": "/nowhere/spm.model", "C4_TASK_NAME": "c4_catalogue"}
+    overrides = {"VOCAB_PATH": "/nowhere/spm.model", "TRAIN_MIXTURE": "c4_catalogue"}
     # One CPU device here: a whole per-device batch keeps the per-host batch whole.
     exp = with_overrides(cls, {**overrides, "PERCORE_BATCH_SIZE": 1})()
     train, evaluation = exp.datasets()

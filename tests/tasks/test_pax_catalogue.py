@@ -217,10 +217,26 @@ def test_c4_input_knobs_reach_the_inputs():
 
     cls = with_overrides(
         c4.C4Spmd1BAdam4Replicas,
-        {"TRAINING_NUM_BATCHES_TO_SKIP": 7, "PERCORE_EVAL_BATCH_SIZE": 0.5, "TRAINING_SEED": 5},
+        {
+            "TRAINING_NUM_BATCHES_TO_SKIP": 7,
+            "PERCORE_EVAL_BATCH_SIZE": 0.5,
+            "TRAINING_SEED": 5,
+            "TRAIN_MIXTURE": "c4_knobs_train",
+            "EVAL_MIXTURE": "c4_knobs_train",  # Any registered task or mixture.
+            "VOCAB_PATH": "/nowhere/spm.model",
+        },
     )
     train, evaluation = cls().datasets()
+    assert train.mixture_name == evaluation.mixture_name == "c4_knobs_train"
+    assert (train.split_name, evaluation.split_name) == ("train", "validation")
     assert (train.num_batches_to_skip, train.seed) == (7, 5)
     assert evaluation.num_batches_to_skip == 0
     # This process has 8 devices: 0.5 x 8 eval examples; training keeps 32 x 8.
     assert (train.batch_size, evaluation.batch_size) == (256, 4)
+
+
+def test_the_old_task_name_knob_names_paxs():
+    from tasks.lm import c4
+
+    with pytest.raises(KnobError, match="TRAIN_MIXTURE"):
+        with_overrides(c4.C4Spmd1BAdam4Replicas, {"C4_TASK_NAME": "x"})

@@ -69,3 +69,21 @@ def test_lm_cloud_runs_use_paxs_default_adam_schedule():
     assert optimizer.lr_schedule == schedules.LinearRampupExponentialDecay(
         warmup_steps=4000, decay_start=4001, decay_end=300_000, min_ratio=0.1, max=1.0
     )
+
+
+@pytest.mark.parametrize(
+    "exp, line",
+    [
+        ("tasks.lm.c4.C4Spmd1B", "NUM_LAYERS: int = 13"),  # the README's headline command
+        ("tasks.lm.params.c4.C4SpmdPipelineGpt3AdamMLPerfHPBS2k512Replicas", "STREAM_IO: bool"),
+        ("tasks.lm.params.c4_multislice.C4Spmd32BAdam2xv5_256", "DCN_MESH_SHAPE"),
+        ("tasks.lm.params.lm_cloud.SmallMlp", "MESH_SHAPE"),
+    ],
+)
+def test_pax_commands_print_their_config(exp, line):
+    """``paxlite --exp=<Pax's name> --print_config`` builds the whole configuration."""
+    from tests.paxlite.test_main import run_main_in_process
+
+    code, out, err = run_main_in_process("--print_config", exp=exp)
+    assert code == 0, err
+    assert line in out and "## Task (Fiddle paths)" in out and "num_train_steps" in out

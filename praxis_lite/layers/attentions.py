@@ -75,6 +75,9 @@ class DotProductAttention(BaseLayer):
       atten_dropout_prob: dropout on the attention probabilities (when training).
       atten_logit_cap: if > 0, logits become ``cap * tanh(logits / cap)``.
       rotary_tpl: template of a RoPE layer applied to q and k; ``None`` for none.
+      per_dim_scale: learn a scale per head dim for the queries (praxis's ``PerDimScale``,
+        on by default in Pax's attention): ``q * 1.442695041 / sqrt(H) * softplus(s)``
+        with ``s [H]`` (variable ``per_dim_scale``) starting at 0, i.e. at ``1 / sqrt(H)``.
     """
 
     input_dims: int
@@ -87,6 +90,7 @@ class DotProductAttention(BaseLayer):
     atten_dropout_prob: float = 0.0
     atten_logit_cap: float = 0.0
     rotary_tpl: LayerTpl = template_field(None)
+    per_dim_scale: bool = False
 
     @property
     def kv_heads(self) -> int:
@@ -131,6 +135,10 @@ class DotProductAttention(BaseLayer):
             self.b_k = self.create_variable("b_k", (k, h), (KV_HEADS, HEAD_DIM), zeros)
             self.b_v = self.create_variable("b_v", (k, h), (KV_HEADS, HEAD_DIM), zeros)
             self.b_post = self.create_variable("b_post", (d,), (EMBED,), zeros)
+        if self.per_dim_scale:
+            self.query_scale = self.create_variable(
+                "per_dim_scale", (h,), (HEAD_DIM,), nn.initializers.zeros
+            )
         self.rotary = self.create_child(self.rotary_tpl, input_dims=h) if self.rotary_tpl else None
         self.dropout = nn.Dropout(self.atten_dropout_prob)
 
@@ -151,13 +159,21 @@ class DotProductAttention(BaseLayer):
             q, k, v = q + self.b_q, k + self.b_k, v + self.b_v
         return q, k, v
 
+    def query_scaling(self, h: int) -> jax.Array:
+        """What the queries are multiplied by: ``1 / sqrt(H)``, or per head dim ``[H]`` with
+        ``per_dim_scale`` (praxis's: ``1 / softplus(0) = 1.442695041`` makes it start equal)."""
+        if not self.per_dim_scale:
+            return jnp.asarray(1.0 / math.sqrt(h), jnp.float32)
+        scale = jax.nn.softplus(self.query_scale.astype(jnp.float32))
+        return scale * jnp.asarray(1.442695041 / math.sqrt(h), jnp.float32)
+
     def attend(
         self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, train: bool
     ) -> jax.Array:
         """Scaled dot-product attention: q ``[B,T,N,H]``, k/v ``[B,S,K,H]`` -> ``[B,T,N,H]``."""
         b, t, n, h = q.shape
         kv_heads = k.shape[2]
-        q = q * jnp.asarray(1.0 / math.sqrt(h), q.dtype)
+        q = q * self.query_scaling(h).astype(q.dtype)
         q = q.reshape(b, t, kv_heads, n // kv_heads, h)
         logits = jnp.einsum("btkgh,bskh->bkgts", q, k).astype(jnp.float32)
         if self.atten_logit_cap > 0:

@@ -183,13 +183,18 @@ class SharedEmbeddingSoftmax(_SoftmaxBase):
     Attributes:
       scale_sqrt_depth: scale looked-up vectors by ``sqrt(D)``.
       lookup_style: 'index' or 'matmul', as :class:`Embedding`'s.
+      use_bias: add a bias ``b [V]`` to the logits (before the cap), as praxis's
+        shared softmax does by default.
     """
 
     scale_sqrt_depth: bool = True
     lookup_style: str = "index"
+    use_bias: bool = False
 
     def setup(self) -> None:
         self.emb_var = _embedding_table(self, self.num_classes, self.input_dims)
+        if self.use_bias:
+            self.b = self.create_variable("b", (self.num_classes,), (VOCAB,), nn.initializers.zeros)
 
     def emb_lookup(self, ids: jax.Array) -> jax.Array:
         return _lookup(
@@ -197,7 +202,10 @@ class SharedEmbeddingSoftmax(_SoftmaxBase):
         )
 
     def get_logits(self, x: jax.Array) -> jax.Array:
-        return self._cap(jnp.einsum("...d,vd->...v", self.to_fprop(x), self.emb_var))
+        logits = jnp.einsum("...d,vd->...v", self.to_fprop(x), self.emb_var)
+        if self.use_bias:
+            logits = logits + self.b
+        return self._cap(logits)
 
 
 def _timing_signal(

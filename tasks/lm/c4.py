@@ -263,11 +263,12 @@ class C4SpmdGpt3AdamOrgHP(C4SpmdLmBase):
     As in Pax (matched against Megatron-LM): 96 layers of 96 heads x 128, a
     learned position table (TRAINABLE_POSITION_EMB) and unscaled token
     embeddings, attention biases, no logit caps, tanh-approximated GELU, layer
-    norms with epsilon LAYERNORM_EPSILON; Adam(W) with learning rate 6e-5,
-    betas 0.9/0.95, epsilon 1e-8, weight decay 0.1, gradients clipped at 1, and
-    a cosine decay to 0.1 x peak over steps 266..108600 after 265 warmup steps
-    (steps of a 1.5k global batch); no update capping. Pax's Gaussian(0.006) weight init is not a
-    knob here: the layers keep their own initializers.
+    norms with epsilon LAYERNORM_EPSILON, no per-dim query scale, no softmax
+    bias; Adam(W) with learning rate 6e-5, betas 0.9/0.95, epsilon 1e-8, weight
+    decay 0.1, gradients clipped at 1, and a cosine decay to 0.1 x peak over
+    steps 266..108600 after 265 warmup steps (steps of a 1.5k global batch); no
+    update capping. Pax's Gaussian(0.006) weight init is not a knob here: the
+    layers keep their own initializers.
 
     Attributes (knobs, beyond C4SpmdLmBase's):
       LAYERNORM_EPSILON: epsilon of every layer norm.
@@ -311,7 +312,9 @@ class C4SpmdGpt3AdamOrgHP(C4SpmdLmBase):
             lm.embedding_tpl.scale_sqrt_depth = False
         else:
             lm.softmax_tpl.scale_sqrt_depth = False
+            lm.softmax_tpl.use_bias = False
         block = model_params.block_config(lm.stacked_transformer_tpl)
+        block.tr_atten_tpl.per_dim_scale = False
         block.tr_fflayer_tpl.activation_tpl.approximate = True
         for norm in (block.ln_tpl, block.tr_fflayer_tpl.ln_tpl, lm.final_ln_tpl):
             norm.epsilon = self.LAYERNORM_EPSILON

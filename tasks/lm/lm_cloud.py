@@ -29,6 +29,7 @@ from praxis_lite.sharding import (
     VOCAB,
 )
 from praxis_lite.synthetic_input import SyntheticLmInput
+from tasks.lm import model_params
 from tasks.lm.classification import ClassificationModelAdam
 from tasks.lm.knob_groups import AdamKnobs, LoopKnobs, LrSchedule, LrScheduleKnobs, knob_group
 from tasks.lm.lm_knobs import TransformerLmKnobs
@@ -187,7 +188,8 @@ class PaxTransformerLm(LmCloudSpmd):
     """Pax's decoder-only Transformer (``TransformerLmSpmdAdafactor``), shared by its catalogues.
 
     Pax's choices: GELU, no RoPE but sinusoidal absolute positions (praxis's
-    default; a learned table with TRAINABLE_POSITION_EMB), 128 dims per head
+    default; a learned table with TRAINABLE_POSITION_EMB), praxis's learned
+    per-dim query scale and shared-softmax bias, 128 dims per head
     with NUM_HEADS x DIMS_PER_HEAD == MODEL_DIMS, one combined q/k/v weight
     without biases (feed-forward biases kept), attention logits capped at 50 and
     softmax logits at 30, repeated layers, weights split over 'data' (FSDP) and
@@ -223,6 +225,9 @@ class PaxTransformerLm(LmCloudSpmd):
             lm.position_emb_tpl = PositionalEmbedding.HParams.config()
         table = lm.embedding_tpl if self.SEPARATE_EMBEDDING else lm.softmax_tpl
         table.lookup_style = self.EMBEDDING_LOOKUP_STYLE
+        if not self.SEPARATE_EMBEDDING:
+            lm.softmax_tpl.use_bias = True  # praxis's shared softmax has a bias
+        model_params.block_config(lm.stacked_transformer_tpl).tr_atten_tpl.per_dim_scale = True
         return model
 
     def _refuse_unsupported(self) -> None:

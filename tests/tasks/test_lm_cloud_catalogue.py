@@ -93,8 +93,9 @@ def test_param_count_matches_name(cls: type):
     if size is not None:  # Not Pax's LmCloudSpmdTest, which names no size.
         named = int(size.group(1)) * 1e9
         assert abs(count / named - 1) < 0.15, f"{count / 1e9:.1f}B params"
-    # The stack is 12 * L * D^2 (q, k, v, post: 4 D^2; feed-forward: 8 D^2) plus V x D.
-    dense = 12 * exp.NUM_LAYERS * exp.MODEL_DIMS**2 + exp.VOCAB_SIZE * exp.MODEL_DIMS
+    # The stack is 12 * L * D^2 (q, k, v, post: 4 D^2; feed-forward: 8 D^2) plus V x D and
+    # the shared softmax's bias of V (praxis's).
+    dense = 12 * exp.NUM_LAYERS * exp.MODEL_DIMS**2 + exp.VOCAB_SIZE * (exp.MODEL_DIMS + 1)
     assert abs(count / dense - 1) < 1e-3
 
 

@@ -225,6 +225,8 @@ def attention(
     if use_rope:
         positions = np.arange(t, dtype=np.float64)[None, :]
         q, k = rope(q, positions), rope(k, positions)
+    if "per_dim_scale" in p:  # praxis's PerDimScale: softplus(s) / softplus(0) per head dim
+        q = q * np.log1p(np.exp(p["per_dim_scale"])) / math.log(2.0)
     group = n // k.shape[2]
     k, v = np.repeat(k, group, axis=2), np.repeat(v, group, axis=2)
     logits = np.einsum("btnh,bsnh->bnts", q, k) / math.sqrt(h)

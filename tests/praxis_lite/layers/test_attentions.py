@@ -33,6 +33,7 @@ VARIANTS = {
         {"combine_qkv": True, "use_bias": False, "is_causal": False},
         {"causal": False},
     ),
+    "per_dim_scale": ({"per_dim_scale": True}, {}),  # the reference reads p['per_dim_scale']
 }
 
 
@@ -76,6 +77,7 @@ def test_matches_numpy(variant, b, t, dtype):
         k, h = fields.get("num_kv_heads", 4), fields.get("dims_per_head", D // 4)
         assert p["w_q"].shape == (D, 4, h) and p["w_k"].shape == p["w_v"].shape == (D, k, h)
     assert ("b_q" in p) == fields.get("use_bias", True)
+    assert ("per_dim_scale" in p) == fields.get("per_dim_scale", False)
 
     y = ref.jit_apply(_build(variant, dtype))(variables, x, paddings=paddings)
     assert y.shape == (b, t, D) and y.dtype == dtype

@@ -301,3 +301,25 @@ def test_rope_rejects_odd_or_mismatched_dims():
     odd = ref.build(es.RotaryPositionalEmbedding.HParams.config(input_dims=5))
     with pytest.raises(ValueError, match="even"):
         odd.apply({}, jnp.ones((1, 2, 1, 5)))
+
+
+def test_shared_softmax_bias_and_matmul_lookup_are_praxiss():
+    """use_bias adds b [V] to the logits before the cap; lookup_style='matmul' (one-hot x
+    table) gives the rows a gather gives."""
+    fields = dict(input_dims=DIMS, num_classes=VOCAB, soft_cap_logits=2.0)
+    cfg = es.SharedEmbeddingSoftmax.HParams.config(use_bias=True, **fields)
+    layer = ref.build(cfg)
+    variables = ref.init_variables(layer, np.zeros((1, DIMS), np.float32), np.zeros((1,), np.int32))
+    p = ref.to_numpy(variables["params"])
+    assert p["b"].shape == (VOCAB,) and np.abs(p["b"]).max() > 0  # noised: it matters below
+    x = ref.normal((3, DIMS), scale=3.0)
+    want = 2.0 * np.tanh((x.astype(np.float64) @ p["emb_var"].T + p["b"]) / 2.0)
+    ref.assert_close(layer.apply(variables, x, method="get_logits"), want, jnp.float32)
+
+    ids = _ids((2, 4))
+    matmul = ref.build(es.SharedEmbeddingSoftmax.HParams.config(lookup_style="matmul", **fields))
+    np.testing.assert_allclose(
+        matmul.apply(variables, ids, method="emb_lookup"),
+        layer.apply(variables, ids, method="emb_lookup"),
+        rtol=1e-6,
+    )

@@ -14,7 +14,12 @@ the names Pax's checkpoints use (``mdl_vars.params.<dotted path>``). The rules:
   stage, ``pipeline/body/x_layers_j/... [S, ...]`` (``[R, S, ...]``): layer ``(r S + s)
   L / (S R) + j`` of the model.
 
-Functions work on arrays and on ``jax.ShapeDtypeStruct`` leaves (under ``jax.eval_shape``).
+* Values: praxis stores a LayerNorm's scale as its offset from 1 (``(1 + scale) x``); paxlite
+  stores the scale itself.
+
+:func:`to_pax` is a rearrangement of elements (a linear bijection), so :func:`from_pax` is its
+transpose (``jax.linear_transpose``). Both work on arrays and on ``jax.ShapeDtypeStruct``
+leaves (under ``jax.eval_shape``).
 """
 
 from __future__ import annotations
@@ -22,6 +27,7 @@ from __future__ import annotations
 from collections.abc import Mapping
 from typing import Any
 
+import jax
 import jax.numpy as jnp
 
 #: paxlite's leaf under a Transformer block -> (Pax's, permutation of the per-layer axes).
@@ -57,8 +63,43 @@ _QKV_BIASES = ("self_attention/b_q", "self_attention/b_k", "self_attention/b_v")
 _SCANNED, _PIPELINED = "lm/transformer/repeat/block/", "lm/transformer/pipeline/body/"
 
 
+#: Leaves praxis stores as an offset from 1 (its LayerNorm's ``1 + scale``).
+SCALE_OFFSET_SUFFIXES = ("layer_norm/scale", "final_ln/scale")
+
+
 class PaxLayoutError(ValueError):
-    """A parameter with no counterpart in Pax's TransformerLm."""
+    """A parameter with no counterpart in Pax's TransformerLm, or a tree that is not Pax's."""
+
+
+def from_pax(
+    pax: Mapping[str, Any],
+    ours: Mapping[str, Any],
+    num_stages: int = 1,
+    circular_repeat: int = 1,
+) -> dict[str, Any]:
+    """Pax's ``{path: array}`` -> paxlite's, for a model whose parameters ``ours`` (arrays or
+    ``jax.ShapeDtypeStruct``, flat paxlite paths) describe; values follow paxlite's conventions.
+
+    Raises:
+      PaxLayoutError: Pax's tree lacks a parameter, has one more, or one of another shape
+        (all of them named).
+    """
+    forward = lambda tree: to_pax(tree, num_stages, circular_repeat)  # noqa: E731
+    abstract = {k: jax.ShapeDtypeStruct(v.shape, jnp.float32) for k, v in ours.items()}
+    want = jax.eval_shape(forward, abstract)
+    problems = [f"missing {k} {tuple(v.shape)}" for k, v in want.items() if k not in pax]
+    problems += [f"unexpected {k}" for k in pax if k not in want]
+    problems += [
+        f"{k}: shape {tuple(pax[k].shape)}, this model's is {tuple(v.shape)}"
+        for k, v in want.items()
+        if k in pax and tuple(pax[k].shape) != tuple(v.shape)
+    ]
+    if problems:
+        raise PaxLayoutError("; ".join(problems))
+    (flat,) = jax.linear_transpose(forward, abstract)(
+        {k: jnp.asarray(pax[k], jnp.float32) for k in want}
+    )
+    return {k: v + 1.0 if k.endswith(SCALE_OFFSET_SUFFIXES) else v for k, v in flat.items()}
 
 
 def to_pax(

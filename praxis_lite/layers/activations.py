@@ -37,10 +37,11 @@ class GELU(BaseActivation):
     """Gaussian error linear unit.
 
     Attributes:
-      approximate: use the tanh approximation instead of the exact erf form.
+      approximate: use the tanh approximation instead of the exact erf form (praxis's
+        default, so Pax's ``layers.GELU`` computes the same function here).
     """
 
-    approximate: bool = False
+    approximate: bool = True
 
     def __call__(self, x: jax.Array) -> jax.Array:
         return jax.nn.gelu(x, approximate=self.approximate)

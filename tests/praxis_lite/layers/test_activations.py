@@ -15,12 +15,12 @@ SHAPES = [(7,), (2, 3, 5)]
 ACTIVATIONS = [
     pytest.param(activations.Identity.HParams.config, lambda x: x, id="identity"),
     pytest.param(activations.ReLU.HParams.config, ref.relu, id="relu"),
-    pytest.param(activations.GELU.HParams.config, ref.gelu, id="gelu"),
     pytest.param(
-        functools.partial(activations.GELU.HParams.config, approximate=True),
-        ref.gelu_tanh,
-        id="gelu_tanh",
+        functools.partial(activations.GELU.HParams.config, approximate=False),
+        ref.gelu,
+        id="gelu_exact",
     ),
+    pytest.param(activations.GELU.HParams.config, ref.gelu_tanh, id="gelu_tanh_default"),
     pytest.param(activations.SiLU.HParams.config, ref.silu, id="silu"),
     pytest.param(activations.Swish.HParams.config, ref.silu, id="swish"),
     pytest.param(activations.Tanh.HParams.config, np.tanh, id="tanh"),
@@ -45,8 +45,8 @@ def test_matches_numpy(make_cfg, reference, shape, dtype):
 
 def test_gelu_approximate_flag_changes_the_function():
     x = jnp.linspace(-3.0, 3.0, 13)
-    exact = ref.build(activations.GELU.HParams.config()).apply({}, x)
-    approx = ref.build(activations.GELU.HParams.config(approximate=True)).apply({}, x)
+    exact = ref.build(activations.GELU.HParams.config(approximate=False)).apply({}, x)
+    approx = ref.build(activations.GELU.HParams.config()).apply({}, x)
     gap = np.max(np.abs(np.asarray(exact) - np.asarray(approx)))
     assert 1e-5 < gap < 1e-2
 

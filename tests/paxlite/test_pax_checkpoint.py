@@ -1,0 +1,88 @@
+"""Checkpoints written by paxml 1.4's own main.py load here and give praxis's logits.
+
+The fixtures (tests/fixtures/pax/<Class>/) were made by tools/pax_fixtures/make_checkpoints.py
+in a paxml 1.4.0 venv: three tiny Pax experiments (the LmCloudSpmd, C4SpmdAdam and GPT-3
+models) trained 3 steps by paxml's main.py, and the logits praxis computed from the saved
+parameters on a fixed batch. paxlite builds each model from its own class of the same Pax
+name with the same knobs.
+"""
+
+import pathlib
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from paxlite import pax_checkpoint
+from paxlite.base_experiment import with_overrides
+from praxis_lite import config as config_lib
+from praxis_lite.py_utils import NestedMap
+from tasks.lm import c4, lm_cloud
+
+_FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures" / "pax"
+# tools/pax_fixtures/tiny_experiments.py's _Tiny, as knobs.
+TINY = dict(
+    NUM_LAYERS=2,
+    MODEL_DIMS=32,
+    HIDDEN_DIMS=64,
+    NUM_HEADS=4,
+    DIMS_PER_HEAD=8,
+    VOCAB_SIZE=128,
+    MAX_SEQ_LEN=16,
+    FPROP_DTYPE=jnp.float32,
+    ICI_MESH_SHAPE=(1, 1, 1),
+)
+OURS = {  # Pax's tiny experiment -> the paxlite class of its Pax base, and its own knobs
+    "TinyLmCloudSpmd": (lm_cloud.LmCloudSpmd2B, {}),
+    "TinyC4SpmdAdam": (c4.C4SpmdAdam, {"USE_REPEATED_LAYER": True}),
+    "TinyC4SpmdGpt3AdamOrgHP": (c4.C4SpmdGpt3AdamOrgHP, {"TRAINABLE_PE_MAX_SEQ_LEN": 32}),
+}
+
+
+def _model_and_batch(name: str):
+    base, knobs = OURS[name]
+    experiment = with_overrides(base, {**TINY, **knobs})()
+    model = config_lib.instantiate(experiment.task().model)
+    fixture = np.load(_FIXTURES / name / "logits.npz")
+    ids = jnp.asarray(fixture["ids"])
+    batch = NestedMap(
+        ids=ids, labels=ids, weights=jnp.ones(ids.shape), paddings=jnp.zeros(ids.shape)
+    )
+    return experiment, model, batch, fixture["logits"]
+
+
+def _step_dir(name: str) -> pathlib.Path:
+    return _FIXTURES / name / "checkpoints" / "checkpoint_00000003"
+
+
+@pytest.mark.parametrize("name", sorted(OURS))
+def test_a_pax_checkpoint_gives_praxiss_logits(name):
+    experiment, model, batch, want = _model_and_batch(name)
+    abstract = nn.unbox(jax.eval_shape(lambda: model.init(jax.random.key(0), batch))["params"])
+    params = pax_checkpoint.pax_params_for(
+        _step_dir(name), abstract, experiment.NUM_STAGES, experiment.CIRCULAR_REPEAT
+    )
+    got = np.asarray(model.apply({"params": params}, batch, method=model.logits))
+    assert got.shape == want.shape == (2, 16, 128)
+    scale = np.abs(want).max()
+    assert scale > 0.1  # trained, not all zeros
+    np.testing.assert_allclose(got, want, atol=1e-4 * scale, rtol=0)
+
+
+def test_another_models_checkpoint_is_named_not_loaded():
+    """The GPT-3 model's weights into the LmCloudSpmd model: every mismatch is listed."""
+    _, model, batch, _ = _model_and_batch("TinyLmCloudSpmd")
+    abstract = nn.unbox(jax.eval_shape(lambda: model.init(jax.random.key(0), batch))["params"])
+    with pytest.raises(pax_checkpoint.PaxCheckpointError) as e:
+        pax_checkpoint.pax_params_for(_step_dir("TinyC4SpmdGpt3AdamOrgHP"), abstract)
+    message = str(e.value)
+    assert "another model's weights" in message and "\n" not in message
+    assert "missing lm/transformer/repeat/sub/x_layers_0/self_attention/per_dim_scale" in message
+    assert "unexpected lm/position_emb/emb_var" in message
+
+
+def test_a_directory_that_is_not_a_pax_step_says_so(tmp_path):
+    with pytest.raises(pax_checkpoint.PaxCheckpointError, match="not a paxml checkpoint step"):
+        pax_checkpoint.read_pax_params(tmp_path)

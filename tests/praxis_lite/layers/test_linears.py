@@ -67,13 +67,13 @@ def test_bias_initializes_to_zero():
 FF_VARIANTS = [
     pytest.param(True, None, ref.relu, id="bias-relu"),
     pytest.param(False, None, ref.relu, id="nobias-relu"),
-    pytest.param(True, activations.GELU.HParams.config, ref.gelu, id="bias-gelu"),
     pytest.param(
-        False,
-        functools.partial(activations.GELU.HParams.config, approximate=True),
-        ref.gelu_tanh,
-        id="nobias-gelu_tanh",
+        True,
+        functools.partial(activations.GELU.HParams.config, approximate=False),
+        ref.gelu,
+        id="bias-gelu_exact",
     ),
+    pytest.param(False, activations.GELU.HParams.config, ref.gelu_tanh, id="nobias-gelu_tanh"),
     pytest.param(True, activations.Identity.HParams.config, lambda h: h, id="bias-identity"),
 ]
 

@@ -10,6 +10,7 @@ import enum
 
 import flax.linen as nn
 import jax
+from jax.ad_checkpoint import checkpoint_name
 
 from praxis_lite.base_layer import AUX_LOSS, PARAMS, SUMMARIES, BaseLayer
 from praxis_lite.config import LayerTpl, template_field
@@ -33,7 +34,11 @@ class AutodiffCheckpointType(enum.Enum):
     SAVE_CONTEXT: the attention context (probabilities x values);
     SAVE_OUT_PROJ: the output projection;
     SAVE_CONTEXT_AND_OUT_PROJ: the context and the output projection;
-    SAVE_DOT_FOR_MLPERF_200B: every q/k/v projection, the context and the output projection.
+    SAVE_DOT_FOR_MLPERF_200B: every q/k/v projection, the context and the output projection;
+    SAVE_DOT_EXCEPT_LOGITS_FFN1: those and the feed-forward's second projection ('ffn2');
+    SAVE_DOT_EXCEPT_LOGITS: those and both feed-forward projections ('ffn1', 'ffn2');
+    SAVE_ITERATION_INPUT: each scanned layer's input; SAVE_TRANSFORMER_LAYER_OUTPUT: each
+    Transformer block's output.
     """
 
     NONE = "none"
@@ -47,6 +52,10 @@ class AutodiffCheckpointType(enum.Enum):
     SAVE_OUT_PROJ = "save_out_proj"
     SAVE_CONTEXT_AND_OUT_PROJ = "save_encoded_and_out_proj"
     SAVE_DOT_FOR_MLPERF_200B = "save_dot_for_mlperf_200b"
+    SAVE_ITERATION_INPUT = "save_iteration_input"
+    SAVE_TRANSFORMER_LAYER_OUTPUT = "save_transformer_layer_output"
+    SAVE_DOT_EXCEPT_LOGITS_FFN1 = "save_dot_except_logits_ffn1"
+    SAVE_DOT_EXCEPT_LOGITS = "save_dot_except_logits"
 
     def checkpoint_policy(self):
         """The ``jax.checkpoint_policies`` function for this policy (None for NONE)."""
@@ -72,6 +81,23 @@ _SAVED_NAMES = {
     "SAVE_OUT_PROJ": ("out_proj",),
     "SAVE_CONTEXT_AND_OUT_PROJ": ("context", "out_proj"),
     "SAVE_DOT_FOR_MLPERF_200B": ("combined_qkv_proj", *_QKV_SEPARATE, "context", "out_proj"),
+    "SAVE_ITERATION_INPUT": ("iteration_input",),
+    "SAVE_TRANSFORMER_LAYER_OUTPUT": ("transformer_layer_out",),
+    "SAVE_DOT_EXCEPT_LOGITS_FFN1": (
+        "combined_qkv_proj",
+        *_QKV_SEPARATE,
+        "context",
+        "out_proj",
+        "ffn2",
+    ),
+    "SAVE_DOT_EXCEPT_LOGITS": (
+        "combined_qkv_proj",
+        *_QKV_SEPARATE,
+        "context",
+        "out_proj",
+        "ffn1",
+        "ffn2",
+    ),
 }
 
 
@@ -94,6 +120,7 @@ class _ScanBody(BaseLayer):
         if self.extend:
             y = self.block.extend(x, positions=positions, paddings=paddings, max_len=self.max_len)
             return y, None
+        x = checkpoint_name(x, "iteration_input")
         y = self.block(
             x, paddings=paddings, segment_ids=segment_ids, positions=positions, train=self.train
         )

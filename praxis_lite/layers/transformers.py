@@ -8,6 +8,7 @@ from __future__ import annotations
 
 import flax.linen as nn
 import jax
+from jax.ad_checkpoint import checkpoint_name
 
 from praxis_lite.base_layer import BaseLayer
 from praxis_lite.config import LayerTpl, template_field
@@ -77,6 +78,7 @@ class TransformerFeedForward(BaseLayer):
         h = self.ffn_layer1(h_in)
         if self.use_bias:
             h = self.bias1(h)
+        h = checkpoint_name(h, "ffn1")  # Names for remat policies, as praxis's.
         h = self.activation(h)
         if self.use_gated_activation:
             h = h * self.ffn_layer1_gate(h_in)
@@ -85,6 +87,7 @@ class TransformerFeedForward(BaseLayer):
         out = self.ffn_layer2(h)
         if self.use_bias:
             out = self.bias2(out)
+        out = checkpoint_name(out, "ffn2")
         out = self.residual_dropout(out, deterministic=not train)
         return self.constrain(x + out, (BATCH, LENGTH, EMBED))
 
@@ -161,7 +164,7 @@ class Transformer(BaseLayer):
             train=train,
         )
         x = x + self.residual_dropout(atten, deterministic=not train)
-        return self.ff_layer(x, train=train)
+        return checkpoint_name(self.ff_layer(x, train=train), "transformer_layer_out")
 
     def extend(
         self,

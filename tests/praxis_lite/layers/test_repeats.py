@@ -42,9 +42,14 @@ def _stacked_to_loop_params(repeated_params):
         AutodiffCheckpointType.SAVE_NOTHING,
         AutodiffCheckpointType.SAVE_DOT_WITH_NO_BATCH_DIM,
         AutodiffCheckpointType.SAVE_EVERYTHING,
-        AutodiffCheckpointType.SAVE_CONTEXT_AND_OUT_PROJ,
+        *[p for p in AutodiffCheckpointType if p.name.startswith(("SAVE_Q", "SAVE_C", "SAVE_O"))],
         AutodiffCheckpointType.SAVE_DOT_FOR_MLPERF_200B,
+        AutodiffCheckpointType.SAVE_ITERATION_INPUT,
+        AutodiffCheckpointType.SAVE_TRANSFORMER_LAYER_OUTPUT,
+        AutodiffCheckpointType.SAVE_DOT_EXCEPT_LOGITS_FFN1,
+        AutodiffCheckpointType.SAVE_DOT_EXCEPT_LOGITS,
     ],
+    ids=lambda p: p.name,
 )
 def test_repeated_equals_loop_outputs_and_gradients(remat):
     repeated = instantiate(_stack_config(StackedTransformerRepeated, checkpoint_policy=remat))
@@ -102,5 +107,6 @@ def test_named_policies_find_their_activations_in_the_block(combine_qkv):
     params = nn.unbox(jax.eval_shape(repeated.init, jax.random.key(0), x)["params"])
     jaxpr = str(jax.make_jaxpr(lambda p: repeated.apply({"params": p}, x))(params))
     projections = ["combined_qkv_proj"] if combine_qkv else ["query_proj", "key_proj", "value_proj"]
-    for name in [*projections, "context", "out_proj"]:
+    block_names = ["context", "out_proj", "ffn1", "ffn2", "transformer_layer_out"]
+    for name in [*projections, *block_names, "iteration_input"]:
         assert f"name={name}" in jaxpr, name

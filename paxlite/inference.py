@@ -1,0 +1,222 @@
+"""A trained language model from Python: ``from_pretrained(path)``, ``.logits``, ``.generate``.
+
+``path`` is a paxlite job directory (its newest checkpoint), one of its step directories
+(``<job>/checkpoints/<step>``), or a paxml checkpoint step (``<job>/checkpoints/
+checkpoint_00001000``) together with the experiment it was trained with::
+
+    from paxlite.inference import from_pretrained
+
+    lm = from_pretrained("/tmp/paxlite_tiny")                      # paxlite job dir
+    lm = from_pretrained("gs_copy/checkpoints/checkpoint_00000300",   # Pax checkpoint
+                         exp="tasks.lm.params.lm_cloud.LmCloudSpmd2B")
+    logits = lm.logits(ids)                      # ids [B, T] int -> [B, T, V] float32
+    new = lm.generate(ids, max_new_tokens=16)    # [B, 16]; pad id after a row's EOS
+
+The weights are placed as training places them (the experiment's mesh and logical-axis
+rules, on the first devices of this process), each array straight onto its devices.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import math
+import pathlib
+from collections.abc import Sequence
+from typing import Any
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+import numpy as np
+
+from paxlite import checkpoints, pax_checkpoint, trainer_lib
+from paxlite.mesh import create_mesh, mesh_size
+from paxlite.overrides import resolve_experiment
+from praxis_lite import config as config_lib
+from praxis_lite import decoding
+from praxis_lite.py_utils import NestedMap
+from praxis_lite.sharding import filter_rules_for_mesh, logical_shardings, strip_boxes
+
+
+class PretrainedError(ValueError):
+    """The path holds no checkpoint paxlite can load, or needs the experiment named."""
+
+
+@dataclasses.dataclass
+class PretrainedLm:
+    """A language model with its weights on devices.
+
+    Attributes:
+      model: the built model (``praxis_lite.models.LanguageModel``).
+      params: its weights, sharded over ``mesh``.
+      decoder: the experiment's decoder settings (greedy unless they say otherwise).
+      mesh, rules: where the weights live and the logical-axis rules used.
+    """
+
+    model: Any
+    params: Any
+    decoder: decoding.DecoderParams
+    mesh: Any
+    rules: Any
+
+    def logits(self, input_ids: Any) -> np.ndarray:
+        """``input_ids [B, T]`` int -> next-token logits ``[B, T, V]`` float32."""
+        ids = jnp.asarray(np.asarray(input_ids, np.int32))
+        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+            out = _jit_logits(self.model)(self.params, ids)
+        return np.asarray(out, np.float32)
+
+    def generate(self, input_ids: Any, max_new_tokens: int, **decoder_fields: Any) -> np.ndarray:
+        """``max_new_tokens`` new tokens after each row of ``input_ids [B, T]`` -> ``[B, N]``.
+
+        Decoding follows the experiment's decoder settings (``temperature``, ``top_k``,
+        ``top_p``, ``eos_id``, ``pad_id``, ``seed``), overridable here as keywords. After a
+        row emits ``eos_id`` the rest of it holds ``pad_id``.
+        """
+        params = dataclasses.replace(self.decoder, **decoder_fields)
+        ids = jnp.asarray(np.asarray(input_ids, np.int32))
+        lengths = jnp.full((ids.shape[0],), ids.shape[1], jnp.int32)
+        key = jax.random.key(params.seed)
+        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
+            out = _jit_decode(self.model, params, max_new_tokens)(self.params, ids, lengths, key)
+        return np.asarray(out["tokens"])
+
+
+def _jit_logits(model: Any) -> Any:
+    return jax.jit(
+        lambda params, ids: model.apply({"params": params}, _batch(ids), method="logits")
+    )
+
+
+def _jit_decode(model: Any, params: decoding.DecoderParams, steps: int) -> Any:
+    def decode(weights, ids, lengths, key):
+        return decoding.decode_lm(model, {"params": weights}, ids, lengths, key, params, steps)
+
+    return jax.jit(decode)
+
+
+def _batch(ids: jax.Array) -> NestedMap:
+    ones = jnp.ones(ids.shape, jnp.float32)
+    return NestedMap(ids=ids, labels=ids, weights=ones, paddings=jnp.zeros_like(ones))
+
+
+def from_pretrained(
+    path: str | pathlib.Path, exp: str | None = None, overrides: Sequence[str] = ()
+) -> PretrainedLm:
+    """Loads a paxlite job or step directory, or a paxml checkpoint step with ``exp``.
+
+    Args:
+      path: see the module docstring.
+      exp: the experiment name (as ``--exp``); required for a paxml checkpoint, else read
+        from the job's config.txt.
+      overrides: ``KNOB=VALUE`` strings, as for ``--set``.
+
+    Raises:
+      PretrainedError: nothing loadable at ``path``, or a paxml checkpoint without ``exp``.
+      pax_checkpoint.PaxCheckpointError, checkpoints.CheckpointMismatchError: the weights
+        are another model's (each difference named).
+    """
+    path = pathlib.Path(path)
+    pax_step = (path / "state").is_dir() and any((path / "state").glob("mdl_vars.params.*"))
+    job_dir, step = (None, None) if pax_step else _paxlite_job_and_step(path)
+    task_cfg = None
+    if exp is None:
+        if pax_step:
+            raise PretrainedError(
+                f"{path} is a paxml checkpoint; name the experiment it was trained with: "
+                "from_pretrained(path, exp='tasks.lm.params.lm_cloud.LmCloudSpmd2B')."
+            )
+        exp, mesh_knobs = _job_experiment(job_dir)
+        overrides = [*mesh_knobs, *overrides]
+        task_cfg = config_lib.from_json((job_dir / "config.json").read_text())["task"]
+    experiment = resolve_experiment(exp, list(overrides), ("tasks",))
+    task = config_lib.instantiate(task_cfg if task_cfg is not None else experiment.task())
+    mesh, rules = _mesh_and_rules(experiment)
+    abstract, shardings = _abstract_params(task.model, mesh, rules)
+    if pax_step:
+        stages, repeat = experiment.NUM_STAGES, experiment.CIRCULAR_REPEAT
+        host = pax_checkpoint.pax_params_for(path, abstract, stages, repeat)
+        params = jax.device_put(host, shardings)
+    else:
+        params = _restore_paxlite_params(task, job_dir, step, mesh, rules)
+    return PretrainedLm(task.model, params, task.decoder_params(), mesh, rules)
+
+
+def _paxlite_job_and_step(path: pathlib.Path) -> tuple[pathlib.Path, int]:
+    """``(job dir, step)`` of a paxlite job dir (its newest step) or step dir."""
+    if path.name.isdigit() and path.parent.name == "checkpoints":
+        return path.parent.parent, int(path.name)
+    steps = checkpoints.Checkpointer(path, max_to_keep=1_000_000).all_steps()
+    if not steps:
+        raise PretrainedError(
+            f"{path} holds no checkpoint: pass a paxlite job dir (with checkpoints/<step>), "
+            "a step dir, or a paxml checkpoint_<step> dir with exp=."
+        )
+    return path, max(steps)
+
+
+#: Knobs that place the weights; read back from a job's config.txt (the model itself comes
+#: from its config.json, exactly as trained).
+_PLACEMENT_KNOBS = ("ICI_MESH_SHAPE", "DCN_MESH_SHAPE", "MESH_AXIS_NAMES", "LOGICAL_AXIS_RULES")
+
+
+def _job_experiment(job_dir: pathlib.Path) -> tuple[str, list[str]]:
+    """The experiment a paxlite job ran and its placement knobs as ``KNOB=VALUE`` strings,
+    from the job's config.txt (``# Experiment <name>``, then ``KNOB: type = value`` lines)."""
+    config = job_dir / "config.txt"
+    lines = config.read_text().splitlines() if config.is_file() else []
+    if (
+        not lines
+        or not lines[0].startswith("# Experiment ")
+        or not (job_dir / "config.json").is_file()
+    ):
+        raise PretrainedError(
+            f"{job_dir} has no config.txt and config.json of a paxlite run; pass exp=."
+        )
+    knobs = []
+    for line in lines:
+        name, _, value = line.partition(": ")
+        if name in _PLACEMENT_KNOBS:
+            knobs.append(f"{name}={value.partition(' = ')[2]}")
+    return lines[0][len("# Experiment ") :].strip(), knobs
+
+
+def _mesh_and_rules(experiment: Any) -> tuple[Any, Any]:
+    """The experiment's mesh on the first devices of this process, and its rules."""
+    size = mesh_size(experiment.ICI_MESH_SHAPE, experiment.DCN_MESH_SHAPE)
+    devices = jax.devices()
+    if size > len(devices):
+        raise PretrainedError(
+            f"{type(experiment).__qualname__}'s mesh needs {size} devices, this process has "
+            f"{len(devices)}; pass overrides=['ICI_MESH_SHAPE=...'] that fit."
+        )
+    mesh = create_mesh(
+        experiment.ICI_MESH_SHAPE,
+        experiment.DCN_MESH_SHAPE,
+        experiment.MESH_AXIS_NAMES,
+        devices[:size],
+    )
+    return mesh, filter_rules_for_mesh(experiment.logical_axis_rules(), mesh)
+
+
+def _abstract_params(model: Any, mesh: Any, rules: Any) -> tuple[Any, Any]:
+    """``(params as ShapeDtypeStructs, their NamedShardings)``, allocating nothing."""
+    ids = jax.ShapeDtypeStruct((1, 8), jnp.int32)
+    boxed = jax.eval_shape(lambda b: model.init(jax.random.key(0), b), _batch(ids))["params"]
+    shardings = strip_boxes(logical_shardings(boxed, mesh, rules))
+    return nn.unbox(boxed), shardings
+
+
+def _restore_paxlite_params(task: Any, job_dir: pathlib.Path, step: int, mesh, rules) -> Any:
+    """The params of a paxlite checkpoint, restored onto their shardings."""
+    ways = math.prod(mesh.shape.values())
+    sample = _batch(jax.ShapeDtypeStruct((ways, 8), jnp.int32))
+    boxed = jax.eval_shape(trainer_lib.make_init_fn(task), jax.random.key(0), sample)
+    shardings = strip_boxes(logical_shardings(boxed, mesh, rules))
+    abstract = checkpoints.abstract_like(strip_boxes(boxed), shardings)
+    checkpointer = checkpoints.Checkpointer(job_dir, max_to_keep=1_000_000, async_save=False)
+    try:
+        state, _ = checkpointer.restore(step, abstract)
+    finally:
+        checkpointer.close()
+    return state.params

@@ -1,5 +1,6 @@
 """Pax's names and layouts for the parameters of paxlite's Transformer LM (praxis 1.4's).
 
+The classification MLP's tree is Pax's under ``mlp_layers_0`` (paxlite's child ``mlp``).
 A paxlite parameter tree, flattened to ``{"lm/softmax/emb_var": array, ...}``, becomes the
 tree praxis's ``TransformerLm`` stores (``{"lm/softmax/logits_ffn/linear/w": array, ...}``),
 the names Pax's checkpoints use (``mdl_vars.params.<dotted path>``). The rules:
@@ -58,7 +59,12 @@ MODEL_LEAVES: dict[str, tuple[str, tuple[int, ...] | None]] = {
     "lm/softmax/emb_var": ("lm/softmax/logits_ffn/linear/w", (1, 0)),  # [V, D] -> [D, V]
     "lm/softmax/b": ("lm/softmax/logits_ffn/bias/b", None),
     "lm/position_emb/emb_var": ("lm/position_emb/emb_var", None),
+    # The classification MLP (Pax's ClassificationMLPModel): its softmax, as the LM's.
+    "softmax/emb_var": ("softmax/logits_ffn/linear/w", (1, 0)),
+    "softmax/b": ("softmax/logits_ffn/bias/b", None),
 }
+#: The classification MLP's block: paxlite's child ``mlp``, Pax's ``mlp_layers_0``.
+_MLP, _PAX_MLP = "mlp/", "mlp_layers_0/"
 _QKV_BIASES = ("self_attention/b_q", "self_attention/b_k", "self_attention/b_v")
 _SCANNED, _PIPELINED = "lm/transformer/repeat/block/", "lm/transformer/pipeline/body/"
 
@@ -115,6 +121,9 @@ def to_pax(
         if path in MODEL_LEAVES:
             name, perm = MODEL_LEAVES[path]
             out[name] = _permute(value, perm, 0)
+            continue
+        if path.startswith(_MLP):  # mlp/mlp_layers_i/{linear/w, bias/b}: Pax's names below it
+            out[_PAX_MLP + path[len(_MLP) :]] = value
             continue
         block, leaf = _split_block(path)
         if leaf in _QKV_BIASES and _combined(params, block):

@@ -41,13 +41,14 @@ def classification_mlp(
 
     The MLP maps ``input_dims -> hidden_dims (x num_layers - 1) -> output_dims``; the
     shared table has ``input_dims`` classes of ``input_dims`` dims, unscaled (Pax's
-    ``scale_sqrt_depth=False``), so ``output_dims`` must equal ``input_dims``.
+    ``scale_sqrt_depth=False``) and with praxis's logit bias, so ``output_dims`` must
+    equal ``input_dims``.
     """
     model = ClassificationMlpModel.HParams.config()
     model.mlp_tpl.num_layers, model.mlp_tpl.hidden_dims = num_layers, hidden_dims
     model.mlp_tpl.ff_tpl.input_dims, model.mlp_tpl.ff_tpl.output_dims = input_dims, output_dims
     model.softmax_tpl = SharedEmbeddingSoftmax.HParams.config(
-        input_dims=input_dims, num_classes=input_dims, scale_sqrt_depth=False
+        input_dims=input_dims, num_classes=input_dims, scale_sqrt_depth=False, use_bias=True
     )
     return config_lib.set_dtypes(model, fprop_dtype=fprop_dtype)
 

@@ -57,9 +57,30 @@ class AutodiffCheckpointType(enum.Enum):
     SAVE_DOT_EXCEPT_LOGITS_FFN1 = "save_dot_except_logits_ffn1"
     SAVE_DOT_EXCEPT_LOGITS = "save_dot_except_logits"
 
-    def checkpoint_policy(self):
-        """The ``jax.checkpoint_policies`` function for this policy (None for NONE)."""
+    def checkpoint_policy(self, offload_to_host: bool = False):
+        """The ``jax.checkpoint_policies`` function for this policy (None for NONE).
+
+        ``offload_to_host``: a named policy's kept activations go to host memory
+        (``pinned_host``) between the forward and backward passes instead of staying in
+        device memory (``save_and_offload_only_these_names``; a no-op where the platform
+        has one memory, e.g. on CPU).
+
+        Raises:
+          ValueError: offload asked of a policy that does not name what it keeps.
+        """
         policies = jax.checkpoint_policies
+        if offload_to_host:
+            if self.name not in _SAVED_NAMES:
+                raise ValueError(
+                    f"checkpoint offload to host needs a policy that names what it keeps "
+                    f"(e.g. SAVE_DOT_FOR_MLPERF_200B), got {self.name}."
+                )
+            return policies.save_and_offload_only_these_names(
+                names_which_can_be_saved=[],
+                names_which_can_be_offloaded=list(_SAVED_NAMES[self.name]),
+                offload_src="device",
+                offload_dst="pinned_host",
+            )
         by_name = {
             "NONE": None,
             "SAVE_NOTHING": policies.nothing_saveable,
@@ -139,11 +160,14 @@ class StackedTransformerRepeated(BaseLayer):
       num_layers: number of blocks.
       block_tpl: the block template.
       checkpoint_policy: see :class:`AutodiffCheckpointType`.
+      offload_to_host: keep a named policy's activations in host memory (see
+        :meth:`AutodiffCheckpointType.checkpoint_policy`).
     """
 
     num_layers: int
     block_tpl: LayerTpl = template_field(Transformer)
     checkpoint_policy: AutodiffCheckpointType = AutodiffCheckpointType.SAVE_NOTHING
+    offload_to_host: bool = False
 
     def layout(self) -> StackLayout:
         """``num_layers`` blocks as one scanned loop body (remat when a policy is on)."""
@@ -195,7 +219,7 @@ class StackedTransformerRepeated(BaseLayer):
     ) -> jax.Array:
         """The scan of the block over its stacked weights (and caches, when extending)."""
         body = _ScanBody
-        policy = self.checkpoint_policy.checkpoint_policy()
+        policy = self.checkpoint_policy.checkpoint_policy(self.offload_to_host)
         if self.checkpoint_policy is not AutodiffCheckpointType.NONE and not extend:
             body = nn.remat(body, policy=policy, prevent_cse=False)
         scanned = nn.scan(

@@ -42,7 +42,8 @@ class TransformerLmKnobs(BaseExperiment):
     and a separate output projection; else one shared table), TRAINABLE_POSITION_EMB
     (a learned table of TRAINABLE_PE_MAX_SEQ_LEN positions added to the input).
     Output: SOFTMAX_CAP_LOGITS, Z_LOSS_WEIGHT. Stack: USE_REPEATED_LAYER (scanned),
-    CHECKPOINT_POLICY (remat inside the scan), and the pipeline: NUM_STAGES > 1
+    CHECKPOINT_POLICY (remat inside the scan; CHECKPOINT_OFFLOAD_TO_HOST keeps a named
+    policy's activations in host memory), and the pipeline: NUM_STAGES > 1
     splits the layers over that many stages, the batch cut into microbatches of
     MICROBATCH_SIZE or into NUM_MICROBATCHES (default NUM_STAGES); CIRCULAR_REPEAT
     virtual stages per device, STREAM_IO (the microbatch buffer split over the stages).
@@ -79,6 +80,7 @@ class TransformerLmKnobs(BaseExperiment):
     NUM_MICROBATCHES: int | None = None
     CIRCULAR_REPEAT: int = 1
     STREAM_IO: bool = False
+    CHECKPOINT_OFFLOAD_TO_HOST: bool = False
 
     def model(self) -> config_lib.Config:
         """The ``LanguageModel`` config around a ``TransformerLm`` of these knobs."""
@@ -111,10 +113,13 @@ class TransformerLmKnobs(BaseExperiment):
             )
             stack.stage_tpl.num_layers = self.NUM_LAYERS // (self.NUM_STAGES * self.CIRCULAR_REPEAT)
             stack.stage_tpl.checkpoint_policy = self.CHECKPOINT_POLICY
+            stack.stage_tpl.offload_to_host = self.CHECKPOINT_OFFLOAD_TO_HOST
             return stack
         if self.USE_REPEATED_LAYER:
             return StackedTransformerRepeated.HParams.config(
-                num_layers=self.NUM_LAYERS, checkpoint_policy=self.CHECKPOINT_POLICY
+                num_layers=self.NUM_LAYERS,
+                checkpoint_policy=self.CHECKPOINT_POLICY,
+                offload_to_host=self.CHECKPOINT_OFFLOAD_TO_HOST,
             )
         return StackedTransformer.HParams.config(num_layers=self.NUM_LAYERS)
 

@@ -51,8 +51,10 @@ def _stacked_to_loop_params(repeated_params):
     ],
     ids=lambda p: p.name,
 )
-def test_repeated_equals_loop_outputs_and_gradients(remat):
-    repeated = instantiate(_stack_config(StackedTransformerRepeated, checkpoint_policy=remat))
+def test_repeated_equals_loop_outputs_and_gradients(remat, offload=False):
+    repeated = instantiate(
+        _stack_config(StackedTransformerRepeated, checkpoint_policy=remat, offload_to_host=offload)
+    )
     loop = instantiate(_stack_config(StackedTransformer))
     x = jax.random.normal(jax.random.key(1), (2, 5, 8))
     paddings = jnp.zeros((2, 5)).at[1, 3:].set(1.0)
@@ -110,3 +112,12 @@ def test_named_policies_find_their_activations_in_the_block(combine_qkv):
     block_names = ["context", "out_proj", "ffn1", "ffn2", "transformer_layer_out"]
     for name in [*projections, *block_names, "iteration_input"]:
         assert f"name={name}" in jaxpr, name
+
+
+def test_offloading_a_named_policy_to_host_gives_the_same_gradients():
+    """Kept activations in pinned host memory (a no-op on CPU's one memory): same numbers."""
+    test_repeated_equals_loop_outputs_and_gradients(
+        AutodiffCheckpointType.SAVE_DOT_FOR_MLPERF_200B, offload=True
+    )
+    with pytest.raises(ValueError, match="names what it keeps"):
+        AutodiffCheckpointType.SAVE_NOTHING.checkpoint_policy(offload_to_host=True)

@@ -35,9 +35,19 @@ TINY = dict(
     ICI_MESH_SHAPE=(1, 1, 1),
 )
 OURS = {  # Pax's tiny experiment -> the paxlite class of its Pax base, and its own knobs
-    "TinyLmCloudSpmd": (lm_cloud.LmCloudSpmd2B, {}),
-    "TinyC4SpmdAdam": (c4.C4SpmdAdam, {"USE_REPEATED_LAYER": True}),
-    "TinyC4SpmdGpt3AdamOrgHP": (c4.C4SpmdGpt3AdamOrgHP, {"TRAINABLE_PE_MAX_SEQ_LEN": 32}),
+    "TinyLmCloudSpmd": (lm_cloud.LmCloudSpmd2B, {}),  # scanned layers
+    "TinyC4SpmdAdam": (  # unscanned layers (x_layers_i), as Pax registers C4SpmdAdam
+        c4.C4SpmdAdam,
+        dict(
+            NUM_LAYERS=3, MODEL_DIMS=48, HIDDEN_DIMS=96, NUM_HEADS=6, VOCAB_SIZE=96, MAX_SEQ_LEN=12
+        ),
+    ),
+    "TinyC4SpmdGpt3AdamOrgHP": (
+        c4.C4SpmdGpt3AdamOrgHP,
+        dict(
+            MODEL_DIMS=40, HIDDEN_DIMS=160, NUM_HEADS=5, VOCAB_SIZE=112, TRAINABLE_PE_MAX_SEQ_LEN=32
+        ),
+    ),
 }
 
 
@@ -65,7 +75,8 @@ def test_a_pax_checkpoint_gives_praxiss_logits(name):
         _step_dir(name), abstract, experiment.NUM_STAGES, experiment.CIRCULAR_REPEAT
     )
     got = np.asarray(model.apply({"params": params}, batch, method=model.logits))
-    assert got.shape == want.shape == (2, 16, 128)
+    experiment_vocab = experiment.VOCAB_SIZE
+    assert got.shape == want.shape == (2, experiment.MAX_SEQ_LEN, experiment_vocab)
     scale = np.abs(want).max()
     assert scale > 0.1  # trained, not all zeros
     np.testing.assert_allclose(got, want, atol=1e-4 * scale, rtol=0)

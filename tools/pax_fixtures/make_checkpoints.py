@@ -7,8 +7,8 @@ Runs in the paxml venv (make_venv.sh), from the repository root:
         tests/fixtures/pax
 
 Writes, per experiment, ``<out>/<Class>/checkpoints/checkpoint_00000003/...`` (paxml's
-files, unchanged) and ``<out>/<Class>/logits.npz`` (``ids [2, T]`` int32, ``logits
-[2, T, V]`` float32 from praxis's ``LanguageModel.compute_predictions``).
+files, unchanged, less the optimizer state) and ``<out>/<Class>/logits.npz`` (``ids
+[2, T]`` int32, ``logits [2, T, V]`` float32 from praxis's ``compute_predictions``).
 """
 
 import pathlib
@@ -92,7 +92,12 @@ def main(out_dir: str) -> None:
         values = logits(name, read_params(step_dir), ids)
         target = out / name
         shutil.rmtree(target, ignore_errors=True)
-        shutil.copytree(step_dir, target / "checkpoints" / step_dir.name)
+        # The optimizer state (opt_states_*, 2/3 of the bytes) stays out: only weights load.
+        shutil.copytree(
+            step_dir,
+            target / "checkpoints" / step_dir.name,
+            ignore=shutil.ignore_patterns("opt_states_*"),
+        )
         np.savez(target / "logits.npz", ids=ids, logits=values)
         print(name, "logits", values.shape, "max |logit|", float(np.abs(values).max()), flush=True)
 

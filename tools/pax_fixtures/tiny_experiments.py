@@ -43,15 +43,24 @@ class TinyLmCloudSpmd(_Tiny, lm_cloud.LmCloudSpmd):
 
 @experiment_registry.register
 class TinyC4SpmdAdam(_Tiny, lm_cloud.SyntheticDataset, c4.C4SpmdAdam):
-    """C4SpmdAdam's model (one-hot matmul lookup, Pax's Adam recipe), scanned as the sized
-    C4 leaves are."""
+    """C4SpmdAdam's model (one-hot matmul lookup, Pax's Adam recipe) as Pax registers it:
+    unscanned layers (x_layers_i); 3 layers of 6 heads x 8, vocabulary 96."""
 
-    USE_REPEATED_LAYER = True
+    NUM_LAYERS = 3
+    MODEL_DIMS = 48
+    HIDDEN_DIMS = 96
+    NUM_HEADS = 6
+    VOCAB_SIZE = 96
+    MAX_SEQ_LEN = 12
 
 
 @experiment_registry.register
 class TinyC4SpmdGpt3AdamOrgHP(_Tiny, lm_cloud.SyntheticDataset, c4.C4SpmdGpt3AdamOrgHP):
     """GPT-3's model: learned positions, biases, no caps, no per-dim scale, no softmax bias,
-    tanh GELU, LayerNorm epsilon 1e-5, unscaled embeddings."""
+    tanh GELU, LayerNorm epsilon 1e-5, unscaled embeddings; 2 layers of 5 heads x 8."""
 
+    MODEL_DIMS = 40
+    HIDDEN_DIMS = 160
+    NUM_HEADS = 5
+    VOCAB_SIZE = 112
     TRAINABLE_PE_MAX_SEQ_LEN = 32

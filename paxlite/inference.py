@@ -29,7 +29,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 
-from paxlite import checkpoints, pax_checkpoint, trainer_lib
+from paxlite import checkpoints, pax_checkpoint, train_setup
 from paxlite.mesh import create_mesh, mesh_size
 from paxlite.overrides import resolve_experiment
 from praxis_lite import config as config_lib
@@ -211,9 +211,7 @@ def _restore_paxlite_params(task: Any, job_dir: pathlib.Path, step: int, mesh, r
     """The params of a paxlite checkpoint, restored onto their shardings."""
     ways = math.prod(mesh.shape.values())
     sample = _batch(jax.ShapeDtypeStruct((ways, 8), jnp.int32))
-    boxed = jax.eval_shape(trainer_lib.make_init_fn(task), jax.random.key(0), sample)
-    shardings = strip_boxes(logical_shardings(boxed, mesh, rules))
-    abstract = checkpoints.abstract_like(strip_boxes(boxed), shardings)
+    abstract, _ = train_setup.abstract_state_for(task, mesh, rules, sample)
     checkpointer = checkpoints.Checkpointer(job_dir, max_to_keep=1_000_000, async_save=False)
     try:
         state, _ = checkpointer.restore(step, abstract)

@@ -71,9 +71,14 @@ def check_batch_spec(job: Job, sample: NestedMap) -> None:
 
 def abstract_train_state(job: Job, sample: NestedMap) -> tuple[Any, Any]:
     """``(abstract TrainState with shardings, its NamedShardings)``, allocating nothing."""
-    init_fn = trainer_lib.make_init_fn(job.task)
+    return abstract_state_for(job.task, job.mesh, job.rules, sample)
+
+
+def abstract_state_for(task: Any, mesh: Any, rules: Any, sample: NestedMap) -> tuple[Any, Any]:
+    """:func:`abstract_train_state` of a task on a mesh, without a Job (e.g. for inference)."""
+    init_fn = trainer_lib.make_init_fn(task)
     abstract_boxed = jax.eval_shape(init_fn, jax.random.key(0), sample)
-    shardings = strip_boxes(logical_shardings(abstract_boxed, job.mesh, job.rules))
+    shardings = strip_boxes(logical_shardings(abstract_boxed, mesh, rules))
     return checkpoints.abstract_like(strip_boxes(abstract_boxed), shardings), shardings
 
 

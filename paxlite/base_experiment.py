@@ -94,6 +94,10 @@ class BaseExperiment(abc.ABC):
       PERCORE_BATCH_SIZE: training examples per device per step (may be < 1
         when some devices hold no batch, e.g. tensor parallelism).
       SEED: seed of the model init and training RNG.
+      TPU_TARGET: the TPU slice the experiment is sized for, as a Cloud TPU name
+        (``v4-128``; one slice per DCN_MESH_SHAPE slice), what
+        ``--mode=compile --compile_topology=target`` compiles for; None: TPU v4 with
+        one chip per mesh device (see :mod:`paxlite.tpu_topology`).
     """
 
     ICI_MESH_SHAPE: tuple[int, ...] = (1, 1, 1)
@@ -102,6 +106,7 @@ class BaseExperiment(abc.ABC):
     LOGICAL_AXIS_RULES: tuple[tuple[str, Any], ...] = DEFAULT_RULES
     PERCORE_BATCH_SIZE: float
     SEED: int = 1234
+    TPU_TARGET: str | None = None
 
     # Knob name -> declared type, over the whole MRO; set per class at creation.
     _knob_types: ClassVar[dict[str, Any]]

@@ -53,8 +53,9 @@ flags.DEFINE_enum_class(
     "EVAL_INTERVAL_STEPS and at the end (Pax's train). train_and_eval: the same, and also "
     "decodes every task.decode_interval_steps. decode: decode the experiment's "
     "decoder_datasets() with the latest checkpoint. compile: a dry run that builds the "
-    "experiment's mesh from fake CPU devices, compiles the train step on abstract arrays "
-    "and prints sizes and FLOPs. benchmark: time the train step on the experiment's data "
+    "experiment's mesh from fake CPU devices (or a TPU slice's, --compile_topology), "
+    "compiles the train step on abstract arrays and prints sizes and FLOPs. benchmark: "
+    "time the train step on the experiment's data "
     "(fresh parameters, no checkpoints) and write benchmark.json/.md/.png into "
     "--job_log_dir.",
 )
@@ -69,6 +70,20 @@ flags.DEFINE_enum(
     "causal",
     ["causal", "palm", "6N"],
     "Model-FLOPs count behind MFU (see paxlite/flops.py): causal (default), palm, 6N.",
+)
+flags.DEFINE_string(
+    "compile_topology",
+    None,
+    "--mode=compile: compile for this TPU slice instead of fake CPU devices and say whether "
+    "it fits in HBM: a Cloud TPU name (v4-8, v5p-128: TensorCores; v5e-256, v6e-64: chips), "
+    "a libtpu layout (v4:2x2x1), or 'target' (the experiment's TPU_TARGET). Needs libtpu "
+    "(pip install 'paxlite[tpu]'); no TPU needed.",
+)
+flags.DEFINE_integer(
+    "compile_topology_num_slices",
+    None,
+    "--mode=compile --compile_topology: slices joined over DCN (default: the experiment's, "
+    "the product of DCN_MESH_SHAPE).",
 )
 flags.DEFINE_integer("bench_steps", 20, "--mode=benchmark: timed steps.")
 flags.DEFINE_integer("bench_warmup", 3, "--mode=benchmark: untimed warm-up steps first.")
@@ -115,6 +130,17 @@ def resolved_mode() -> Mode:
         why = REFUSED_MODES[mode]
         raise UsageError(f"--mode={mode.value} (a paxml mode) is not supported by paxlite: {why}.")
     return Mode.DECODE if mode is Mode.DECODE_ONCE else mode
+
+
+def compile_topology() -> tuple[str | None, int | None]:
+    """``(--compile_topology, --compile_topology_num_slices)``; UsageError if the slices are
+    given without a topology or either is given outside ``--mode=compile``."""
+    given = [n for n in ("compile_topology", "compile_topology_num_slices") if FLAGS[n].present]
+    if given and FLAGS.mode is not Mode.COMPILE:
+        raise UsageError(f"--{given[0]} sizes a job for a TPU slice: add --mode=compile.")
+    if FLAGS.compile_topology_num_slices is not None and not FLAGS.compile_topology:
+        raise UsageError("--compile_topology_num_slices needs --compile_topology=NAME.")
+    return FLAGS.compile_topology, FLAGS.compile_topology_num_slices
 
 
 def reject_unsupported_flags() -> None:

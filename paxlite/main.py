@@ -40,7 +40,7 @@ from paxlite.checkpoints import CheckpointCorruptError, CheckpointMismatchError 
 from paxlite.experiment_registry import ExperimentRegistryError  # noqa: E402
 from paxlite.flags import FLAGS, Mode, UsageError  # noqa: E402
 from paxlite.job import Job, build_job  # noqa: E402
-from paxlite.mesh import MeshShapeError, mesh_size  # noqa: E402
+from paxlite.mesh import MeshShapeError  # noqa: E402
 from paxlite.pax_flags import distributed_args  # noqa: E402
 from praxis_lite.base_input import InputConfigError, InputDataError  # noqa: E402
 from praxis_lite.model_flops import FlopsDefinition  # noqa: E402
@@ -107,15 +107,17 @@ def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
     """The experiment with overrides, the processes joined, the job built (None: nothing to run)."""
     cli_flags.reject_unsupported_flags()
     jax.config.update("jax_traceback_filtering", FLAGS.jax_traceback_filtering_option)
-    experiment = overrides.resolve_experiment(FLAGS.exp, FLAGS.set, FLAGS.exp_search_packages)
-    overrides.check_one_source(FLAGS.exp, FLAGS.set, FLAGS.fdl_set, FLAGS.exp_search_packages)
-    if mode is Mode.COMPILE:
-        # A -1 (all devices) entry compiles for one device per other entry.
-        size = mesh_size(experiment.ICI_MESH_SHAPE, experiment.DCN_MESH_SHAPE, num_devices=1)
-        distributed.use_fake_cpu_devices(size)
+    search = FLAGS.exp_search_packages
+    experiment_cls = overrides.resolve_experiment_class(FLAGS.exp, FLAGS.set, search)
+    overrides.check_one_source(FLAGS.exp, FLAGS.set, FLAGS.fdl_set, search)
+    topology, target = cli_flags.compile_topology(), None
+    if mode is Mode.COMPILE:  # As many fake CPU devices as the mesh (or TPU target) has.
+        target = aot.compile_target(experiment_cls, *topology)
+        distributed.use_fake_cpu_devices(aot.devices_needed(experiment_cls, target))
     else:
         timeouts = (FLAGS.distributed_timeout_s, FLAGS.peer_timeout_s)
         distributed.initialize(*distributed_args(), *timeouts)
+    experiment = experiment_cls()  # Validation may ask JAX for the devices: set up by now.
     task_cfg, dataset_cfgs, decoder_cfgs = overrides.resolve_configs(
         experiment, FLAGS.fdl_set, FLAGS.fiddler
     )
@@ -124,9 +126,7 @@ def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
         print(job_config.format_config(*configs))
         return None, configs
     if mode is Mode.COMPILE:
-        inputs = experiment.stand_in_datasets(dataset_cfgs)
-        job = build_job(experiment, task_cfg, inputs, pathlib.Path("/nonexistent"))
-        print(aot.format_report(FLAGS.exp, aot.compile_train_step(job)))
+        print(aot.run(experiment, task_cfg, dataset_cfgs, FLAGS.exp, target))
         return None, configs
     if not FLAGS.job_log_dir:
         raise UsageError("--job_log_dir is required (where checkpoints and summaries go).")

@@ -25,9 +25,17 @@ def resolve_experiment(
     name: str, knob_overrides: Sequence[str], search_packages: Sequence[str] = ()
 ) -> Any:
     """The experiment instance for ``name`` with ``KNOB=VALUE`` overrides applied."""
+    return resolve_experiment_class(name, knob_overrides, search_packages)()
+
+
+def resolve_experiment_class(
+    name: str, knob_overrides: Sequence[str], search_packages: Sequence[str] = ()
+) -> type[base_experiment.BaseExperiment]:
+    """The experiment class for ``name`` with ``KNOB=VALUE`` overrides applied (not yet
+    instantiated: validating a mesh with a -1 entry asks JAX for the job's devices, so
+    the devices must be set up first)."""
     cls = experiment_registry.get(name, search_packages)
-    cls = base_experiment.apply_knob_overrides(cls, list(knob_overrides))
-    return cls()
+    return base_experiment.apply_knob_overrides(cls, list(knob_overrides))
 
 
 def resolve_configs(experiment: Any, fdl_sets: Sequence[str], fiddlers: Sequence[str]):

@@ -77,7 +77,8 @@ def abstract_train_state(job: Job, sample: NestedMap) -> tuple[Any, Any]:
 def abstract_state_for(task: Any, mesh: Any, rules: Any, sample: NestedMap) -> tuple[Any, Any]:
     """:func:`abstract_train_state` of a task on a mesh, without a Job (e.g. for inference)."""
     init_fn = trainer_lib.make_init_fn(task)
-    abstract_boxed = jax.eval_shape(init_fn, jax.random.key(0), sample)
+    # The key is made inside: nothing runs eagerly (the mesh's devices may be a TPU target's).
+    abstract_boxed = jax.eval_shape(lambda batch: init_fn(jax.random.key(0), batch), sample)
     shardings = strip_boxes(logical_shardings(abstract_boxed, mesh, rules))
     return checkpoints.abstract_like(strip_boxes(abstract_boxed), shardings), shardings
 

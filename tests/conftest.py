@@ -12,6 +12,8 @@ import os
 import shutil
 import tempfile
 
+import pytest
+
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
     os.environ["XLA_FLAGS"] = f"{_flags} --xla_force_host_platform_device_count=8".strip()
@@ -52,3 +54,12 @@ def pytest_collection_modifyitems(items):
         return _LONG_MODULES.index(name) if name in _LONG_MODULES else len(_LONG_MODULES)
 
     items.sort(key=rank)
+
+
+@pytest.fixture
+def libtpu_env(monkeypatch):
+    """The variables a compile for a TPU topology sets for libtpu in its process
+    (``paxlite.tpu_topology``), set here and restored after the test."""
+    monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
+    monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-4")
+    monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "localhost")

@@ -207,6 +207,7 @@ class C4Spmd1BAdam4Replicas(Bf16Scanned, C4SpmdLmBase):
     NUM_HEADS = 20
     PERCORE_BATCH_SIZE = 32
     ICI_MESH_SHAPE = (1, 4, 1)
+    TPU_TARGET = "v4-8"  # Pax's README.
 
 
 @experiment_registry.register
@@ -243,6 +244,7 @@ class C4Spmd16BAdam32Replicas(Bf16Scanned, C4SpmdLmBase):
     NUM_HEADS = 48
     PERCORE_BATCH_SIZE = 16
     ICI_MESH_SHAPE = (1, 16, 2)
+    TPU_TARGET = "v4-64"  # Pax's README.
 
 
 @experiment_registry.register
@@ -398,6 +400,7 @@ class C4SpmdPipelineGpt3SmallAdam64Replicas(Gpt3SmallSizes, C4SpmdGpt3AdamOrgHP)
     PERCORE_BATCH_SIZE = 8
     MICROBATCH_SIZE = 16
     ICI_MESH_SHAPE = (4, 1, 4, 4)
+    TPU_TARGET = "v4-128"  # Pax's README.
 
 
 @experiment_registry.register

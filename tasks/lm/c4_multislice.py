@@ -38,6 +38,7 @@ class C4Spmd22BAdam1xv4_128(Model22B, C4SpmdLmBase):
     """22B on one v4-128 slice (64 chips): global batch 1 x 64 x 1 x 16 = 1024."""
 
     ICI_MESH_SHAPE = (1, 64, 1)
+    TPU_TARGET = "v4-128"
 
 
 @experiment_registry.register
@@ -45,6 +46,7 @@ class C4Spmd22BAdam2xv4_128(Model22B, C4SpmdLmBase):
     """22B on two v4-128 slices: global batch 2 x 64 x 16 = 2048."""
 
     ICI_MESH_SHAPE = (1, 64, 1)
+    TPU_TARGET = "v4-128"
     DCN_MESH_SHAPE = (2, 1, 1)
 
 
@@ -53,6 +55,7 @@ class C4Spmd22BAdam4xv4_128(Model22B, C4SpmdLmBase):
     """22B on four v4-128 slices: global batch 4 x 64 x 16 = 4096."""
 
     ICI_MESH_SHAPE = (1, 64, 1)
+    TPU_TARGET = "v4-128"
     DCN_MESH_SHAPE = (4, 1, 1)
 
 
@@ -90,6 +93,7 @@ class C4Spmd22BAdam1xv4_384(Bf16Scanned, C4SpmdLmBase):
     VOCAB_SIZE = 32768
     PERCORE_BATCH_SIZE = 10
     ICI_MESH_SHAPE = (1, 192, 1)
+    TPU_TARGET = "v4-384"
 
 
 @experiment_registry.register
@@ -108,6 +112,7 @@ class V4_8Sizes(Model22B):
     HIDDEN_DIMS = MODEL_DIMS * 4
     NUM_HEADS = 8
     ICI_MESH_SHAPE = (1, 4, 1)
+    TPU_TARGET = "v4-8"
 
 
 @experiment_registry.register
@@ -166,6 +171,7 @@ class C4SpmdGpt3AdamDataParallel2x16x16(C4SpmdGpt3AdamOrgHP):
     PERCORE_BATCH_SIZE = 0.5
     ICI_MESH_SHAPE = (1, 16, 16)
     DCN_MESH_SHAPE = (2, 1, 1)
+    TPU_TARGET = "v5e-256"  # Two 16x16 slices: 2D layouts are v5e's (and v6e's).
     FPROP_DTYPE = jnp.bfloat16
     NUM_TRAIN_STEPS = 100
     CHECKPOINT_EVERY_N_STEPS = 2000
@@ -185,6 +191,8 @@ class C4Spmd32BAdam1xv5_256(Bf16Scanned, C4SpmdLmBase):
     MAX_SEQ_LEN = 2048
     PERCORE_BATCH_SIZE = 2
     ICI_MESH_SHAPE = (1, 128, 1)
+    # "v5_256" with 128 devices: v5p-256 (128 chips; v5p names count TensorCores).
+    TPU_TARGET = "v5p-256"
 
 
 @experiment_registry.register

@@ -258,7 +258,10 @@ def test_compile_dry_run_on_fake_devices_needs_no_data(tmp_path, exp, params):
         check=False,
     )
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "(4 devices)" in proc.stdout and f"parameters:             {params}" in proc.stdout
+    assert (
+        "for 4 fake CPU devices, mesh" in proc.stdout
+        and f"parameters:             {params}" in proc.stdout
+    )
     assert "XLA temp per device" in proc.stdout and "XLA FLOPs per step" in proc.stdout
 
 

@@ -61,7 +61,7 @@ def test_compile_dry_run_counts_model_flops():
     code, stdout, stderr = run_main_in_process("--mode=compile", *EIGHT_DEVICES, exp=EXP)
     assert code == 0, stderr[-3000:]
     # 5120 MLP weights + 128 biases, the 64 x 64 table and its 64 logit biases (praxis's).
-    assert "(8 devices)" in stdout and "parameters:             9,408" in stdout
+    assert "for 8 fake CPU devices" in stdout and "parameters:             9,408" in stdout
     # Per step of 32 x 16 tokens: 6N = 6 * N_mlp * tokens, N_mlp = 64*32 + 32*32 + 32*64.
     assert f"6N {6 * 5120 * 32 * 16:.4g}" in stdout
     assert f"causal {6 * (5120 + 64 * 64) * 32 * 16:.4g}" in stdout

@@ -1,0 +1,232 @@
+"""Compiles every registered experiment's train step for its TPU target and writes the table
+docs/tpu-sizing.md (per-chip GiB by kind, fits or not, compile seconds).
+
+    python tools/size_catalogue.py                 # all, resuming; hours on 2 cores
+    nohup python tools/size_catalogue.py > /tmp/sizing.log 2>&1 &
+    python tools/size_catalogue.py --table-only    # rewrite the table from the results
+    python tools/size_catalogue.py C4Spmd1B ...    # (re)compile these (short names work)
+
+Each experiment compiles in its own process (a process's fake device count is fixed when
+JAX starts), as ``paxlite --mode=compile --compile_topology=target`` would. Results are
+appended to docs/tpu-sizing.jsonl as each finishes; a re-run skips experiments already
+there, so the script can be stopped and restarted. Experiments whose train step is the same
+program as one before (they differ only in loop knobs such as NUM_TRAIN_STEPS) are not
+compiled again; their row names the one they share. Needs libtpu: pip install -e ".[tpu]".
+"""
+
+from __future__ import annotations
+
+import argparse
+import json
+import math
+import os
+import pathlib
+import subprocess
+import sys
+import tempfile
+import time
+from typing import Any
+
+REPO = pathlib.Path(__file__).resolve().parents[1]
+RESULTS = REPO / "docs" / "tpu-sizing.jsonl"
+TABLE = REPO / "docs" / "tpu-sizing.md"
+GIB = 2**30
+#: Knobs that change the run, not the train step's program (a shared row, not a new compile).
+LOOP_ONLY_KNOBS = frozenset(
+    "NUM_TRAIN_STEPS CHECKPOINT_EVERY_N_STEPS CHECKPOINT_MAX_TO_KEEP SUMMARY_INTERVAL_STEPS "
+    "EVAL_INTERVAL_STEPS TARGET_LOG_PPLX PROFILER_CAPTURE_STEP PROFILER_NUM_STEPS "
+    "PROFILER_MIN_DURATION_SEC TPU_TARGET SEED TRAINING_SEED".split()
+)
+#: What was found out about an experiment whose row needs a word (findings, not figures).
+NOTES: dict[str, str] = {}
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.splitlines()[0])
+    parser.add_argument("names", nargs="*", help="only these experiments (recompiled)")
+    parser.add_argument("--timeout", type=float, default=3600.0, help="seconds per compile")
+    parser.add_argument("--table-only", action="store_true")
+    parser.add_argument("--child", help=argparse.SUPPRESS)  # One compile, in its own process.
+    args = parser.parse_args()
+    if args.child:
+        print(json.dumps(size_one(args.child)))
+        return
+    experiments = catalogue()
+    results = read_results()
+    if not args.table_only:
+        wanted = [_full_name(n, experiments) for n in args.names] or list(experiments)
+        for name in wanted:
+            if name in results and "error" not in results[name] and not args.names:
+                continue  # Sized before (errors are tried again).
+            results[name] = size_in_subprocess(name, experiments, results, args.timeout)
+            with RESULTS.open("a") as f:
+                f.write(json.dumps(results[name]) + "\n")
+            write_table(experiments, results)
+            print(_summary(results[name]), flush=True)
+    write_table(experiments, results)
+
+
+def catalogue() -> dict[str, dict[str, Any]]:
+    """Registered name -> {devices, fingerprint}, smallest meshes first."""
+    from paxlite import experiment_registry
+    from paxlite.base_experiment import knobs
+
+    experiment_registry._import_package_modules("tasks")  # noqa: SLF001 (registers them all)
+    rows = {}
+    for name, cls in experiment_registry.get_all().items():
+        values = {k: v for k, (_, v) in knobs(cls).items() if k not in LOOP_ONLY_KNOBS}
+        methods = tuple(getattr(cls, m).__qualname__ for m in ("task", "datasets"))
+        ici, dcn = cls.ICI_MESH_SHAPE, cls.DCN_MESH_SHAPE or (1,)
+        devices = abs(math.prod(ici)) * math.prod(dcn)
+        rows[name] = {"devices": devices, "fingerprint": repr((sorted(values.items()), methods))}
+    return dict(sorted(rows.items(), key=lambda item: (item[1]["devices"], item[0])))
+
+
+def size_in_subprocess(
+    name: str, experiments: dict[str, Any], results: dict[str, Any], timeout: float
+) -> dict[str, Any]:
+    """One experiment's row: compiled in a child process, or shared with an earlier one."""
+    fingerprint = experiments[name]["fingerprint"]
+    for other, row in results.items():
+        same = experiments.get(other, {}).get("fingerprint") == fingerprint
+        if same and "same_as" not in row and "error" not in row:
+            return {**row, "name": name, "same_as": other}
+    start = time.perf_counter()
+    command = [sys.executable, __file__, "--child", name]
+    env = {**os.environ, "JAX_PLATFORMS": "cpu", "TF_CPP_MIN_LOG_LEVEL": "3"}
+    try:
+        done = subprocess.run(
+            command, capture_output=True, text=True, timeout=timeout, env=env, cwd=REPO
+        )
+    except subprocess.TimeoutExpired:
+        return {"name": name, "error": f"no answer within {timeout:.0f} s"}
+    lines = done.stdout.strip().splitlines()
+    if done.returncode or not lines:
+        last = (done.stderr.strip().splitlines() or ["(no output)"])[-1]
+        return {"name": name, "error": f"exit {done.returncode}: {last[:300]}"}
+    return {**json.loads(lines[-1]), "wall_seconds": time.perf_counter() - start}
+
+
+def size_one(name: str) -> dict[str, Any]:
+    """Compiles ``name`` for its TPU target in this process; its figures (JSON-ready)."""
+    import jax
+
+    from paxlite import aot, distributed, overrides
+
+    jax.config.update("jax_enable_compilation_cache", False)  # As aot.run does.
+    experiment_cls = overrides.resolve_experiment_class(name, _data_overrides(name))
+    target = aot.compile_target(experiment_cls, aot.EXPERIMENT_TARGET, None)
+    distributed.use_fake_cpu_devices(aot.devices_needed(experiment_cls, target))
+    experiment = experiment_cls()
+    task_cfg, dataset_cfgs, _ = overrides.resolve_configs(experiment, [], [])
+    try:
+        job = aot.build_compile_job(experiment, task_cfg, dataset_cfgs, target)
+        figures = aot.compile_train_step(job, target)
+    except Exception as e:  # noqa: BLE001 (recorded in the table, not raised)
+        first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
+        return {"name": name, "target": target.describe(), "error": first[:300]}
+    figures["fit"] = aot.fit_line(figures)
+    keep = (str, int, float, dict, type(None))
+    return {"name": name, **{k: v for k, v in figures.items() if isinstance(v, keep)}}
+
+
+def _data_overrides(name: str) -> list[str]:
+    """A stand-in text file for experiments that read the user's text files (their batch
+    shapes do not depend on what the file holds)."""
+    from paxlite import experiment_registry
+    from paxlite.base_experiment import MISSING, knobs
+
+    if knobs(experiment_registry.get(name)).get("TEXT_DATA_PATH", (None, None))[1] is not MISSING:
+        return []
+    path = pathlib.Path(tempfile.mkdtemp(prefix="size-catalogue-")) / "train.txt"
+    path.write_text("The quick brown fox jumps over the lazy dog.\n" * 2000)
+    return [f"TEXT_DATA_PATH={path}"]
+
+
+def read_results() -> dict[str, dict[str, Any]]:
+    """The rows written so far (the last row of a name wins)."""
+    if not RESULTS.exists():
+        return {}
+    rows = [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()]
+    return {row["name"]: row for row in rows}
+
+
+def write_table(experiments: dict[str, Any], results: dict[str, Any]) -> None:
+    """docs/tpu-sizing.md from the results (experiments not yet compiled are listed too)."""
+    done = [results[n] for n in experiments if n in results]
+    fits = sum(1 for r in done if str(r.get("fit", "")).startswith("fits"))
+    compiled = [r for r in done if "compile_seconds" in r and "same_as" not in r]
+    longest = max(compiled, key=lambda r: r["compile_seconds"], default=None)
+    lines = [
+        "# TPU sizing of the catalogue",
+        "",
+        "Every registered experiment's train step compiled for its TPU target by the TPU",
+        "compiler (libtpu) on a 2-core CPU host, as `paxlite --exp=NAME --mode=compile",
+        "--compile_topology=target` does; written by `tools/size_catalogue.py` (resumable).",
+        "Figures are per chip, in GiB: parameters and optimizer state as sharded; XLA temp and",
+        "the program's total (arguments + outputs - aliased + temp + code) from the compiled",
+        "program's `memory_analysis`; HBM is what the TPU compiler offers a program on that chip.",
+        "A target is the experiment's `TPU_TARGET` (from its Pax name or Pax's README), else",
+        "TPU v4 with one chip per mesh device.",
+        "",
+        f"{len(done)} of {len(experiments)} experiments sized; {fits} fit their target."
+        + (
+            f" Longest compile: {longest['name'].rsplit('.', 1)[-1]}, "
+            f"{longest['compile_seconds']:.0f} s."
+            if longest
+            else ""
+        ),
+        "",
+        "| experiment | target | params | optimizer | XLA temp | program | HBM | fits "
+        "| compile s |",
+        "|---|---|---|---|---|---|---|---|---|",
+    ]
+    lines += [_table_row(name, results.get(name)) for name in experiments]
+    notes = [f"- **{n.rsplit('.', 1)[-1]}**: {text}" for n, text in NOTES.items()]
+    if notes:
+        lines += ["", "## Notes", "", *notes]
+    TABLE.write_text("\n".join(lines) + "\n")
+
+
+def _table_row(name: str, row: dict[str, Any] | None) -> str:
+    short = name.removeprefix("tasks.lm.")
+    if row is None:
+        return f"| {short} | | | | | | | not yet compiled | |"
+    if "error" in row:
+        return f"| {short} | {row.get('target', '')} | | | | | | error: {row['error']} | |"
+    gib = {
+        k: f"{row[k] / GIB:.2f}" if k in row else ""
+        for k in (
+            "params_bytes_per_device",
+            "opt_state_bytes_per_device",
+            "temp_bytes_per_device",
+            "program_bytes_per_device",
+            "hbm_bytes_per_chip",
+        )
+    }
+    fit = row.get("fit") or ""
+    if "same_as" in row:
+        fit += f" (same program as {row['same_as'].rsplit('.', 1)[-1]})"
+    seconds = f"{row['compile_seconds']:.0f}" if "compile_seconds" in row else ""
+    return (
+        f"| {short} | {row['target']} | {gib['params_bytes_per_device']} | "
+        f"{gib['opt_state_bytes_per_device']} | {gib['temp_bytes_per_device']} | "
+        f"{gib['program_bytes_per_device']} | {gib['hbm_bytes_per_chip']} | {fit} | {seconds} |"
+    )
+
+
+def _full_name(name: str, experiments: dict[str, Any]) -> str:
+    matches = [n for n in experiments if n == name or n.endswith("." + name)]
+    if len(matches) != 1:
+        sys.exit(f"size_catalogue: {name!r} matches {matches or 'no experiment'}")
+    return matches[0]
+
+
+def _summary(row: dict[str, Any]) -> str:
+    verdict = row.get("error") or row.get("fit") or "?"
+    return f"{row['name']}: {row.get('target', '')}: {verdict}"
+
+
+if __name__ == "__main__":
+    sys.path.insert(0, str(REPO))
+    main()

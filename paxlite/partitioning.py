@@ -49,9 +49,15 @@ def infeed_split(sharding: NamedSharding) -> tuple[int, int]:
     input is split into one part per distinct block of rows (in row order), not
     one per process; with plain data parallelism that is one part per process.
 
+    One process reads the whole batch, whatever the devices' hosts: this includes a
+    compile-only run for a TPU slice, whose devices name the slice's hosts, all stood in
+    for by this process.
+
     Raises:
       MeshShapeError: processes hold overlapping or uneven parts of the batch.
     """
+    if jax.process_count() == 1:
+        return 1, 0
     axes = batch_axes(sharding)
     shards = math.prod(sharding.mesh.shape[a] for a in axes)
     rows: dict[int, set[int]] = {}

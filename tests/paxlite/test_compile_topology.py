@@ -25,19 +25,24 @@ def report_gib(report: str, label: str) -> float:
     return float(re.search(rf"{label}:\s+([\d.]+) GiB", report).group(1))
 
 
-def test_a_v4_8_gets_the_batch_of_its_4_chips_and_a_fits_line():
+@pytest.mark.parametrize(
+    "topology, ici, chips",
+    [("v4-8", "1,4,1", 4), ("v4-16", "1,8,1", 8)],  # One host of 4 chips; two hosts.
+)
+def test_a_v4_slice_gets_the_batch_of_its_chips_and_a_fits_line(topology, ici, chips):
     result = run_main(  # Without the libtpu settings: the compile makes its own.
         "--mode=compile",
-        "--compile_topology=v4-8",
-        "--set=ICI_MESH_SHAPE=1,4,1",
+        f"--compile_topology={topology}",
+        f"--set=ICI_MESH_SHAPE={ici}",
         devices=1,
         unset_env=("ALLOW_MULTIPLE_LIBTPU_LOAD", "TPU_ACCELERATOR_TYPE", "TPU_WORKER_HOSTNAMES"),
     )
     assert result.returncode == 0, result.stderr
     report = result.stdout
-    assert "for v4-8 (4 TPU v4 chips), mesh {'replica': 1, 'data': 4, 'mdl': 1}" in report
-    # The batch follows the target's 4 chips, not the 1 CPU device this process started with.
-    assert f"global batch:           {LmSyntheticTiny.PERCORE_BATCH_SIZE * 4}\n" in report
+    assert f"for {topology} ({chips} TPU v4 chips), mesh {{'replica': 1, 'data': {chips}," in report
+    # The batch follows the target's chips (all its hosts), not the 1 CPU device this process
+    # started with.
+    assert f"global batch:           {LmSyntheticTiny.PERCORE_BATCH_SIZE * chips}\n" in report
     num_params = int(re.search(r"parameters:\s+([\d,]+)", report).group(1).replace(",", ""))
     # Data parallel: every chip holds all float32 parameters and Adam's two moments (+ count).
     assert report_gib(report, "params per chip") == pytest.approx(num_params * 4 / GIB, abs=1e-3)

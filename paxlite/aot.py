@@ -10,10 +10,10 @@ always sees as many (CPU) devices as the mesh has, so batch sizes follow the tar
 from __future__ import annotations
 
 import math
-import pathlib
 from typing import Any
 
 import jax
+from etils import epath
 
 from paxlite import flops, partitioning, tpu_topology, train_setup
 from paxlite.base_experiment import BaseExperiment
@@ -93,7 +93,7 @@ def build_compile_job(
     """The job on the target's devices (or this process's), with stand-in inputs."""
     devices = target.devices() if target is not None else None
     inputs = experiment.stand_in_datasets(dataset_cfgs)
-    return build_job(experiment, task_cfg, inputs, pathlib.Path("/nonexistent"), devices=devices)
+    return build_job(experiment, task_cfg, inputs, epath.Path("/nonexistent"), devices=devices)
 
 
 def compile_train_step(job: Job, target: TpuTarget | None = None) -> dict[str, Any]:

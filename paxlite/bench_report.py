@@ -9,13 +9,13 @@ from __future__ import annotations
 import json
 import math
 import os
-import pathlib
 import platform
 import sys
 from importlib import metadata
 from typing import Any
 
 import jax
+from etils import epath
 
 import paxlite
 from paxlite import flops
@@ -108,7 +108,7 @@ def format_markdown(fig: dict[str, Any]) -> str:
     return "\n".join(lines)
 
 
-def plot(fig: dict[str, Any], path: pathlib.Path) -> bool:
+def plot(fig: dict[str, Any], path: epath.Path) -> bool:
     """``benchmark.png``: tokens/s per window (left), MFU by FLOPs count (right).
 
     Returns False (and writes nothing) if matplotlib is not installed.
@@ -136,7 +136,8 @@ def plot(fig: dict[str, Any], path: pathlib.Path) -> bool:
     right.set_title(f"MFU by FLOPs count (headline: {fig['mfu_definition']})")
     figure.suptitle(f"{fig['experiment'].rsplit('.', 1)[-1]}: {fig['model']['description']}")
     figure.tight_layout()
-    figure.savefig(path, dpi=100)
+    with path.open("wb") as f:  # A local path or a bucket's.
+        figure.savefig(f, format="png", dpi=100)
     plt.close(figure)
     return True
 
@@ -148,7 +149,7 @@ def _cumulative(values):
         yield total
 
 
-def write_report(fig: dict[str, Any], job_log_dir: pathlib.Path) -> list[pathlib.Path]:
+def write_report(fig: dict[str, Any], job_log_dir: epath.Path) -> list[epath.Path]:
     """Writes benchmark.json, benchmark.md and benchmark.png; returns their paths."""
     job_log_dir.mkdir(parents=True, exist_ok=True)
     paths = [job_log_dir / "benchmark.json", job_log_dir / "benchmark.md"]

@@ -5,14 +5,15 @@ from __future__ import annotations
 import asyncio
 import contextlib
 import json
-import pathlib
 import re
 from collections.abc import Iterator
 from typing import Any
 
 import jax
 import orbax.checkpoint as ocp
+from etils import epath
 
+from paxlite import storage
 from paxlite.train_state import TrainState
 
 STATE = "state"
@@ -20,6 +21,7 @@ INPUT = "input"
 _MAX_LISTED = 20  # Mismatched arrays listed in a CheckpointMismatchError.
 _STATUS = re.compile(r"[A-Z_]+: ")  # How tensorstore's errors start: 'DATA_LOSS: ...'.
 _INCOMPLETE = re.compile(r"(\d+)\.orbax-checkpoint-tmp.*")  # A save that never finished.
+_COMMITTED = "commit_success.txt"  # Orbax's mark of a finished save in a bucket.
 
 
 class CheckpointMismatchError(ValueError):
@@ -41,8 +43,8 @@ class Checkpointer:
     and removed; they are never restored.
     """
 
-    def __init__(self, job_log_dir: pathlib.Path, *, max_to_keep: int, async_save: bool = True):
-        self.directory = pathlib.Path(job_log_dir).absolute() / "checkpoints"
+    def __init__(self, job_log_dir: epath.PathLike, *, max_to_keep: int, async_save: bool = True):
+        self.directory = storage.job_path(job_log_dir) / "checkpoints"
         self.interrupted_steps = _interrupted_saves(self.directory)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
@@ -138,15 +140,19 @@ class Checkpointer:
         self._manager.close()
 
 
-def _interrupted_saves(directory: pathlib.Path) -> list[int]:
+def _interrupted_saves(directory: epath.Path) -> list[int]:
     """Steps whose save was interrupted (process killed mid-write), oldest first.
 
-    Orbax writes a step into ``<step>.orbax-checkpoint-tmp...`` and renames it to
-    ``<step>`` only once every file is written, so such a directory is never
-    restored.
+    On a local disk orbax writes a step into ``<step>.orbax-checkpoint-tmp...`` and
+    renames it to ``<step>`` only once every file is written; in a bucket, which has no
+    rename, it writes ``<step>/`` in place and ``<step>/commit_success.txt`` last. Either
+    way such a step is never restored.
     """
     if not directory.is_dir():
         return []
+    if storage.is_remote(directory):
+        steps = (p for p in directory.iterdir() if p.name.isdigit())
+        return sorted(int(p.name) for p in steps if not (p / _COMMITTED).exists())
     found = (_INCOMPLETE.fullmatch(p.name) for p in directory.iterdir())
     return sorted(int(m.group(1)) for m in found if m)
 

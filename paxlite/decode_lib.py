@@ -25,13 +25,13 @@ does with a task's ``postprocess_fn``), plus ``num_examples``, ``mean_score`` an
 from __future__ import annotations
 
 import json
-import pathlib
 import time
 from collections.abc import Callable, Mapping
 from typing import Any, Protocol, runtime_checkable
 
 import jax
 import numpy as np
+from etils import epath
 from jax.sharding import NamedSharding, PartitionSpec
 
 from paxlite import partitioning, summaries
@@ -216,18 +216,16 @@ def metric_texts(inp: BaseInput, rows: list[dict]) -> tuple[list[Any], list[Any]
     )
 
 
-def write_jsonl(path: pathlib.Path, rows: list[dict]) -> None:
+def write_jsonl(path: epath.Path, rows: list[dict]) -> None:
     """Writes ``rows`` one JSON object per line (process 0 only)."""
     if jax.process_index() != 0:
         return
     path.parent.mkdir(parents=True, exist_ok=True)
-    with open(path, "w") as f:
-        for row in rows:
-            f.write(json.dumps(row) + "\n")
+    path.write_text("".join(json.dumps(row) + "\n" for row in rows))
 
 
-def output_path(job_log_dir: pathlib.Path, name: str, step: int) -> pathlib.Path:
-    return pathlib.Path(job_log_dir) / "decoder_out" / f"{name}_step{step}.jsonl"
+def output_path(job_log_dir: epath.PathLike, name: str, step: int) -> epath.Path:
+    return epath.Path(job_log_dir) / "decoder_out" / f"{name}_step{step}.jsonl"
 
 
 class DecodeProgram:
@@ -246,14 +244,14 @@ class DecodeProgram:
         self,
         task: SingleTask,
         inputs: list[BaseInput],
-        job_log_dir: pathlib.Path,
+        job_log_dir: epath.PathLike,
         params_shardings: Any,
         batch_sharding: NamedSharding,
         to_global: Callable[[NestedMap], Any],
     ):
         self.task = task
         self.params = task.decoder_params()
-        self.job_log_dir = pathlib.Path(job_log_dir)
+        self.job_log_dir = epath.Path(job_log_dir)
         self.inputs = list(inputs)
         self._to_global = to_global
         self._in_shardings = (

@@ -20,7 +20,6 @@ from __future__ import annotations
 
 import dataclasses
 import math
-import pathlib
 from collections.abc import Sequence
 from typing import Any
 
@@ -28,8 +27,9 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+from etils import epath
 
-from paxlite import checkpoints, pax_checkpoint, train_setup
+from paxlite import checkpoints, pax_checkpoint, storage, train_setup
 from paxlite.mesh import create_mesh, mesh_size
 from paxlite.overrides import resolve_experiment
 from praxis_lite import config as config_lib
@@ -101,7 +101,7 @@ def _batch(ids: jax.Array) -> NestedMap:
 
 
 def from_pretrained(
-    path: str | pathlib.Path, exp: str | None = None, overrides: Sequence[str] = ()
+    path: epath.PathLike, exp: str | None = None, overrides: Sequence[str] = ()
 ) -> PretrainedLm:
     """Loads a paxlite job or step directory, or a paxml checkpoint step with ``exp``.
 
@@ -116,7 +116,8 @@ def from_pretrained(
       pax_checkpoint.PaxCheckpointError, checkpoints.CheckpointMismatchError: the weights
         are another model's (each difference named).
     """
-    path = pathlib.Path(path)
+    storage.configure()
+    path = storage.job_path(path)  # A local path or gs://...
     pax_step = (path / "state").is_dir() and any((path / "state").glob("mdl_vars.params.*"))
     job_dir, step = (None, None) if pax_step else _paxlite_job_and_step(path)
     task_cfg = None
@@ -142,7 +143,7 @@ def from_pretrained(
     return PretrainedLm(task.model, params, task.decoder_params(), mesh, rules)
 
 
-def _paxlite_job_and_step(path: pathlib.Path) -> tuple[pathlib.Path, int]:
+def _paxlite_job_and_step(path: epath.Path) -> tuple[epath.Path, int]:
     """``(job dir, step)`` of a paxlite job dir (its newest step) or step dir."""
     if path.name.isdigit() and path.parent.name == "checkpoints":
         return path.parent.parent, int(path.name)
@@ -160,7 +161,7 @@ def _paxlite_job_and_step(path: pathlib.Path) -> tuple[pathlib.Path, int]:
 _PLACEMENT_KNOBS = ("ICI_MESH_SHAPE", "DCN_MESH_SHAPE", "MESH_AXIS_NAMES", "LOGICAL_AXIS_RULES")
 
 
-def _job_experiment(job_dir: pathlib.Path) -> tuple[str, list[str]]:
+def _job_experiment(job_dir: epath.Path) -> tuple[str, list[str]]:
     """The experiment a paxlite job ran and its placement knobs as ``KNOB=VALUE`` strings,
     from the job's config.txt (``# Experiment <name>``, then ``KNOB: type = value`` lines)."""
     config = job_dir / "config.txt"
@@ -207,7 +208,7 @@ def _abstract_params(model: Any, mesh: Any, rules: Any) -> tuple[Any, Any]:
     return nn.unbox(boxed), shardings
 
 
-def _restore_paxlite_params(task: Any, job_dir: pathlib.Path, step: int, mesh, rules) -> Any:
+def _restore_paxlite_params(task: Any, job_dir: epath.Path, step: int, mesh, rules) -> Any:
     """The params of a paxlite checkpoint, restored onto their shardings."""
     ways = math.prod(mesh.shape.values())
     sample = _batch(jax.ShapeDtypeStruct((ways, 8), jnp.int32))

@@ -4,12 +4,12 @@ from __future__ import annotations
 
 import contextlib
 import dataclasses
-import pathlib
 from collections.abc import Iterator, Sequence
 from typing import Any
 
 import flax.linen as nn
 import jax
+from etils import epath
 from jax.sharding import Mesh, NamedSharding
 
 from paxlite import decode_lib, partitioning
@@ -39,7 +39,7 @@ class Job:
     rules: Any
     train_input: BaseInput
     eval_inputs: list[BaseInput]
-    job_log_dir: pathlib.Path
+    job_log_dir: epath.Path
     decoder_inputs: list[BaseInput] = dataclasses.field(default_factory=list)
 
     @property
@@ -62,7 +62,7 @@ def build_job(
     experiment: BaseExperiment,
     task_cfg: Any,
     dataset_cfgs: list[Any],
-    job_log_dir: pathlib.Path,
+    job_log_dir: epath.Path,
     devices: Sequence[jax.Device] | None = None,
     decoder_dataset_cfgs: Sequence[Any] = (),
 ) -> Job:

@@ -4,19 +4,24 @@ from __future__ import annotations
 
 import os
 import pathlib
+import re
 import tempfile
 from collections.abc import Sequence
 from typing import Any
 
+from etils import epath
 from fiddle import printing
 
-from paxlite import base_experiment
+from paxlite import base_experiment, storage
 from paxlite.flags import UsageError
 from praxis_lite import config as config_lib
 
+_FLAX_PARENT = re.compile(r"(.*\.)?parent: .* = <\[unset; default: <flax\.")
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+
 
 def write_config(
-    job_log_dir: pathlib.Path,
+    job_log_dir: epath.Path,
     experiment: Any,
     task_cfg: Any,
     datasets: Any,
@@ -39,23 +44,34 @@ def format_config(
     cls = type(experiment)
     lines = [f"# Experiment {cls.__module__}.{cls.__qualname__}", "", "## Knobs"]
     lines.append(base_experiment.format_knobs(cls))
-    lines += ["", "## Task (Fiddle paths)", printing.as_str_flattened(task_cfg)]
+    lines += ["", "## Task (Fiddle paths)", _flattened(task_cfg)]
     for i, cfg in enumerate(datasets):
-        lines += ["", f"## datasets[{i}]", printing.as_str_flattened(cfg)]
+        lines += ["", f"## datasets[{i}]", _flattened(cfg)]
     for i, cfg in enumerate(decoder_datasets):
-        lines += ["", f"## decoder_datasets[{i}]", printing.as_str_flattened(cfg)]
+        lines += ["", f"## decoder_datasets[{i}]", _flattened(cfg)]
     return "\n".join(lines) + "\n"
 
 
-def check_job_dir_writable(job_log_dir: pathlib.Path) -> None:
+def _flattened(cfg: Any) -> str:
+    """Fiddle's ``path: type = value`` lines, without Flax's unset ``parent`` plumbing (not a
+    hyperparameter) and without memory addresses (``<function zeros at 0x7f...>``), which
+    differ in every process: the same config gives the same text."""
+    lines = printing.as_str_flattened(cfg).splitlines()
+    kept = (_ADDRESS.sub("", line) for line in lines if not _FLAX_PARENT.match(line))
+    return "\n".join(kept)
+
+
+def check_job_dir_writable(job_log_dir: epath.Path) -> None:
     """Raises :class:`UsageError` unless ``job_log_dir`` is (or can be made) a writable directory.
 
     Creates nothing: the nearest existing directory is probed with a temporary
-    directory that is removed at once. Remote paths (``gs://...``) are not checked.
+    directory that is removed at once. A bucket (``gs://...``) is probed with an object
+    that is removed at once (:func:`paxlite.storage.check_reachable`).
     """
-    if "://" in str(job_log_dir):
+    if storage.is_remote(job_log_dir):
+        storage.check_reachable(job_log_dir)
         return
-    path = job_log_dir.absolute()
+    path = pathlib.Path(job_log_dir).absolute()
     existing = path
     while not existing.exists() and existing != existing.parent:
         if existing.is_symlink():  # A dangling link: the directory it names is gone.
@@ -79,13 +95,13 @@ def check_job_dir_writable(job_log_dir: pathlib.Path) -> None:
         ) from None
 
 
-def read_config_files(job_log_dir: pathlib.Path) -> dict[pathlib.Path, bytes]:
+def read_config_files(job_log_dir: epath.Path) -> dict[epath.Path, bytes]:
     """The bytes of the config files already in the job dir (from an earlier run)."""
     paths = (job_log_dir / "config.txt", job_log_dir / "config.json")
     return {p: p.read_bytes() for p in paths if p.is_file()}
 
 
-def restore_config_files(job_log_dir: pathlib.Path, saved: dict[pathlib.Path, bytes]) -> None:
+def restore_config_files(job_log_dir: epath.Path, saved: dict[epath.Path, bytes]) -> None:
     """Puts back the config files of :func:`read_config_files` (or removes new ones)."""
     for path in (job_log_dir / "config.txt", job_log_dir / "config.json"):
         if path in saved:

@@ -32,6 +32,7 @@ from paxlite import (  # noqa: E402
     job_config,
     overrides,
     periodic_actions,
+    storage,
     train,
 )
 from paxlite import flags as cli_flags  # noqa: E402
@@ -67,6 +68,7 @@ def fail(message: Any, code: int = 2) -> None:
 def main(argv: Sequence[str]) -> None:
     if not FLAGS["verbosity"].present:  # Progress lines are printed; keep library INFO quiet.
         logging.set_verbosity(logging.WARNING)
+    storage.configure()  # Before any file system or tensorstore use.
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if not FLAGS.exp:
@@ -130,7 +132,7 @@ def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
         return None, configs
     if not FLAGS.job_log_dir:
         raise UsageError("--job_log_dir is required (where checkpoints and summaries go).")
-    job_log_dir = pathlib.Path(FLAGS.job_log_dir)
+    job_log_dir = storage.job_path(FLAGS.job_log_dir)  # A local path or gs://bucket/...
     job_config.check_job_dir_writable(job_log_dir)
     decodes = mode is Mode.DECODE or (
         mode is Mode.TRAIN_AND_EVAL and task_cfg.decode_interval_steps

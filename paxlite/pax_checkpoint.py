@@ -9,14 +9,14 @@ stacking and value conventions: ``paxlite.pax_layout``).
 
 from __future__ import annotations
 
-import pathlib
 from typing import Any
 
 import numpy as np
 import tensorstore as ts
+from etils import epath
 from flax import traverse_util
 
-from paxlite import pax_layout
+from paxlite import pax_layout, storage
 
 _PARAMS_PREFIX = "mdl_vars.params."
 
@@ -25,13 +25,13 @@ class PaxCheckpointError(ValueError):
     """Not a paxml checkpoint step, or one of another model."""
 
 
-def read_pax_params(step_dir: str | pathlib.Path) -> dict[str, np.ndarray]:
+def read_pax_params(step_dir: epath.PathLike) -> dict[str, np.ndarray]:
     """``{'lm/softmax/logits_ffn/linear/w': array, ...}``: the model weights of a paxml step.
 
     Raises:
       PaxCheckpointError: ``step_dir`` has no ``state/mdl_vars.params.*`` arrays.
     """
-    state = pathlib.Path(step_dir) / "state"
+    state = storage.job_path(step_dir) / "state"  # A local path or gs://...
     arrays = sorted(state.glob(_PARAMS_PREFIX + "*")) if state.is_dir() else []
     if not arrays:
         raise PaxCheckpointError(
@@ -40,14 +40,14 @@ def read_pax_params(step_dir: str | pathlib.Path) -> dict[str, np.ndarray]:
         )
     out = {}
     for array_dir in arrays:
-        spec = {"driver": "zarr", "kvstore": {"driver": "file", "path": str(array_dir)}}
+        spec = {"driver": "zarr", "kvstore": storage.kvstore(array_dir)}
         name = array_dir.name[len(_PARAMS_PREFIX) :].replace(".", "/")
         out[name] = np.asarray(ts.open(spec).result().read().result())
     return out
 
 
 def pax_params_for(
-    step_dir: str | pathlib.Path,
+    step_dir: epath.PathLike,
     abstract_params: Any,
     num_stages: int = 1,
     circular_repeat: int = 1,

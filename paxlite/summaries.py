@@ -9,7 +9,9 @@ from __future__ import annotations
 import contextlib
 import os
 import pathlib
+import shutil
 import socket
+import tempfile
 import time
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
@@ -23,6 +25,8 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.summary.writer.record_writer import RecordWriter
 from tensorboard.util import tensor_util
 
+from paxlite import storage
+
 if TYPE_CHECKING:
     from paxlite.step_cost import StepCost
 
@@ -32,17 +36,25 @@ class SummaryWriter:
 
     Each scalar is stored as TensorFlow 2 stores it (a float32 tensor with the scalar
     plugin's metadata): ``tensorboard --logdir`` plots it, and TensorBoard's
-    ``EventAccumulator.Tensors(tag)`` reads it back.
+    ``EventAccumulator.Tensors(tag)`` reads it back. In a bucket (``gs://``), where an
+    object cannot be appended to, the file is written locally and uploaded whole at every
+    flush (as TensorFlow's GCS file system does), so TensorBoard sees it during the run.
     """
 
     def __init__(self, logdir: str | os.PathLike) -> None:
         self._records: RecordWriter | None = None
+        self._upload: tuple[pathlib.Path, epath.Path] | None = None
         if jax.process_index() > 0:
             return
         directory = epath.Path(logdir)
         directory.mkdir(parents=True, exist_ok=True)
         name = f"events.out.tfevents.{time.time():.6f}.{socket.gethostname()}.{os.getpid()}.v2"
-        self._records = RecordWriter(directory.joinpath(name).open("wb"))
+        path = directory / name
+        if storage.is_remote(path):  # Written here, the whole file uploaded at each flush.
+            local = pathlib.Path(tempfile.mkdtemp(prefix="paxlite-summaries-")) / name
+            self._upload = (local, path)
+            path = epath.Path(local)
+        self._records = RecordWriter(path.open("wb"))
         self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
 
     def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
@@ -68,19 +80,24 @@ class SummaryWriter:
         if self._records is not None:
             self._records.close()
             self._records = None
+            if self._upload is not None:
+                shutil.rmtree(self._upload[0].parent, ignore_errors=True)
 
     def _write(self, event: event_pb2.Event) -> None:
         assert self._records is not None
         self._records.write(event.SerializeToString())
         self._records.flush()
+        if self._upload is not None:  # An object in a bucket is written whole, as TF does.
+            local, remote = self._upload
+            remote.write_bytes(local.read_bytes())
 
 
-def create_writer(job_log_dir: pathlib.Path, name: str) -> SummaryWriter:
+def create_writer(job_log_dir: epath.PathLike, name: str) -> SummaryWriter:
     """A writer of TensorBoard event files under ``<job_log_dir>/summaries/<name>``.
 
     Only process 0 writes files; other processes only log.
     """
-    return SummaryWriter(pathlib.Path(job_log_dir) / "summaries" / name)
+    return SummaryWriter(epath.Path(job_log_dir) / "summaries" / name)
 
 
 def write_scalars(

@@ -1,0 +1,111 @@
+"""Where a job directory lives: a local path or a bucket (``gs://bucket/run``).
+
+One file-system layer for everything but arrays: etils ``epath`` paths, which keep URLs
+as URLs, reaching ``gs://`` through fsspec's ``gcsfs`` (in production and against an
+emulator alike). Arrays go through tensorstore (orbax), which reads ``gs://`` itself.
+
+:func:`configure` sets both up once per process, before either is used:
+
+- epath takes gcsfs even where TensorFlow is installed (``EPATH_USE_TF=false``), and
+  gcsfs its plain JSON-API client (``GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT=false``: its
+  bucket-type probe needs a gRPC control plane that emulators do not serve; set it to
+  true for Rapid (zonal) buckets) without a listings cache (other processes and
+  tensorstore write into the same directories).
+- ``STORAGE_EMULATOR_HOST`` (``host:port`` or ``http://host:port``), as Google's own
+  clients read it, points all of the job directory's I/O at an emulator with anonymous
+  credentials: gcsfs reads it directly, tensorstore through ``TENSORSTORE_GCS_HTTP_URL``.
+
+Settings already in the environment win. Data files and vocabularies on ``gs://`` are read
+by TensorFlow/TFDS/SeqIO with TensorFlow's own GCS support, as in Pax.
+"""
+
+from __future__ import annotations
+
+import logging
+import os
+from typing import Any
+
+from etils import epath
+
+EMULATOR_VARIABLE = "STORAGE_EMULATOR_HOST"
+ANONYMOUS = "anon"
+
+
+class StorageError(ValueError):
+    """A job directory that cannot be reached (no bucket, no credentials, no access)."""
+
+
+def configure() -> None:
+    """Sets up epath/gcsfs and tensorstore for ``gs://`` paths (idempotent)."""
+    import fsspec
+
+    os.environ.setdefault("EPATH_USE_TF", "false")
+    os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
+    emulator = emulator_url()
+    if emulator is not None:
+        os.environ[EMULATOR_VARIABLE] = emulator  # gcsfs wants the scheme.
+        os.environ.setdefault("TENSORSTORE_GCS_HTTP_URL", emulator)
+        os.environ.setdefault("GOOGLE_AUTH_TOKEN_FOR_TESTING", ANONYMOUS)
+    for protocol in ("gs", "gcs"):
+        settings = fsspec.config.conf.setdefault(protocol, {})
+        # Other processes (and tensorstore) write into the bucket: list it afresh each time.
+        settings.setdefault("use_listings_cache", False)
+        if emulator is not None:
+            settings.setdefault("token", ANONYMOUS)
+
+
+def emulator_url() -> str | None:
+    """``STORAGE_EMULATOR_HOST`` as ``http://host:port``, or None when it is not set."""
+    host = os.environ.get(EMULATOR_VARIABLE, "").strip().rstrip("/")
+    if not host:
+        return None
+    return host if "://" in host else f"http://{host}"
+
+
+def job_path(text: str | os.PathLike) -> epath.Path:
+    """The job directory as an epath: a URL stays a URL, a local path becomes absolute."""
+    path = epath.Path(text)
+    return path if is_remote(path) else path.absolute()
+
+
+def is_remote(path: Any) -> bool:
+    """Whether ``path`` is a URL (``gs://...``) rather than a local path."""
+    return "://" in os.fspath(path)
+
+
+def kvstore(path: epath.Path) -> str:
+    """Tensorstore's kvstore URL of a directory: ``gs://...`` as is, a local path as file://."""
+    return os.fspath(path) if is_remote(path) else f"file://{os.fspath(path)}"
+
+
+def check_reachable(path: epath.Path) -> None:
+    """Raises StorageError unless a remote job directory's bucket can be written: a probe
+    object is written and removed (local paths: see ``job_config.check_job_dir_writable``)."""
+    probe = path / ".paxlite-write-check"
+    gcsfs_log = logging.getLogger("gcsfs")  # Its retries log tracebacks; the error is enough.
+    level = gcsfs_log.level
+    gcsfs_log.setLevel(logging.CRITICAL)
+    try:
+        probe.write_text("")
+        probe.unlink()
+    except Exception as e:  # noqa: BLE001 (gcsfs and google-auth raise many kinds)
+        raise StorageError(
+            f"--job_log_dir {path} cannot be written: {_reason(e)}. Check the bucket name "
+            "and your credentials (gcloud auth application-default login, or a service "
+            f"account), or set {EMULATOR_VARIABLE} for an emulator."
+        ) from None
+    finally:
+        gcsfs_log.setLevel(level)
+
+
+def _reason(error: Exception) -> str:
+    """One line for a storage error (gcsfs's messages carry the HTTP status)."""
+    text = " ".join(str(error).split())[:200] or type(error).__name__
+    code = getattr(error, "code", None)
+    if isinstance(error, FileNotFoundError):
+        return f"the bucket does not exist ({text})"
+    if code == 401:
+        return f"no valid credentials (HTTP 401: {text})"
+    if isinstance(error, PermissionError) or text.startswith("Forbidden"):
+        return f"access denied (HTTP 403: {text})"
+    return f"{type(error).__name__}: {text}"

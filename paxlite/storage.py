@@ -26,6 +26,7 @@ import os
 from typing import Any
 
 from etils import epath
+from etils.epath import gpath
 
 EMULATOR_VARIABLE = "STORAGE_EMULATOR_HOST"
 ANONYMOUS = "anon"
@@ -40,6 +41,8 @@ def configure() -> None:
     import fsspec
 
     os.environ.setdefault("EPATH_USE_TF", "false")
+    # epath caches its TensorFlow-or-not answer at the first gs:// path of the process.
+    getattr(gpath._is_tf_installed, "cache_clear", lambda: None)()  # noqa: SLF001
     os.environ.setdefault("GCSFS_EXPERIMENTAL_ZB_HNS_SUPPORT", "false")
     emulator = emulator_url()
     if emulator is not None:

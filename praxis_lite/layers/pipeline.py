@@ -275,7 +275,11 @@ class LayerwiseShardablePipelined(BaseLayer):
         """
         s, r, m = self.num_stages, self.circular_repeat, num_micro
         weights = self._stage_weights(stored)
-        stages = self._stages(train, collect)
+        # As praxis's SAVE_ITERATION_INPUT: an iteration keeps only the stages' inputs for the
+        # backward pass and recomputes the stages from them (each layer inside remats as the
+        # stack's policy says). Without it every layer's residuals of every iteration stay
+        # alive: all layers x the whole batch per device, as if there were no pipeline.
+        stages = jax.checkpoint(self._stages(train, collect), prevent_cse=False)
 
         micro_x = self._constrain_micro(_to_microbatches(x, m), EMBED)
         micro_side = tuple(None if a is None else _to_microbatches(a, m) for a in side)

@@ -58,7 +58,8 @@ def main() -> None:
         for name in wanted:
             if name in results and "error" not in results[name] and not args.names:
                 continue  # Sized before (errors are tried again).
-            results[name] = size_in_subprocess(name, experiments, results, args.timeout)
+            shared = {} if args.names else results  # Named ones are compiled afresh.
+            results[name] = size_in_subprocess(name, experiments, shared, args.timeout)
             with RESULTS.open("a") as f:
                 f.write(json.dumps(results[name]) + "\n")
             write_table(experiments, results)
@@ -88,7 +89,7 @@ def size_in_subprocess(
     """One experiment's row: compiled in a child process, or shared with an earlier one."""
     fingerprint = experiments[name]["fingerprint"]
     for other, row in results.items():
-        same = experiments.get(other, {}).get("fingerprint") == fingerprint
+        same = other != name and experiments.get(other, {}).get("fingerprint") == fingerprint
         if same and "same_as" not in row and "error" not in row:
             return {**row, "name": name, "same_as": other}
     start = time.perf_counter()

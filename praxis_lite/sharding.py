@@ -35,6 +35,10 @@ LAYERS = "layers"
 STAGES = "stages"
 # The model dim of embedding tables (Pax's EMB_W_DATA_DIMS); follows EMBED unless a rule names it.
 TABLE_EMBED = "table_embed"
+# The model dim of the [batch, length, model] activations between and at the ends of
+# layers (praxis's a_bld): split over 'mdl' for training, as praxis's training-optimized
+# sharding does, so a chip keeps 1/mdl of each saved layer input and output.
+ACTIVATION_EMBED = "activation_embed"
 
 # A sensible default for 'data' x 'mdl' meshes (Pax's DP + tensor parallelism).
 DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
@@ -46,6 +50,7 @@ DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
     (KV_HEADS, "mdl"),
     (HEAD_DIM, None),
     (VOCAB, "mdl"),
+    (ACTIVATION_EMBED, "mdl"),
     (LAYERS, None),
     (STAGES, "stage"),
 )
@@ -64,6 +69,7 @@ TENSOR_PARALLEL_RULES = (
     (HEADS, "mdl"),
     (KV_HEADS, "mdl"),
     (VOCAB, "mdl"),
+    (ACTIVATION_EMBED, "mdl"),
     (STAGES, "stage"),
 )
 FSDP_AND_TENSOR_PARALLEL_RULES = TENSOR_PARALLEL_RULES + ((EMBED, "data"),)

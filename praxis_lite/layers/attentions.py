@@ -22,7 +22,7 @@ from jax.ad_checkpoint import checkpoint_name
 from praxis_lite.base_layer import BaseLayer
 from praxis_lite.config import LayerTpl, template_field
 from praxis_lite.layers.embedding_softmax import RotaryPositionalEmbedding
-from praxis_lite.sharding import BATCH, EMBED, HEAD_DIM, HEADS, KV_HEADS, LENGTH
+from praxis_lite.sharding import ACTIVATION_EMBED, BATCH, EMBED, HEAD_DIM, HEADS, KV_HEADS, LENGTH
 
 CACHE = "cache"  # The flax collection of decoding state (keys, values, paddings, index).
 CACHE_KV_AXES = (BATCH, LENGTH, KV_HEADS, HEAD_DIM)
@@ -226,11 +226,12 @@ class DotProductAttention(BaseLayer):
         return self.post_project(encoded)
 
     def post_project(self, encoded: jax.Array) -> jax.Array:
-        """Heads back to model dims: ``[B, T, N, H] -> [B, T, D]`` (named 'out_proj')."""
-        out = checkpoint_name(jnp.einsum("btnh,nhd->btd", encoded, self.w_post), "out_proj")
+        """Heads back to model dims: ``[B, T, N, H] -> [B, T, D]`` (named 'out_proj', as
+        sharded: a remat policy keeping it keeps the split copy)."""
+        out = jnp.einsum("btnh,nhd->btd", encoded, self.w_post)
         if self.use_bias:
             out = out + self.b_post
-        return self.constrain(out, (BATCH, LENGTH, EMBED))
+        return checkpoint_name(self.constrain(out, (BATCH, LENGTH, ACTIVATION_EMBED)), "out_proj")
 
     @nn.compact
     def extend(

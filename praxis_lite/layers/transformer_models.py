@@ -15,7 +15,7 @@ from praxis_lite.layers.normalizations import LayerNorm
 from praxis_lite.layers.transformers import StackedTransformer
 from praxis_lite.model_flops import LmShape, StackLayout, TrainFlops
 from praxis_lite.py_utils import NestedMap
-from praxis_lite.sharding import BATCH, EMBED, LENGTH, VOCAB
+from praxis_lite.sharding import ACTIVATION_EMBED, BATCH, EMBED, LENGTH, VOCAB
 
 
 class TransformerLm(BaseLayer):
@@ -86,7 +86,7 @@ class TransformerLm(BaseLayer):
             x = self.softmax.emb_lookup(ids)
         if self.position_emb_tpl is not None:
             x = x + self.position_emb(ids.shape[1], positions)
-        return self.constrain(self.to_fprop(x), (BATCH, LENGTH, EMBED))
+        return self.constrain(self.to_fprop(x), (BATCH, LENGTH, ACTIVATION_EMBED))
 
     def __call__(
         self,

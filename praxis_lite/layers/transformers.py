@@ -17,7 +17,7 @@ from praxis_lite.layers.attentions import DotProductAttention
 from praxis_lite.layers.linears import Bias, Linear
 from praxis_lite.layers.normalizations import LayerNorm
 from praxis_lite.model_flops import StackLayout
-from praxis_lite.sharding import BATCH, EMBED, LENGTH, MLP
+from praxis_lite.sharding import ACTIVATION_EMBED, BATCH, EMBED, LENGTH, MLP
 
 
 class TransformerFeedForward(BaseLayer):
@@ -74,7 +74,7 @@ class TransformerFeedForward(BaseLayer):
 
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
         x = self.to_fprop(x)
-        h_in = self.layer_norm(x)
+        h_in = self.constrain(self.layer_norm(x), (BATCH, LENGTH, ACTIVATION_EMBED))
         h = self.ffn_layer1(h_in)
         if self.use_bias:
             h = self.bias1(h)
@@ -87,9 +87,9 @@ class TransformerFeedForward(BaseLayer):
         out = self.ffn_layer2(h)
         if self.use_bias:
             out = self.bias2(out)
-        out = checkpoint_name(out, "ffn2")
+        out = checkpoint_name(self.constrain(out, (BATCH, LENGTH, ACTIVATION_EMBED)), "ffn2")
         out = self.residual_dropout(out, deterministic=not train)
-        return self.constrain(x + out, (BATCH, LENGTH, EMBED))
+        return self.constrain(x + out, (BATCH, LENGTH, ACTIVATION_EMBED))
 
 
 class Transformer(BaseLayer):

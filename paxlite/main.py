@@ -42,7 +42,7 @@ from paxlite.experiment_registry import ExperimentRegistryError  # noqa: E402
 from paxlite.flags import FLAGS, Mode, UsageError  # noqa: E402
 from paxlite.job import Job, build_job  # noqa: E402
 from paxlite.mesh import MeshShapeError  # noqa: E402
-from paxlite.pax_flags import distributed_args  # noqa: E402
+from paxlite.pax_flags import apply_jax_flags, distributed_args  # noqa: E402
 from praxis_lite.base_input import InputConfigError, InputDataError  # noqa: E402
 from praxis_lite.model_flops import FlopsDefinition  # noqa: E402
 
@@ -108,7 +108,7 @@ def main(argv: Sequence[str]) -> None:
 def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
     """The experiment with overrides, the processes joined, the job built (None: nothing to run)."""
     cli_flags.reject_unsupported_flags()
-    jax.config.update("jax_traceback_filtering", FLAGS.jax_traceback_filtering_option)
+    apply_jax_flags()
     search = FLAGS.exp_search_packages
     experiment_cls = overrides.resolve_experiment_class(FLAGS.exp, FLAGS.set, search)
     overrides.check_one_source(FLAGS.exp, FLAGS.set, FLAGS.fdl_set, search)

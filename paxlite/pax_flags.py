@@ -2,7 +2,8 @@
 
 Pax users keep their command lines. The GPU multi-host flags (``--multiprocess_gpu
 --server_addr --num_hosts --host_idx``) join the job through ``jax.distributed``
-as Pax's do; ``--jax_traceback_filtering_option`` sets JAX's option; the
+as Pax's do; ``--jax_traceback_filtering_option`` sets JAX's option and
+``--jax_profiler_port`` starts JAX's profiler server (:func:`apply_jax_flags`); the
 others that have no counterpart here are refused with the reason and what to
 use instead (:data:`REFUSED`), never silently ignored. ``--tfds_data_dir``,
 ``--exp``, ``--job_log_dir`` and Fiddle's flags are defined in ``paxlite.flags``.
@@ -25,6 +26,12 @@ flags.DEFINE_integer("num_hosts", None, "Pax: number of hosts (processes) in the
 flags.DEFINE_integer("host_idx", None, "Pax: this host's index in [0, num_hosts).")
 flags.DEFINE_string(
     "jax_traceback_filtering_option", "auto", "Pax: JAX's traceback filtering (jax config)."
+)
+flags.DEFINE_integer(
+    "jax_profiler_port",
+    None,
+    "Pax: start JAX's profiler server on this port, for on-demand captures (TensorBoard's "
+    "profile plugin 'Capture profile', or python -m jax.collect_profile PORT MS).",
 )
 
 #: Pax's flags that do not apply here: name -> (kind, why and what to do instead). Given on
@@ -63,7 +70,6 @@ REFUSED: dict[str, tuple[str, str]] = {
     ),
     "restore_checkpoint_step": ("multi_int", "a run resumes from --job_log_dir's latest step"),
     "globally_use_hardware_rng": ("bool", "JAX's default RNG is used"),
-    "jax_profiler_port": ("int", "profiling is not available yet"),
     "enable_auto_sharding": ("bool", "shardings come from LOGICAL_AXIS_RULES"),
     "study": ("str", "hyperparameter tuning is not part of paxlite"),
     "controller_mode": ("str", "hyperparameter tuning is not part of paxlite"),
@@ -126,3 +132,12 @@ def distributed_args() -> tuple[str | None, int | None, int | None]:
             "Pax); add --multiprocess_gpu."
         )
     return pax
+
+
+def apply_jax_flags() -> None:
+    """Sets JAX's traceback filtering; starts the profiler server if a port is given."""
+    import jax
+
+    jax.config.update("jax_traceback_filtering", FLAGS.jax_traceback_filtering_option)
+    if FLAGS.jax_profiler_port is not None:
+        jax.profiler.start_server(FLAGS.jax_profiler_port)

@@ -16,7 +16,7 @@ from typing import Any
 
 import jax
 
-from paxlite import checkpoints, decode_lib, eval_lib, prefetch, summaries
+from paxlite import checkpoints, decode_lib, eval_lib, input_positions, prefetch, summaries
 from paxlite.step_cost import StepCost
 
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM: "stopped by the scheduler, resumable".
@@ -146,7 +146,7 @@ class Checkpointing:
         ckpt = self._checkpointer
         if self._preemption.should_stop(ctx.step):
             check_finite(ctx.state, self._task, ckpt)
-            ckpt.save(ctx.step, ctx.state, self._batches.input_state())
+            self._save(ctx)
             ckpt.wait()
             summaries.log(
                 f"Preempted (SIGTERM) at step {ctx.step}: checkpoint saved in {ckpt.directory}. "
@@ -155,7 +155,17 @@ class Checkpointing:
             ctx.result.preempted = ctx.stop = True
         elif ctx.step % self._interval == 0 or ctx.step == ctx.last_step or ctx.stop:
             check_finite(ctx.state, self._task, ckpt)
-            ckpt.save(ctx.step, ctx.state, self._batches.input_state())
+            self._save(ctx)
+
+    def _save(self, ctx: StepContext) -> None:
+        """This host's input position (the reader's own, then orbax's save of the state
+        and the input's JSON state); positions of deleted checkpoints are pruned."""
+        ckpt, step = self._checkpointer, ctx.step
+        self._batches.save_position(
+            lambda inp, pending: input_positions.save(ckpt.directory, step, inp, pending)
+        )
+        ckpt.save(step, ctx.state, self._batches.input_state())
+        input_positions.prune(ckpt.directory, {*ckpt.all_steps(), step})
 
     def close(self) -> None:
         self._preemption.close()

@@ -5,27 +5,61 @@ each, and puts the batch on the devices (``to_global``), so the training loop
 only takes a ready ``jax.Array`` batch from a queue. The position that belongs
 to the batches the loop has taken (not to those still queued) is
 :meth:`Prefetcher.input_state`: checkpoints save that one, so a resumed run reads
-exactly the batches an uninterrupted run would.
+exactly the batches an uninterrupted run would. :meth:`Prefetcher.save_position`
+pauses the reader to save its own position together with the host batches read
+ahead (the pending ones), which a resumed run's Prefetcher replays first.
 """
 
 from __future__ import annotations
 
+import collections
 import queue
 import threading
 import weakref
-from collections.abc import Callable
+from collections.abc import Callable, Sequence
 from typing import Any
 
 from praxis_lite.base_input import BaseInput
+from praxis_lite.py_utils import NestedMap
+
+#: A host batch read ahead of the loop, with the input's ``get_state()`` after it.
+Pending = tuple[NestedMap, dict[str, Any]]
+
+
+class _Reader:
+    """The input, the batches to replay before it, and the record of what is read ahead."""
+
+    def __init__(self, inp: BaseInput, replay: Sequence[Pending]) -> None:
+        self.inp = inp
+        self.lock = threading.Lock()  # Held while the input reads; a save takes it too.
+        # Appended by the reading thread, popped by the loop's; deque ops are atomic.
+        self.pending: collections.deque[Pending] = collections.deque()
+        self._replay = collections.deque(replay)
+
+    def read(self) -> Pending:
+        """The next host batch and the state after it, recorded as pending."""
+        with self.lock:
+            if self._replay:
+                item = self._replay.popleft()
+            else:
+                item = (self.inp.get_next(), self.inp.get_state())
+            self.pending.append(item)
+            return item
+
+    def taken(self) -> None:
+        """The loop took the oldest pending batch (from the loop's thread, the one that
+        saves: no lock, so taking a batch never waits for a read)."""
+        self.pending.popleft()
 
 
 def _produce(
-    inp: BaseInput, to_global: Callable[[Any], Any], out: queue.Queue, stop: threading.Event
+    reader: _Reader, to_global: Callable[[Any], Any], out: queue.Queue, stop: threading.Event
 ) -> None:
     """Puts ``(global batch, input state after it, None)`` or ``(None, None, error)``."""
     while not stop.is_set():
         try:
-            item = (to_global(inp.get_next()), inp.get_state(), None)
+            local, state = reader.read()
+            item = (to_global(local), state, None)
         except BaseException as e:  # noqa: BLE001  (handed to the consumer)
             item = (None, None, e)
         while not stop.is_set():
@@ -41,6 +75,9 @@ def _produce(
 class Prefetcher:
     """Iterates ``to_global(inp.get_next())`` from a daemon thread, ``depth`` batches ahead.
 
+    ``replay``: host batches (with their states) to yield before reading the input, as
+    :meth:`save_position` gave them to an earlier run.
+
     Use as a context manager (or call :meth:`close`): the thread stops and the
     input is left where the loop stopped taking batches only if nothing was
     queued, so after closing, use :meth:`input_state` (not ``inp.get_state()``).
@@ -48,11 +85,16 @@ class Prefetcher:
     :meth:`next` call that would have returned that batch.
     """
 
-    def __init__(self, inp: BaseInput, to_global: Callable[[Any], Any], depth: int = 2) -> None:
+    def __init__(
+        self,
+        inp: BaseInput,
+        to_global: Callable[[Any], Any],
+        depth: int = 2,
+        replay: Sequence[Pending] = (),
+    ) -> None:
         if depth < 1:
             raise ValueError(f"Prefetcher depth must be >= 1, got {depth}.")
-        self._inp = inp
-        self._to_global = to_global
+        self._reader = _Reader(inp, replay)
         self._queue: queue.Queue = queue.Queue(maxsize=depth)
         self._stop = threading.Event()
         self._state = inp.get_state()
@@ -60,7 +102,7 @@ class Prefetcher:
         # collecting this object stops the thread.
         self._thread = threading.Thread(
             target=_produce,
-            args=(inp, to_global, self._queue, self._stop),
+            args=(self._reader, to_global, self._queue, self._stop),
             name="paxlite-prefetch",
             daemon=True,
         )
@@ -73,12 +115,20 @@ class Prefetcher:
         if error is not None:
             self._queue.put((None, None, error))  # Every later call raises it too.
             raise error
+        self._reader.taken()
         self._state = state
         return batch
 
     def input_state(self) -> dict[str, Any]:
         """The input's position after the last batch :meth:`next` returned."""
         return self._state
+
+    def save_position(self, save: Callable[[BaseInput, list[Pending]], None]) -> None:
+        """Calls ``save(input, pending)`` with the reader paused: the input's own position
+        is then just after ``pending``, the host batches read but not yet returned by
+        :meth:`next` (oldest first)."""
+        with self._reader.lock:
+            save(self._reader.inp, list(self._reader.pending))
 
     def close(self) -> None:
         """Stops the thread (queued batches are dropped)."""

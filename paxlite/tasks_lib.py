@@ -51,6 +51,11 @@ class SingleTask:
       target_log_pplx: early stopping (Pax's ``EarlyStoppingFn``): training ends,
         with a checkpoint, after an eval in which an input's ``log_pplx`` is at
         most this (nats per token); None: never.
+      profiler_capture_step: trace the train steps from the run's this-many-th step on
+        (counted from the step it started at; Pax's meaning); None: no trace.
+      profiler_num_steps: steps in the trace (more while it is shorter than
+        ``profiler_min_duration_sec``).
+      profiler_max_num_hosts: only processes with a smaller index trace; None: all.
     """
 
     model: Any
@@ -64,6 +69,10 @@ class SingleTask:
     decode_interval_steps: int = 0
     decoder: Any = config_lib.template_field(DecoderParams)
     target_log_pplx: float | None = None
+    profiler_capture_step: int | None = None
+    profiler_num_steps: int = 2
+    profiler_min_duration_sec: float = 1.0
+    profiler_max_num_hosts: int | None = None
 
     def __post_init__(self) -> None:
         for name in ("num_train_steps", "save_interval_steps", "summary_interval_steps"):

@@ -11,12 +11,15 @@ import dataclasses
 import time
 from typing import Any
 
+import jax
+
 from paxlite import (
     checkpoints,
     decode_lib,
     eval_lib,
     mfu,
     prefetch,
+    profiling,
     summaries,
     train_setup,
 )
@@ -45,6 +48,7 @@ class _Loop:
     checkpointing: Checkpointing
     checkpointer: checkpoints.Checkpointer
     progress: summaries.Progress
+    profiling: profiling.Profiling
 
 
 def run(
@@ -78,7 +82,8 @@ def run(
         state, step = loop.run.state, int(loop.run.state.step)
         try:
             while step < last_step:
-                state, metrics = loop.step_fn(state, loop.batches.next(), loop.run.train_key)
+                with jax.profiler.StepTraceAnnotation("train", step_num=step):
+                    state, metrics = loop.step_fn(state, loop.batches.next(), loop.run.train_key)
                 step += 1
                 ctx = StepContext(
                     step, state, metrics, last_step, task.num_train_steps, result, loop.progress
@@ -88,6 +93,7 @@ def run(
                 if ctx.stop:
                     break
         finally:
+            loop.profiling.close()
             loop.batches.close()
             loop.checkpointing.close()
             loop.checkpointer.wait()
@@ -116,17 +122,19 @@ def _prepare(
         summaries.log(f"Already at step {step} >= num_train_steps; nothing to train.")
     elif step < last_step:
         step_fn, compile_s, result.cost = train_setup.compile_with_cost(job, run, peak, definition)
-    batches = prefetch.Prefetcher(job.train_input, job.to_global)
+    batches = prefetch.Prefetcher(job.train_input, job.to_global, replay=run.input_replay)
     writer = summaries.create_writer(job.job_log_dir, "train")
     checkpointing = Checkpointing(task.save_interval_steps, checkpointer, batches, task)
+    tracing = profiling.Profiling(task, step, job.job_log_dir)
     actions = [  # Evaluation before Checkpointing: an early stop is saved at its step.
+        tracing,
         FirstStepReport(step, run_start, compile_s, writer),
         TrainSummaries(task.summary_interval_steps, writer, task, checkpointer),
         *_evaluation_actions(job, run, evaluate),
         checkpointing,
     ]
     progress = summaries.Progress(step, task.num_train_steps, result.cost)
-    return _Loop(step_fn, run, batches, actions, checkpointing, checkpointer, progress)
+    return _Loop(step_fn, run, batches, actions, checkpointing, checkpointer, progress, tracing)
 
 
 def _evaluation_actions(job: Job, run: train_setup.RunState, evaluate: bool) -> list[Any]:

@@ -16,7 +16,7 @@ from typing import Any
 import jax
 from jax.sharding import NamedSharding, PartitionSpec
 
-from paxlite import checkpoints, partitioning, summaries, trainer_lib
+from paxlite import checkpoints, input_positions, partitioning, summaries, trainer_lib
 from paxlite.job import Job
 from paxlite.mfu import Peak
 from paxlite.step_cost import StepCost, step_cost
@@ -45,6 +45,8 @@ class RunState:
       sample: a global batch shaped like training's (abstract for ABSTRACT).
       train_key: the replicated dropout key of the train steps.
       restored_step: the checkpoint step restored, or None.
+      input_replay: host batches the restored run had read ahead (with their input
+        states), to feed before the train input's next batch.
     """
 
     state: Any
@@ -52,6 +54,7 @@ class RunState:
     sample: NestedMap
     train_key: Any
     restored_step: int | None = None
+    input_replay: list[Any] = dataclasses.field(default_factory=list)
 
 
 def check_batch_spec(job: Job, sample: NestedMap) -> None:
@@ -110,9 +113,14 @@ def init_or_restore(
     latest = _latest_step(checkpointer, source, purpose)
     if latest is not None:
         state, input_state = checkpointer.restore(latest, abstract)
-        job.train_input.set_state(input_state)
-        summaries.log(f"Restored checkpoint at step {latest} from {checkpointer.directory}")
-        return RunState(state, shardings, sample, key, restored_step=latest)
+        replay = input_positions.restore(checkpointer.directory, latest, job.train_input)
+        if replay is None:  # No saved reader position: the input re-reads up to its state.
+            job.train_input.set_state(input_state)
+        how = "its saved batch count" if replay is None else "its saved reader position"
+        summaries.log(
+            f"Restored checkpoint at step {latest} from {checkpointer.directory} (input: {how})"
+        )
+        return RunState(state, shardings, sample, key, latest, replay or [])
     init_fn = trainer_lib.make_init_fn(job.task)
     state = init_with_shardings(init_fn, shardings, init_key, sample)
     return RunState(state, shardings, sample, key)

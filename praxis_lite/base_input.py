@@ -21,7 +21,10 @@ False           False    --                       error: would run dry after a f
 =============== ======== ======================== =====================================
 
 ``get_state()`` / ``set_state()`` let a resumed run continue from the exact next
-batch (the trainer stores the state with each checkpoint).
+batch (the trainer stores the state with each checkpoint). Where ``set_state`` has to
+re-read the stream to get there (a file reader), ``save_position()`` /
+``restore_position()`` also save the reader's own state (each host its own, beside the
+checkpoint), so a resume costs the same at any step.
 
 Decoder inputs (an experiment's ``decoder_datasets()``) yield prompt/target
 batches instead of LM batches, read like one-epoch eval inputs::
@@ -134,6 +137,21 @@ class BaseInput:
     def set_state(self, state: dict[str, Any]) -> None:
         """Continues from a position returned by :meth:`get_state`."""
         raise NotImplementedError
+
+    def save_position(self, directory: str) -> bool:
+        """Writes the reader's exact position into the local ``directory`` (which exists).
+
+        Returns False, writing nothing, where ``get_state()`` alone resumes in constant
+        time (the default: a counter or an index).
+        """
+        del directory
+        return False
+
+    def restore_position(self, directory: str, state: dict[str, Any]) -> None:
+        """Continues from what :meth:`save_position` wrote; ``state`` is the
+        :meth:`get_state` saved with it."""
+        del directory
+        self.set_state(state)
 
     def close(self) -> None:
         """Releases what reads the data (pipeline threads); reading again needs ``reset``.

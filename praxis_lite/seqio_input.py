@@ -19,8 +19,12 @@ pads its short or missing batches with all-zero examples whose weights are 0, so
 every real example is scored exactly once.
 
 ``get_state()`` is the number of batches read since the last reset; ``set_state``
-rebuilds the (seeded, deterministic) pipeline and skips that many batches. The
-skip re-reads the skipped data, so resuming late in a long run takes time.
+rebuilds the (seeded, deterministic) pipeline and skips that many batches, re-reading
+them (its cost grows with the step). ``save_position`` writes the tf.data iterator's own
+state instead (TensorFlow's checkpoint of it: file offsets, the shuffle buffer's
+examples, packing and prefetch buffers), and ``restore_position`` puts a rebuilt pipeline
+back there without reading anything: a resume costs the same at any step. Both refuse a
+state saved with another number of input hosts (each host's stream is its own shard).
 
 Decoder inputs (``decode_form`` set; an experiment's ``decoder_datasets()``)
 yield BaseInput's prompt/target batches instead, from one Task::
@@ -54,6 +58,7 @@ from __future__ import annotations
 import atexit
 import dataclasses
 import enum
+import os
 import weakref
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
@@ -213,21 +218,62 @@ class SeqIOInput(BaseInput):
         self._build(skip=0)
 
     def get_state(self) -> dict[str, Any]:
-        """``{'num_batches': k, 'num_infeed_hosts': n}``: k batches read since the last reset."""
-        return {"num_batches": self._num_batches, "num_infeed_hosts": self.num_infeed_hosts}
+        """``{'num_batches': k, 'num_infeed_hosts': n, 'num_batches_to_skip': s}``: k
+        batches read since the last reset, by one of n hosts, after skipping s."""
+        return {
+            "num_batches": self._num_batches,
+            "num_infeed_hosts": self.num_infeed_hosts,
+            "num_batches_to_skip": self.num_batches_to_skip,
+        }
 
     def set_state(self, state: dict[str, Any]) -> None:
-        """Rebuilds the pipeline and skips ``state['num_batches']`` batches."""
+        """Rebuilds the pipeline and skips ``state['num_batches']`` batches (re-reading them)."""
+        self._check_same_hosts(state)
+        self._build(skip=int(state["num_batches"]))
+
+    def save_position(self, directory: str) -> bool:
+        """Writes the tf.data iterator's state (TensorFlow checkpoint files ``iterator.*``).
+
+        Nothing is written (False) for one-epoch and decoder inputs, or while the
+        trainer's sample batch is still to be replayed.
+        """
+        if self._iterator is None or self._replay or self.reset_for_eval:
+            return False
+        tf.train.Checkpoint(iterator=self._iterator).write(os.path.join(directory, "iterator"))
+        return True
+
+    def restore_position(self, directory: str, state: dict[str, Any]) -> None:
+        """Rebuilds the pipeline and restores the iterator's state (reads no data).
+
+        A changed ``num_batches_to_skip`` (Pax's TRAINING_NUM_BATCHES_TO_SKIP, e.g. to
+        step past data that made the run diverge) moves the stream, as ``set_state``
+        does: it then re-reads to ``num_batches`` + the new skip.
+        """
+        self._check_same_hosts(state)
+        if state.get("num_batches_to_skip", self.num_batches_to_skip) != self.num_batches_to_skip:
+            logging.info(
+                "SeqIOInput '%s': num_batches_to_skip changed since the checkpoint; the "
+                "stream restarts %d batches after the saved position's count.",
+                self.name,
+                self.num_batches_to_skip,
+            )
+            self._build(skip=int(state["num_batches"]))
+            return
+        self._build(skip=0)
+        checkpoint = tf.train.Checkpoint(iterator=self._iterator)
+        checkpoint.read(os.path.join(directory, "iterator")).assert_consumed()
+        self._num_batches = int(state["num_batches"])
+
+    def _check_same_hosts(self, state: dict[str, Any]) -> None:
+        """Raises unless ``state`` was saved by as many input hosts as read this input now."""
         hosts = state.get("num_infeed_hosts", self.num_infeed_hosts)
         if hosts != self.num_infeed_hosts:
-            logging.warning(
-                "SeqIOInput '%s': the state was saved with %d input hosts, now %d; the "
-                "shards differ, so the resumed stream is not the one the run would have read.",
-                self.name,
-                hosts,
-                self.num_infeed_hosts,
+            raise InputConfigError(
+                f"SeqIOInput '{self.name}': the checkpoint's input position was saved by "
+                f"{hosts} input hosts (processes) and this run has {self.num_infeed_hosts}; "
+                f"each host reads its own shard, so resume with {hosts} processes, or "
+                "start this job afresh in another --job_log_dir."
             )
-        self._build(skip=int(state["num_batches"]))
 
     @property
     def score_metric_fns(self) -> Sequence[Callable[[list[str], list[float]], dict[str, Any]]]:
@@ -388,12 +434,19 @@ class SeqIOInput(BaseInput):
         # One-epoch eval keeps the last partial batch (padded in numpy); all else drops it.
         ds = ds.batch(self.batch_size, drop_remainder=not self.reset_for_eval)
         self._spec = ds.element_spec
-        if skip + self.num_batches_to_skip:
-            ds = ds.skip(skip + self.num_batches_to_skip)
+        # Always a skip node (even of 0): a saved iterator state restores only into a
+        # pipeline of the same structure.
+        ds = ds.skip(skip + self.num_batches_to_skip)
         options = tf.data.Options()
         options.deterministic = True
+        # A task's Python functions (numpy_function) count as external state; the
+        # pipeline a state is restored into is rebuilt by the same code, so saving may
+        # leave them out.
+        options.experimental_external_state_policy = (
+            tf.data.experimental.ExternalStatePolicy.IGNORE
+        )
         ds = ds.with_options(options).prefetch(_AUTOTUNE)
-        self._iterator = ds.as_numpy_iterator()
+        self._iterator = iter(ds)
         _open_inputs[id(self)] = self
         self._num_batches = skip
         self._replay: list[NestedMap] = []
@@ -413,7 +466,7 @@ class SeqIOInput(BaseInput):
         if self._iterator is None:
             raise InputConfigError(f"SeqIOInput '{self.name}' is closed; reset() it first.")
         try:
-            return next(self._iterator)
+            return tf.nest.map_structure(lambda t: t.numpy(), next(self._iterator))
         except StopIteration:
             if self._num_batches == 0 and (self.repeats or self.num_infeed_hosts == 1):
                 raise self._no_examples_error() from None  # (Multi-host eval: _next_padded.)

@@ -192,9 +192,11 @@ class LoopKnobs(BaseExperiment):
     EVAL_INTERVAL_STEPS: eval every this many steps (0: at the end only).
     TARGET_LOG_PPLX: stop (with a checkpoint) after an eval whose log-perplexity
     is at most this (Pax's ``EarlyStoppingFn``); None: train to NUM_TRAIN_STEPS.
-    PROFILER_CAPTURE_STEP, PROFILER_NUM_STEPS, PROFILER_MIN_DURATION_SEC: Pax's
-    profiler knobs, declared with Pax's defaults; taking a trace is not built yet,
-    so a PROFILER_CAPTURE_STEP is refused.
+    PROFILER_CAPTURE_STEP: trace the train steps from the run's this-many-th step
+    (counted from where it started, as Pax counts; None: no trace) into
+    ``<job_log_dir>/summaries/train/plugins/profile``. PROFILER_NUM_STEPS: steps
+    traced, more while the trace is shorter than PROFILER_MIN_DURATION_SEC.
+    PROFILER_MAX_NUM_HOSTS: only processes below this index trace (None: all).
     """
 
     NUM_TRAIN_STEPS: int = 500_000
@@ -206,19 +208,25 @@ class LoopKnobs(BaseExperiment):
     PROFILER_CAPTURE_STEP: int | None = None
     PROFILER_NUM_STEPS: int = 2
     PROFILER_MIN_DURATION_SEC: float = 1.0
+    PROFILER_MAX_NUM_HOSTS: int | None = None
 
     def validate(self) -> None:
         super().validate()
         _check_at_least(
-            self, 1, "CHECKPOINT_EVERY_N_STEPS", "SUMMARY_INTERVAL_STEPS", "CHECKPOINT_MAX_TO_KEEP"
+            self,
+            1,
+            "CHECKPOINT_EVERY_N_STEPS",
+            "SUMMARY_INTERVAL_STEPS",
+            "CHECKPOINT_MAX_TO_KEEP",
+            "PROFILER_NUM_STEPS",
         )
-        _check_at_least(self, 0, "NUM_TRAIN_STEPS", "EVAL_INTERVAL_STEPS")
+        _check_at_least(
+            self, 0, "NUM_TRAIN_STEPS", "EVAL_INTERVAL_STEPS", "PROFILER_MIN_DURATION_SEC"
+        )
         if self.PROFILER_CAPTURE_STEP is not None:
-            raise KnobError(
-                f"{type(self).__qualname__}.PROFILER_CAPTURE_STEP = {self.PROFILER_CAPTURE_STEP}: "
-                "profiler traces are not built yet; remove the setting (a JAX trace can be "
-                "taken with jax.profiler around a run meanwhile)."
-            )
+            _check_at_least(self, 0, "PROFILER_CAPTURE_STEP")
+        if self.PROFILER_MAX_NUM_HOSTS is not None:
+            _check_at_least(self, 1, "PROFILER_MAX_NUM_HOSTS")
 
     def single_task(self, model: config_lib.Config, learner: config_lib.Config) -> Any:
         """The ``SingleTask`` config of ``model`` and ``learner`` with this loop."""
@@ -232,6 +240,10 @@ class LoopKnobs(BaseExperiment):
             eval_interval_steps=self.EVAL_INTERVAL_STEPS,
             max_to_keep=self.CHECKPOINT_MAX_TO_KEEP,
             target_log_pplx=self.TARGET_LOG_PPLX,
+            profiler_capture_step=self.PROFILER_CAPTURE_STEP,
+            profiler_num_steps=self.PROFILER_NUM_STEPS,
+            profiler_min_duration_sec=self.PROFILER_MIN_DURATION_SEC,
+            profiler_max_num_hosts=self.PROFILER_MAX_NUM_HOSTS,
         )
 
 

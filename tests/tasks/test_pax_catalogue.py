@@ -152,7 +152,6 @@ def test_model_knobs_change_the_parameter_tree():
         ("USE_FP8", True, "fp8 matmuls are not supported"),
         ("RELATIVE_BIAS", True, "encoder-decoder models"),
         ("NORM_POLICY", "post", "only 'pre'"),
-        ("PROFILER_CAPTURE_STEP", 10, "profiler traces are not built yet"),
     ],
 )
 def test_unsupported_pax_knobs_are_refused_with_the_reason(knob, value, message):

@@ -20,7 +20,6 @@ that needs none) resumes through ``set_state``.
 from __future__ import annotations
 
 import json
-import os
 import pathlib
 import tempfile
 from typing import Any

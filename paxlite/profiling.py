@@ -83,8 +83,9 @@ class Profiling:
             _copy_tree(pathlib.Path(self._local.name), self._target)
             self._local.cleanup()
         steps = f"steps {first}-{last_step}" if last_step else f"from step {first}"
+        where = self._target / "plugins" / "profile"
         summaries.log(
-            f"Profile of train {steps} ({seconds:.1f} s) in {self._target / 'plugins' / 'profile'}: "
+            f"Profile of train {steps} ({seconds:.1f} s) in {where}: "
             f"tensorboard --logdir {self._target.parent} (Profile tab), or the .trace.json.gz "
             "in ui.perfetto.dev"
         )

@@ -442,9 +442,7 @@ class SeqIOInput(BaseInput):
         # A task's Python functions (numpy_function) count as external state; the
         # pipeline a state is restored into is rebuilt by the same code, so saving may
         # leave them out.
-        options.experimental_external_state_policy = (
-            tf.data.experimental.ExternalStatePolicy.IGNORE
-        )
+        options.experimental_external_state_policy = tf.data.experimental.ExternalStatePolicy.IGNORE
         ds = ds.with_options(options).prefetch(_AUTOTUNE)
         self._iterator = iter(ds)
         _open_inputs[id(self)] = self

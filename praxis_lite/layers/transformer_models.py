@@ -15,7 +15,7 @@ from praxis_lite.layers.normalizations import LayerNorm
 from praxis_lite.layers.transformers import StackedTransformer
 from praxis_lite.model_flops import LmShape, StackLayout, TrainFlops
 from praxis_lite.py_utils import NestedMap
-from praxis_lite.sharding import ACTIVATION_EMBED, BATCH, EMBED, LENGTH, VOCAB
+from praxis_lite.sharding import ACTIVATION_EMBED, BATCH, LENGTH, VOCAB
 
 
 class TransformerLm(BaseLayer):

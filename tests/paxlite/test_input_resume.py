@@ -5,6 +5,9 @@ the batches an uninterrupted run reads, without re-reading the stream."""
 from __future__ import annotations
 
 import json
+import os
+import subprocess
+import sys
 
 import jax
 import numpy as np
@@ -19,11 +22,13 @@ from praxis_lite.base_input import InputConfigError
 from praxis_lite.seqio_input import SeqIOInput
 from tasks.lm.text import LmTextTiny, TextFormat
 from tests.paxlite.test_bucket_job_dir import BUCKET, emulator  # noqa: F401 (a fixture)
-from tests.paxlite.test_main import restore_params
+from tests.paxlite.test_main import REPO, restore_params, run_main
+from tests.paxlite.test_multiprocess import _free_port
 from tests.praxis_lite.test_seqio_input import assert_batches_equal
 from tests.tasks.test_text import FAST, write
 
 T = 24
+DEVICES = "--xla_force_host_platform_device_count={}"
 READS = {"documents": 0}  # Documents the counted task's pipeline has read, in this process.
 
 
@@ -63,7 +68,9 @@ def task(tmp_path_factory) -> str:
 def make(task: str, **kwargs) -> SeqIOInput:
     kwargs.setdefault("feature_converter_pack", True)
     kwargs.setdefault("seed", 7)
-    return SeqIOInput(mixture_name=task, batch_size=4, task_feature_lengths={"targets": T}, **kwargs)
+    return SeqIOInput(
+        mixture_name=task, batch_size=4, task_feature_lengths={"targets": T}, **kwargs
+    )
 
 
 def test_a_saved_position_resumes_exactly_without_re_reading_the_stream(task, tmp_path):
@@ -178,12 +185,14 @@ def test_a_text_run_stopped_and_resumed_equals_an_uninterrupted_one(tmp_path, ca
     for x, y in zip(jax.tree_util.tree_leaves(a), jax.tree_util.tree_leaves(b), strict=True):
         np.testing.assert_array_equal(np.asarray(x), np.asarray(y))
     # Positions of deleted checkpoints are pruned (one may outlive its checkpoint by a save).
-    kept = {int(p.name) for p in (tmp_path / "stopped" / "checkpoints").iterdir() if p.name.isdigit()}
+    kept = {
+        int(p.name) for p in (tmp_path / "stopped" / "checkpoints").iterdir() if p.name.isdigit()
+    }
     saved = {int(p.name) for p in positions.iterdir()}
     assert kept <= saved and len(saved) <= len(kept) + 1, (kept, saved)
 
 
-def test_positions_are_saved_to_and_restored_from_a_bucket(emulator, task):
+def test_positions_are_saved_to_and_restored_from_a_bucket(emulator, task):  # noqa: F811
     """A ``gs://`` job dir (fake-gcs-server on loopback): the same files through epath."""
     checkpoint_dir = epath.Path(f"gs://{BUCKET}/positions/checkpoints")
     reference = make(task)
@@ -199,3 +208,59 @@ def test_positions_are_saved_to_and_restored_from_a_bucket(emulator, task):
     assert_batches_equal([resumed.get_next() for _ in range(3)], expected[3:])
     input_positions.prune(checkpoint_dir, {5})
     assert not input_positions.host_dir(checkpoint_dir, 3).exists()
+
+
+def test_two_hosts_save_their_own_positions_and_one_process_cannot_resume_them(tmp_path):
+    """Each of 2 processes saves its own reader position; resuming the job with 1 process
+    stops with one line naming the 2 it needs, and nothing in the job dir is lost."""
+    data = write(
+        tmp_path, TextFormat.LINES, [f"document {i} " + "abc " * (i % 9) for i in range(80)]
+    )
+    job = tmp_path / "job"
+    knobs = [
+        "--exp=tasks.lm.text.LmTextTiny",
+        f"--job_log_dir={job}",
+        f"--set=TEXT_DATA_PATH={data}",
+        "--set=PERCORE_BATCH_SIZE=2",
+        "--set=CHECKPOINT_EVERY_N_STEPS=2",
+        "--set=EVAL_INTERVAL_STEPS=0",
+        "--peak_tflops=1",
+    ]
+    port = _free_port()
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "paxlite.main", *knobs, "--set=NUM_TRAIN_STEPS=4"]
+            + ["--set=ICI_MESH_SHAPE=1,2,1"]
+            + ["--set=DCN_MESH_SHAPE=2,1,1", f"--coordinator_address=127.0.0.1:{port}"]
+            + ["--num_processes=2", f"--process_id={i}", "--distributed_timeout_s=120"],
+            cwd=REPO,
+            env=dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=DEVICES.format(2)),
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        outputs = [p.communicate(timeout=400) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (_, err) in zip(procs, outputs, strict=True):
+        assert p.returncode == 0, err[-3000:]
+    step = job / "checkpoints" / input_positions.DIRNAME / "4"
+    assert sorted(p.name for p in step.iterdir()) == ["host_0_of_2", "host_1_of_2"]
+
+    before = sorted(str(p) for p in job.rglob("*"))
+    one = run_main(
+        f"--job_log_dir={job}",
+        *knobs[2:],
+        "--set=NUM_TRAIN_STEPS=6",
+        "--set=ICI_MESH_SHAPE=1,4,1",
+        devices=4,
+        exp="tasks.lm.text.LmTextTiny",
+    )
+    assert one.returncode == 2, one.stderr[-2000:]
+    errors = [line for line in one.stderr.splitlines() if line.startswith("paxlite: error:")]
+    assert len(errors) == 1 and "resume with 2 processes" in errors[0], one.stderr[-2000:]
+    assert sorted(str(p) for p in job.rglob("*")) == before

@@ -9,6 +9,7 @@ import subprocess
 import sys
 import time
 
+import jax  # noqa: E402  (after the test helpers set up the platform)
 import pytest
 from etils import epath
 
@@ -18,8 +19,6 @@ from paxlite.job import build_job
 from tasks.lm.synthetic import LmSyntheticTiny
 from tests.paxlite.test_bucket_job_dir import BUCKET, emulator  # noqa: F401 (a fixture)
 from tests.paxlite.test_main import EXP, REPO
-
-import jax  # noqa: E402  (after the test helpers set up the platform)
 
 SHORT = {
     "ICI_MESH_SHAPE": (1, 8, 1),  # The 8 fake CPU devices of the test process.
@@ -78,9 +77,7 @@ def test_no_trace_without_a_capture_step_and_process_0_traces_below_max_hosts(tm
     assert [f for f in _traces(tmp_path / "hosts") if f.name.endswith(".xplane.pb")]
 
 
-@pytest.mark.parametrize(
-    "knob, value", [("PROFILER_CAPTURE_STEP", -1), ("PROFILER_NUM_STEPS", 0)]
-)
+@pytest.mark.parametrize("knob, value", [("PROFILER_CAPTURE_STEP", -1), ("PROFILER_NUM_STEPS", 0)])
 def test_bad_profiler_knobs_are_one_line(knob, value):
     with pytest.raises(KnobError, match=knob) as e:
         base_experiment.with_overrides(LmSyntheticTiny, {**SHORT, knob: value})()
@@ -99,10 +96,14 @@ def test_jax_profiler_port_starts_the_profiler_server(tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1")
+    env = dict(
+        os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1"
+    )
     command = [sys.executable, "-m", "paxlite.main", f"--exp={EXP}", f"--job_log_dir={tmp_path}"]
     command += [f"--jax_profiler_port={port}", "--set=NUM_TRAIN_STEPS=300", "--peak_tflops=1"]
-    proc = subprocess.Popen(command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE)
+    proc = subprocess.Popen(
+        command, cwd=REPO, env=env, stdout=subprocess.PIPE, stderr=subprocess.PIPE
+    )
     listening = False
     try:
         while proc.poll() is None and not listening:

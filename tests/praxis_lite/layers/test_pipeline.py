@@ -30,7 +30,8 @@ from praxis_lite.sharding import (
 )
 from tests.praxis_lite.layers import numpy_refs as ref
 
-LAYERS, DIMS, BATCH, SEQ = 8, 16, 8, 6  # SEQ differs from LAYERS: activation and weight shapes stay distinct.
+# SEQ differs from LAYERS, so activation and weight shapes stay distinct.
+LAYERS, DIMS, BATCH, SEQ = 8, 16, 8, 6
 
 
 def _block(block) -> None:

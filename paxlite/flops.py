@@ -33,15 +33,20 @@ def xla_flops(compiled: Any, num_devices: int) -> float:
 
 
 def corrected_xla_flops(
-    xla_raw: float, train_flops: TrainFlops | None, global_batch: int
+    xla_raw: float, train_flops: TrainFlops | None, global_batch: int, microbatches: int = 1
 ) -> tuple[float, str]:
     """``(FLOPs, note)``: XLA's count, estimated for every trip of a scanned body.
 
     Adds ``scan_trips - 1`` scan bodies (the model's ``scan_body_per_example``
     for each of ``global_batch`` examples). Exact (unchanged) without a scan;
     left as counted, with a note saying so, when the model says its loops cannot
-    be corrected (a pipeline).
+    be corrected (a pipeline). With gradient accumulation (``microbatches`` > 1) XLA
+    counted one microbatch's pass: the estimate is ``microbatches`` of them (the
+    optimizer's few FLOPs included each time).
     """
+    if microbatches > 1:
+        part, note = corrected_xla_flops(xla_raw, train_flops, global_batch // microbatches)
+        return part * microbatches, f"{note}; x {microbatches} accumulated microbatches"
     if train_flops is not None and train_flops.xla_note:
         return xla_raw, train_flops.xla_note
     if train_flops is None or train_flops.scan_trips <= 1 or not xla_raw:

@@ -75,19 +75,22 @@ def step_cost(
     num_devices: int | None = None,
     definition: FlopsDefinition | None = None,
     peak: Peak | None = None,
+    grad_accum_steps: int = 1,
 ) -> StepCost:
     """The :class:`StepCost` of a train step of ``model`` on ``global_batch`` (arrays or shapes).
 
     The model counts its own FLOPs (the model contract's ``train_flops``);
     ``compiled`` (a ``jax.stages.Compiled``) adds XLA's count; ``peak`` (from
     :func:`peak_for`, taken before any mesh is set) is what MFU is measured
-    against (None: no MFU); ``definition`` defaults to ``DEFAULT_DEFINITION``.
+    against (None: no MFU); ``definition`` defaults to ``DEFAULT_DEFINITION``;
+    ``grad_accum_steps``: the step runs the batch as that many microbatches (XLA's count is
+    of one).
     """
     examples = int(jax.tree_util.tree_leaves(global_batch)[0].shape[0])
     counted = model.train_flops(global_batch)
     num_devices = num_devices or jax.device_count()
     xla_raw = flops.xla_flops(compiled, num_devices) if compiled is not None else 0.0
-    xla, note = flops.corrected_xla_flops(xla_raw, counted, examples)
+    xla, note = flops.corrected_xla_flops(xla_raw, counted, examples, grad_accum_steps)
     return StepCost(
         definition=definition or DEFAULT_DEFINITION,
         analytic_flops=counted.per_step(examples) if counted else {},

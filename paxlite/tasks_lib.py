@@ -20,10 +20,18 @@ class Learner:
       optimizer: the optimizer (learning rate, schedule, clipping, weight decay).
       loss_name: the model metric minimized (a key of the model's ``metrics``; LanguageModel
         names its objective ``total_loss``).
+      grad_accum_steps: each step's batch runs as this many microbatches, one after the
+        other inside the step; their gradients are summed weighted by each microbatch's
+        loss weight (tokens), then one update is applied (GRAD_ACCUM_STEPS).
     """
 
     optimizer: BaseOptimizer
     loss_name: str = "total_loss"
+    grad_accum_steps: int = 1
+
+    def __post_init__(self) -> None:
+        if self.grad_accum_steps < 1:
+            raise ValueError(f"Learner.grad_accum_steps must be >= 1, got {self.grad_accum_steps}.")
 
 
 @dataclasses.dataclass(frozen=True)

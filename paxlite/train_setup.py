@@ -191,6 +191,7 @@ def compile_with_cost(
         num_devices=job.mesh.size,
         definition=definition,
         peak=peak,
+        grad_accum_steps=job.task.learner.grad_accum_steps,
     )
     summaries.log(f"Compiled the train step in {seconds:.1f} s. {cost.describe()}")
     return compiled, seconds, cost

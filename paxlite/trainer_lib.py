@@ -8,6 +8,7 @@ from __future__ import annotations
 from collections.abc import Callable
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import optax
@@ -21,6 +22,7 @@ from praxis_lite.base_layer import (
     summary_scalars,
 )
 from praxis_lite.py_utils import NestedMap
+from praxis_lite.sharding import BATCH
 
 Metrics = dict[str, jax.Array]
 
@@ -68,6 +70,7 @@ def make_train_step(
     optimizer = task.learner.optimizer
     tx = optimizer.make()
     loss_name = task.learner.loss_name
+    accum_steps = task.learner.grad_accum_steps
 
     def loss_fn(params, batch, key):
         out, mutables = model.apply(
@@ -83,9 +86,14 @@ def make_train_step(
 
     def train_step(state: TrainState, batch: NestedMap, key: jax.Array):
         step_key = jax.random.fold_in(key, state.step)
-        grads, (model_metrics, aux_loss, summaries) = jax.grad(loss_fn, has_aux=True)(
-            state.params, batch, step_key
-        )
+        if accum_steps == 1:
+            grads, (model_metrics, aux_loss, summaries) = jax.grad(loss_fn, has_aux=True)(
+                state.params, batch, step_key
+            )
+        else:
+            grads, (model_metrics, aux_loss, summaries) = accumulated_gradients(
+                loss_fn, loss_name, state.params, batch, step_key, accum_steps
+            )
         grad_norm = optax.tree.norm(grads)
         loss, num_tokens = model_metrics[loss_name]
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
@@ -103,6 +111,71 @@ def make_train_step(
         return new_state, metrics
 
     return train_step
+
+
+def accumulated_gradients(
+    loss_fn: Callable[..., Any],
+    loss_name: str,
+    params: Any,
+    batch: NestedMap,
+    key: jax.Array,
+    num_microbatches: int,
+) -> tuple[Any, tuple[dict[str, Any], jax.Array, dict[str, jax.Array]]]:
+    """``jax.grad(loss_fn)`` of the whole batch, taken over ``num_microbatches`` parts.
+
+    ``loss_fn(params, batch, key) -> (loss + aux_loss, (metrics, aux_loss, summaries))``
+    where ``metrics[name] = (mean, weight)``. The parts run one after the other (a
+    ``lax.scan``: one part's activations alive at a time). Gradients, the loss, every
+    metric and the aux loss are weighted by each part's loss weight (its tokens) and
+    divided by the whole batch's, so they equal one pass over the batch (not a mean of
+    per-part means); summaries are the parts' mean. Part ``i`` takes rows ``i, i + K,
+    ...`` of each device's rows, so every part stays split over the batch shards.
+    Dropout uses ``fold_in(key, i)`` in part ``i``.
+
+    Returns:
+      ``(grads, (metrics, aux_loss, summaries))`` shaped as ``jax.grad(loss_fn, has_aux=True)``'s.
+    """
+    parts = jax.tree_util.tree_map(lambda x: _microbatches(x, num_microbatches), batch)
+
+    def weighted(p, part, part_key):
+        total, (metrics, aux_loss, summaries) = loss_fn(p, part, part_key)
+        weight = jax.lax.stop_gradient(metrics[loss_name][1])
+        sums = {name: (mean * w, w) for name, (mean, w) in metrics.items()}
+        return total * weight, (sums, aux_loss * weight, summaries)
+
+    grad_fn = jax.grad(weighted, has_aux=True)
+
+    def add_part(totals, part_and_index):
+        part, index = part_and_index
+        found = grad_fn(params, part, jax.random.fold_in(key, index))
+        return jax.tree_util.tree_map(lambda t, f: t + f.astype(t.dtype), totals, found), None
+
+    first = jax.tree_util.tree_map(lambda x: x[0], parts)
+    found_shapes = jax.eval_shape(grad_fn, params, first, key)
+    zeros = jax.tree_util.tree_map(lambda a: jnp.zeros(a.shape, _sum_dtype(a.dtype)), found_shapes)
+    indices = jnp.arange(num_microbatches)
+    (grads, (sums, aux_sum, summaries)), _ = jax.lax.scan(add_part, zeros, (parts, indices))
+    total_weight = sums[loss_name][1]
+    safe = lambda w: jnp.where(w > 0, w, 1.0)  # noqa: E731  (an all-padding batch: zeros)
+    grads = jax.tree_util.tree_map(
+        lambda g, shape: (g / safe(total_weight)).astype(shape.dtype), grads, found_shapes[0]
+    )
+    metrics = {name: (s / safe(w), w) for name, (s, w) in sums.items()}
+    summaries = {name: value / num_microbatches for name, value in summaries.items()}
+    return grads, (metrics, aux_sum / safe(total_weight), summaries)
+
+
+def _sum_dtype(dtype: Any) -> Any:
+    """Sums of floating values accumulate in float32 (bfloat16 gradients included)."""
+    return jnp.promote_types(dtype, jnp.float32) if jnp.issubdtype(dtype, jnp.floating) else dtype
+
+
+def _microbatches(x: jax.Array, num_microbatches: int) -> jax.Array:
+    """``[B, ...] -> [K, B / K, ...]``: part ``i`` holds rows ``i, i + K, i + 2K, ...``
+    (each device's block of rows splits into K parts in place: no rows move)."""
+    parts = x.reshape((x.shape[0] // num_microbatches, num_microbatches) + x.shape[1:])
+    parts = jnp.swapaxes(parts, 0, 1)
+    return nn.with_logical_constraint(parts, (None, BATCH) + (None,) * (x.ndim - 1))
 
 
 def _apply_if_finite(

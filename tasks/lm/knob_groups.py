@@ -14,11 +14,12 @@ import enum
 import math
 from typing import Any, TypeVar
 
-from paxlite import mesh
+from paxlite import mesh, mesh_checks
 from paxlite.base_experiment import BaseExperiment, KnobError
 from paxlite.tasks_lib import Learner, SingleTask
 from praxis_lite import config as config_lib
 from praxis_lite import optimizers, schedules
+from praxis_lite.sharding import BATCH
 
 _T = TypeVar("_T", bound=type)
 
@@ -197,6 +198,10 @@ class LoopKnobs(BaseExperiment):
     ``<job_log_dir>/summaries/train/plugins/profile``. PROFILER_NUM_STEPS: steps
     traced, more while the trace is shorter than PROFILER_MIN_DURATION_SEC.
     PROFILER_MAX_NUM_HOSTS: only processes below this index trace (None: all).
+    GRAD_ACCUM_STEPS: each step's global batch runs as this many microbatches inside
+    the step, their gradients summed weighted by tokens, one update per step (Pax's
+    ShardedStaticAccumulator): a recipe's batch on fewer chips. Each microbatch (the
+    global batch / GRAD_ACCUM_STEPS) must still split evenly over the batch shards.
     """
 
     NUM_TRAIN_STEPS: int = 500_000
@@ -209,6 +214,7 @@ class LoopKnobs(BaseExperiment):
     PROFILER_NUM_STEPS: int = 2
     PROFILER_MIN_DURATION_SEC: float = 1.0
     PROFILER_MAX_NUM_HOSTS: int | None = None
+    GRAD_ACCUM_STEPS: int = 1
 
     def validate(self) -> None:
         super().validate()
@@ -219,6 +225,7 @@ class LoopKnobs(BaseExperiment):
             "SUMMARY_INTERVAL_STEPS",
             "CHECKPOINT_MAX_TO_KEEP",
             "PROFILER_NUM_STEPS",
+            "GRAD_ACCUM_STEPS",
         )
         _check_at_least(
             self, 0, "NUM_TRAIN_STEPS", "EVAL_INTERVAL_STEPS", "PROFILER_MIN_DURATION_SEC"
@@ -227,9 +234,25 @@ class LoopKnobs(BaseExperiment):
             _check_at_least(self, 0, "PROFILER_CAPTURE_STEP")
         if self.PROFILER_MAX_NUM_HOSTS is not None:
             _check_at_least(self, 1, "PROFILER_MAX_NUM_HOSTS")
+        self._check_grad_accum_split()
+
+    def _check_grad_accum_split(self) -> None:
+        """Raises unless each of GRAD_ACCUM_STEPS microbatches splits over the batch shards."""
+        steps = self.GRAD_ACCUM_STEPS
+        if steps == 1:
+            return
+        batch = mesh_global_batch(self)
+        shards = mesh_checks.MeshPlan.of(self).ways(BATCH)
+        if batch % steps or (batch // steps) % shards:
+            raise KnobError(
+                f"{type(self).__qualname__}: GRAD_ACCUM_STEPS={steps} does not split the global "
+                f"batch of {batch} into microbatches that divide evenly over its {shards} batch "
+                f"shards; pick GRAD_ACCUM_STEPS dividing {batch // shards}."
+            )
 
     def single_task(self, model: config_lib.Config, learner: config_lib.Config) -> Any:
         """The ``SingleTask`` config of ``model`` and ``learner`` with this loop."""
+        learner.grad_accum_steps = self.GRAD_ACCUM_STEPS
         return config_lib.Config(
             SingleTask,
             model=model,

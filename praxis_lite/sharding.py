@@ -39,6 +39,10 @@ TABLE_EMBED = "table_embed"
 # layers (praxis's a_bld): split over 'mdl' for training, as praxis's training-optimized
 # sharding does, so a chip keeps 1/mdl of each saved layer input and output.
 ACTIVATION_EMBED = "activation_embed"
+# The batch dim of the embeddings and the softmax, around the layer stack. Follows BATCH
+# unless a rule names it: a pipelined LM maps it over ('stage', 'replica', 'data'), so
+# those run data-parallel over every chip, as Pax's pipelined LMs do.
+LM_BATCH = "lm_batch"
 
 # A sensible default for 'data' x 'mdl' meshes (Pax's DP + tensor parallelism).
 DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
@@ -76,11 +80,14 @@ FSDP_AND_TENSOR_PARALLEL_RULES = TENSOR_PARALLEL_RULES + ((EMBED, "data"),)
 
 
 def with_defaults(rules: LogicalAxisRules) -> list[tuple[str, Any]]:
-    """``rules``, plus TABLE_EMBED mapped as EMBED is when no rule names it."""
+    """``rules``, plus TABLE_EMBED mapped as EMBED is and LM_BATCH as BATCH is, when no
+    rule names them."""
     rules = list(rules)
     named = dict(reversed(rules))  # The first rule for a name wins.
     if TABLE_EMBED not in named and EMBED in named:
         rules.append((TABLE_EMBED, named[EMBED]))
+    if LM_BATCH not in named and BATCH in named:
+        rules.append((LM_BATCH, named[BATCH]))
     return rules
 
 

@@ -15,7 +15,7 @@ from praxis_lite.layers.normalizations import LayerNorm
 from praxis_lite.layers.transformers import StackedTransformer
 from praxis_lite.model_flops import LmShape, StackLayout, TrainFlops
 from praxis_lite.py_utils import NestedMap
-from praxis_lite.sharding import ACTIVATION_EMBED, BATCH, LENGTH, VOCAB
+from praxis_lite.sharding import ACTIVATION_EMBED, LENGTH, LM_BATCH, VOCAB
 
 
 class TransformerLm(BaseLayer):
@@ -86,7 +86,7 @@ class TransformerLm(BaseLayer):
             x = self.softmax.emb_lookup(ids)
         if self.position_emb_tpl is not None:
             x = x + self.position_emb(ids.shape[1], positions)
-        return self.constrain(self.to_fprop(x), (BATCH, LENGTH, ACTIVATION_EMBED))
+        return self.constrain(self.to_fprop(x), (LM_BATCH, LENGTH, ACTIVATION_EMBED))
 
     def __call__(
         self,
@@ -120,10 +120,10 @@ class TransformerLm(BaseLayer):
         x = self.transformer(
             x, paddings=paddings, segment_ids=segment_ids, positions=positions, train=train
         )
-        x = self.final_ln(x)
+        x = self.constrain(self.final_ln(x), (LM_BATCH, LENGTH, ACTIVATION_EMBED))
         if labels is None:
             logits = self.softmax.get_logits(x)
-            return NestedMap(logits=self.constrain(logits, (BATCH, LENGTH, VOCAB)))
+            return NestedMap(logits=self.constrain(logits, (LM_BATCH, LENGTH, VOCAB)))
         if label_weights is None:
             label_weights = (
                 jnp.ones(labels.shape, jnp.float32)
@@ -169,4 +169,4 @@ class TransformerLm(BaseLayer):
         x = self.embed(ids, positions)
         x = self.transformer.extend(x, positions=positions, paddings=paddings, max_len=max_len)
         logits = self.softmax.get_logits(self.final_ln(x)).astype(jnp.float32)
-        return self.constrain(logits, (BATCH, LENGTH, VOCAB))
+        return self.constrain(logits, (LM_BATCH, LENGTH, VOCAB))

@@ -23,6 +23,7 @@ from praxis_lite.sharding import (
     HEADS,
     KV_HEADS,
     LAYERS,
+    LM_BATCH,
     MLP,
     STAGES,
     TABLE_EMBED,
@@ -57,7 +58,11 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs):
     EMB_W_DATA_DIMS: str | tuple[str, ...] | None = None
 
     def logical_axis_rules(self) -> tuple[tuple[str, Any], ...]:
+        """The rules, with EMB_W_DATA_DIMS; a pipelined LM runs its embeddings and softmax
+        data-parallel over the 'stage' axis too (Pax's batch_dims (stage, replica, data))."""
         rules = super().logical_axis_rules()
+        if self.NUM_STAGES > 1:
+            rules = ((LM_BATCH, ("stage", "replica", "data")), *rules)
         if self.EMB_W_DATA_DIMS is None:
             return rules
         return ((TABLE_EMBED, self.EMB_W_DATA_DIMS), *rules)

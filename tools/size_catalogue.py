@@ -43,15 +43,20 @@ _NOT_FOUND = (
     "parameters and Adam's state are Pax's size). Which tensors Pax's step does not keep is "
     "not found yet: an open gap."
 )
-_WHOLE_ACTIVATIONS = (
-    "The mesh splits the model over 'mdl' = {mdl}. With Pax's default "
-    "TRAINING_OPTIMIZED_SHARDING, praxis also splits the activations between layers "
-    "[batch, length, model] over 'mdl' on the model dimension (praxis "
-    "layers/transformer_models.py, set_sharding_params_v1: a_bld = [batch, seq, mdl]); "
-    "paxlite keeps that dimension whole, so a chip holds {mdl} times the layer inputs Pax's "
-    "would keep. A candidate cause, not a confirmed one: constraining those activations over "
-    "'mdl' at the layer boundaries alone was tried on C4Spmd16BAdam32Replicas and needed "
-    "more, not less (35.8 GiB against 31.7)."
+_SPLIT_ACTIVATIONS = (
+    "The layer-boundary activations [batch, length, model] are split over 'mdl' = {mdl} as "
+    "praxis's training-optimized sharding splits them (a_bld = [batch, seq, mdl]; found by "
+    "this table: before it LmCloudSpmd32B kept two 20 GiB stacks of whole-model layer inputs "
+    "and out_proj outputs, 58.8 GiB a chip, now 39.2). What else Pax's step does not keep "
+    "is not found yet: an open gap."
+)
+_PIPELINED = (
+    "The embeddings and the softmax run data-parallel over 'stage' x 'replica' x 'data' as "
+    "Pax's pipelined LMs run them (paxml TransformerLmSpmdPipelineAdafactor: batch_dims = "
+    "(stage, replica, data); found by this table: before it each chip computed 'stage' times "
+    "Pax's logits, f32[256, 2048, 25600] = 50 GiB a chip for "
+    "C4SpmdPipelineGpt3SmallAdam8Replicas in XLA's buffer report). What else Pax's step "
+    "does not keep is not found yet: an open gap."
 )
 NOTES: dict[str, str] = {
     "tasks.lm.lm_cloud.LmCloudTransformerAdam": (
@@ -64,14 +69,6 @@ NOTES: dict[str, str] = {
         "Pax's base of the 22B multi-slice runs (its subclasses set the mesh). On its own "
         "8-chip mesh the parameters and Adam's state alone are 21.9B x 12 bytes / 8 = "
         "30.7 GiB a chip: no 8-chip v4 slice holds it."
-    ),
-    "tasks.lm.c4.C4SpmdPipelineGpt3SmallAdam8Replicas": (
-        "Before this table the pipeline kept every layer's residuals of every iteration "
-        "(104 GiB a chip); it now keeps the stage inputs only, as praxis does (70 GiB). "
-        "Most of what is left is, by arithmetic (not measured per tensor), the softmax over "
-        "the whole batch outside the pipeline: 512 x 2048 tokens x 51200 classes in float32 "
-        "is 50 GiB a chip on 2 data x 2 model shards (the stage axis holds copies). Pax's "
-        "README runs the 64-chip variant."
     ),
 }
 
@@ -237,8 +234,11 @@ def _note(name: str, row: dict[str, Any] | None) -> str | None:
         return None
     if "same_as" in row:
         return f"as {row['same_as'].rsplit('.', 1)[-1]}."
-    mdl = row.get("mesh", {}).get("mdl", 1)
-    return _WHOLE_ACTIVATIONS.format(mdl=mdl) if mdl > 1 else _NOT_FOUND
+    mesh = row.get("mesh", {})
+    if mesh.get("stage", 1) > 1:
+        return _PIPELINED
+    mdl = mesh.get("mdl", 1)
+    return _SPLIT_ACTIVATIONS.format(mdl=mdl) if mdl > 1 else _NOT_FOUND
 
 
 def _table_row(name: str, row: dict[str, Any] | None) -> str:

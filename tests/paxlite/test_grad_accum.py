@@ -45,9 +45,7 @@ def _batches(steps: int) -> list[NestedMap]:
     batches = []
     for _ in range(steps):
         ids, labels = (rng.integers(0, VOCAB, (BATCH, SEQ)).astype(np.int32) for _ in range(2))
-        batches.append(
-            NestedMap(ids=ids, labels=labels, paddings=paddings, weights=1.0 - paddings)
-        )
+        batches.append(NestedMap(ids=ids, labels=labels, paddings=paddings, weights=1.0 - paddings))
     return batches
 
 
@@ -71,7 +69,8 @@ def test_four_microbatches_equal_one_pass_weighted_by_tokens():
             [m[name] for m in four], [m[name] for m in one], rtol=2e-5, err_msg=name
         )
     assert one[0]["num_tokens"] == 34
-    for a, b in zip(jax.tree.leaves(four_state.params), jax.tree.leaves(one_state.params)):
+    four_leaves, one_leaves = jax.tree.leaves(four_state.params), jax.tree.leaves(one_state.params)
+    for a, b in zip(four_leaves, one_leaves, strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
     # The token weighting matters here: the mean of the 4 parts' mean losses is another number.

@@ -59,7 +59,7 @@ from praxis_lite.base_layer import AUX_LOSS, PARAMS, SUMMARIES, BaseLayer
 from praxis_lite.config import LayerTpl, template_field
 from praxis_lite.layers.repeats import StackedTransformerRepeated, _ScanBody
 from praxis_lite.model_flops import StackLayout
-from praxis_lite.sharding import BATCH, EMBED, LENGTH, STAGES
+from praxis_lite.sharding import ACTIVATION_EMBED, BATCH, LENGTH, STAGES
 
 _REPEAT_WEIGHTS = "pipeline_repeat_weights"
 
@@ -281,7 +281,7 @@ class LayerwiseShardablePipelined(BaseLayer):
         # alive: all layers x the whole batch per device, as if there were no pipeline.
         stages = jax.checkpoint(self._stages(train, collect), prevent_cse=False)
 
-        micro_x = self._constrain_micro(_to_microbatches(x, m), EMBED)
+        micro_x = self._constrain_micro(_to_microbatches(x, m))
         micro_side = tuple(None if a is None else _to_microbatches(a, m) for a in side)
         state = self._constrain_state(jnp.zeros((s,) + micro_x.shape[1:], x.dtype))
         side_state = tuple(
@@ -292,8 +292,15 @@ class LayerwiseShardablePipelined(BaseLayer):
 
         def iteration(carry, t):
             buffer, state, side_state = carry
+            # Constrained on the way in too: the transpose then keeps the backward loop's
+            # cotangent carries split like the forward ones (else XLA may replicate them).
+            buffer = self._constrain_micro(buffer)
+            state = self._constrain_state(state)
             j_in = t % m  # Stage 0 takes microbatch t mod M (a new one, or one from round t // M).
-            state = jnp.where(is_first(state), buffer[j_in][None], state)
+            # The microbatches read from the buffer keep its split: unconstrained, XLA
+            # gathered the whole buffer over 'data' to slice one (GPT-3 pipelines: 192 GiB).
+            incoming = self.constrain(buffer[j_in], (BATCH, LENGTH, ACTIVATION_EMBED))
+            state = jnp.where(is_first(state), incoming[None], state)
             side_state = tuple(
                 None if a is None else jnp.where(is_first(a), b[j_in][None], a)
                 for a, b in zip(side_state, micro_side, strict=True)
@@ -309,8 +316,9 @@ class LayerwiseShardablePipelined(BaseLayer):
             # The last stage finishes microbatch (t - S + 1) mod M; its slot in the buffer
             # is where that microbatch starts its next round (or where the output ends).
             j_out = (t - (s - 1)) % m
-            done = jnp.where(t >= s - 1, out[s - 1], buffer[j_out])
-            buffer = self._constrain_micro(buffer.at[j_out].set(done), EMBED)
+            previous = self.constrain(buffer[j_out], (BATCH, LENGTH, ACTIVATION_EMBED))
+            done = jnp.where(t >= s - 1, out[s - 1], previous)
+            buffer = self._constrain_micro(buffer.at[j_out].set(done))
             state = self._constrain_state(jnp.roll(out, 1, axis=0))
             side_state = tuple(None if a is None else jnp.roll(a, 1, axis=0) for a in side_state)
             return (buffer, state, side_state), recorded
@@ -325,12 +333,14 @@ class LayerwiseShardablePipelined(BaseLayer):
 
     def _constrain_state(self, a: jax.Array) -> jax.Array:
         """Per-stage activations ``[S, mb, T, D]``: one stage per device along 'stages'."""
-        return self.constrain(a, (STAGES, BATCH, LENGTH, EMBED))
+        return self.constrain(a, (STAGES, BATCH, LENGTH, ACTIVATION_EMBED))
 
-    def _constrain_micro(self, a: jax.Array, last: str) -> jax.Array:
-        """Microbatched ``[M, mb, T, D]``: every microbatch split over the batch axes
-        (and, with ``stream_io``, the microbatches over the stages)."""
-        return self.constrain(a, (STAGES if self.stream_io else None, BATCH, LENGTH, last))
+    def _constrain_micro(self, a: jax.Array) -> jax.Array:
+        """Microbatched ``[M, mb, T, D]``: every microbatch split over the batch axes and
+        its model dim as the layers' activations (and, with ``stream_io``, the
+        microbatches over the stages)."""
+        stages = STAGES if self.stream_io else None
+        return self.constrain(a, (stages, BATCH, LENGTH, ACTIVATION_EMBED))
 
 
 def _microbatch_mean_weights(num_iterations: int, s: int, r: int, m: int) -> jax.Array:

@@ -59,10 +59,15 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs):
 
     def logical_axis_rules(self) -> tuple[tuple[str, Any], ...]:
         """The rules, with EMB_W_DATA_DIMS; a pipelined LM runs its embeddings and softmax
-        data-parallel over the 'stage' axis too (Pax's batch_dims (stage, replica, data))."""
+        data-parallel over the 'stage' axis too (Pax's batch_dims (stage, replica, data)).
+
+        'stage' last: a device then holds rows that sit on its own 'data' shard in the
+        pipeline's interleaved microbatches, so entering the pipeline is an all-gather over
+        'stage' (not a reshuffle of the whole batch through every device).
+        """
         rules = super().logical_axis_rules()
         if self.NUM_STAGES > 1:
-            rules = ((LM_BATCH, ("stage", "replica", "data")), *rules)
+            rules = ((LM_BATCH, ("replica", "data", "stage")), *rules)
         if self.EMB_W_DATA_DIMS is None:
             return rules
         return ((TABLE_EMBED, self.EMB_W_DATA_DIMS), *rules)

@@ -49,7 +49,7 @@ def _first_rules(cls, **knobs) -> dict:
 
 def test_a_pipelined_lm_splits_its_embeddings_and_softmax_over_the_stages_too():
     pipelined = _first_rules(LmSyntheticTinyPipeline, ICI_MESH_SHAPE=(2, 1, 4, 1))
-    assert pipelined[LM_BATCH] == ("stage", "replica", "data")
+    assert pipelined[LM_BATCH] == ("replica", "data", "stage")
     assert pipelined[BATCH] != pipelined[LM_BATCH]  # Inside the stages: replica x data.
     plain = _first_rules(LmSyntheticTiny, ICI_MESH_SHAPE=(1, 8, 1))
     assert plain[LM_BATCH] == plain[BATCH]

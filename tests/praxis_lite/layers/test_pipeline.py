@@ -277,7 +277,8 @@ def test_stream_io_splits_the_microbatch_buffer_and_computes_the_same():
         step = jax.jit(lambda p: _loss(pipe, p, x, side))
         hlo = step.lower(params).as_text()
         p_loss, p_out = step(params)
-    # The [M=4, mb, T, D] buffer is constrained with 'stage' on its microbatch dimension.
-    assert re.search(r'\[\{"stage"\}, \{"replica", "data"\}, \{\}, \{\}\]> : tensor<4x', hlo)
+    # The [M=4, mb, T, D] buffer is constrained with 'stage' on its microbatch dimension (and
+    # its model dim split over 'mdl' as the layers' activations are).
+    assert re.search(r'\[\{"stage"\}, \{"replica", "data"\}, \{\}, \{"mdl"\}\]> : tensor<4x', hlo)
     np.testing.assert_allclose(p_out, r_out, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(p_loss, r_loss, rtol=1e-5)

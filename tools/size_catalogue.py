@@ -51,32 +51,16 @@ _SPLIT_ACTIVATIONS = (
     "is not found yet: an open gap."
 )
 _PIPELINED = (
-    "The embeddings and the softmax run data-parallel over 'stage' x 'replica' x 'data' as "
-    "Pax's pipelined LMs run them (paxml TransformerLmSpmdPipelineAdafactor: batch_dims = "
-    "(stage, replica, data); found by this table: before it each chip computed 'stage' times "
-    "Pax's logits, f32[256, 2048, 25600] = 50 GiB a chip for "
-    "C4SpmdPipelineGpt3SmallAdam8Replicas in XLA's buffer report). What else Pax's step "
-    "does not keep is not found yet: an open gap."
-)
-_GPT3_PIPELINES = (
-    "GPT-3 175B in stages with thousands of sequences per step: needs of hundreds of GiB a "
-    "chip that grow with the batch (1.5k: 294 GiB, 3k: 581, 8k: 1546) point at something the "
-    "pipeline keeps per microbatch or per iteration over the whole batch; not found yet (an "
-    "open gap). Splitting the layer activations over 'mdl' made these rows need more (2k "
-    "batch: 246 -> 395 GiB) while every smaller pipeline needs less; also not explained yet."
+    "Found by this table and fixed: the embeddings and the softmax now run data-parallel "
+    "over 'stage' x 'replica' x 'data' as Pax's pipelined LMs run them (paxml "
+    "TransformerLmSpmdPipelineAdafactor's batch_dims; before, each chip computed 'stage' "
+    "times Pax's logits: f32[256, 2048, 25600] = 50 GiB a chip for "
+    "C4SpmdPipelineGpt3SmallAdam8Replicas), and the pipeline's microbatch buffer is split "
+    "like the layers' activations and read without XLA gathering all of it (before: "
+    "f32[256, 8, 2048, 12288] = 192 GiB a chip for the GPT-3 2k-batch pipeline, in XLA's "
+    "buffer report). What else Pax's step does not keep is not found yet: an open gap."
 )
 NOTES: dict[str, str] = {
-    **{
-        f"tasks.lm.c4.C4SpmdPipelineGpt3Adam{variant}": _GPT3_PIPELINES
-        for variant in (
-            "MLPerfHPBS2k512Replicas",
-            "MLPerfHPBS1p5k768Replicas",
-            "OrgHPBS1p5k768Replicas",
-            "MLPerfHPBS3k768Replicas",
-            "MLPerfHPBS4k1024Replicas",
-            "MLPerfHPBS8k1024Replicas",
-        )
-    },
     "tasks.lm.lm_cloud.LmCloudTransformerAdam": (
         "Pax's pmap LM (32 layers, float32, no rematerialization, 16 x 1024 tokens per chip) "
         "keeps every layer's activations: 46.8 GiB a chip, more than a v4 chip offers. Its "

@@ -21,7 +21,7 @@ from praxis_lite.base_layer import (
     summaries_and_aux_losses,
     summary_scalars,
 )
-from praxis_lite.py_utils import NestedMap
+from praxis_lite.py_utils import NestedMap, to_microbatches
 from praxis_lite.sharding import BATCH
 
 Metrics = dict[str, jax.Array]
@@ -171,10 +171,9 @@ def _sum_dtype(dtype: Any) -> Any:
 
 
 def _microbatches(x: jax.Array, num_microbatches: int) -> jax.Array:
-    """``[B, ...] -> [K, B / K, ...]``: part ``i`` holds rows ``i, i + K, i + 2K, ...``
-    (each device's block of rows splits into K parts in place: no rows move)."""
-    parts = x.reshape((x.shape[0] // num_microbatches, num_microbatches) + x.shape[1:])
-    parts = jnp.swapaxes(parts, 0, 1)
+    """``[B, ...] -> [K, B / K, ...]`` as the pipeline's microbatches (rows ``i, i + K,
+    ...``: each device's rows split into K parts in place), kept split over the batch."""
+    parts = to_microbatches(x, num_microbatches)
     return nn.with_logical_constraint(parts, (None, BATCH) + (None,) * (x.ndim - 1))
 
 

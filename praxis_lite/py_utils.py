@@ -6,6 +6,7 @@ from collections.abc import Callable, Iterator
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 
 class NestedMap(dict):
@@ -86,3 +87,18 @@ jax.tree_util.register_pytree_with_keys(
     _unflatten,
     flatten_func=lambda m: ([m[k] for k in sorted(m)], tuple(sorted(m))),
 )
+
+
+def to_microbatches(a: jax.Array, m: int) -> jax.Array:
+    """``[B, ...] -> [M, B / M, ...]``, microbatch i = rows i, i + M, i + 2M, ...
+
+    Rows of one microbatch are spread over the whole batch, so a batch split over
+    data-parallel devices splits every microbatch the same way (no data moves).
+    """
+    return jnp.swapaxes(a.reshape((a.shape[0] // m, m) + a.shape[1:]), 0, 1)
+
+
+def from_microbatches(a: jax.Array) -> jax.Array:
+    """Inverse of :func:`to_microbatches`."""
+    b = jnp.swapaxes(a, 0, 1)
+    return b.reshape((b.shape[0] * b.shape[1],) + b.shape[2:])

@@ -59,6 +59,7 @@ from praxis_lite.base_layer import AUX_LOSS, PARAMS, SUMMARIES, BaseLayer
 from praxis_lite.config import LayerTpl, template_field
 from praxis_lite.layers.repeats import StackedTransformerRepeated, _ScanBody
 from praxis_lite.model_flops import StackLayout
+from praxis_lite.py_utils import from_microbatches, to_microbatches
 from praxis_lite.sharding import ACTIVATION_EMBED, BATCH, LENGTH, STAGES
 
 _REPEAT_WEIGHTS = "pipeline_repeat_weights"
@@ -281,8 +282,8 @@ class LayerwiseShardablePipelined(BaseLayer):
         # alive: all layers x the whole batch per device, as if there were no pipeline.
         stages = jax.checkpoint(self._stages(train, collect), prevent_cse=False)
 
-        micro_x = self._constrain_micro(_to_microbatches(x, m))
-        micro_side = tuple(None if a is None else _to_microbatches(a, m) for a in side)
+        micro_x = self._constrain_micro(to_microbatches(x, m))
+        micro_side = tuple(None if a is None else to_microbatches(a, m) for a in side)
         state = self._constrain_state(jnp.zeros((s,) + micro_x.shape[1:], x.dtype))
         side_state = tuple(
             None if a is None else jnp.zeros((s,) + a.shape[1:], a.dtype) for a in micro_side
@@ -329,7 +330,7 @@ class LayerwiseShardablePipelined(BaseLayer):
         )
         per_item = _microbatch_mean_weights(num_iterations, s, r, m)
         recorded = jax.tree_util.tree_map(lambda v: _per_layer_mean(v, per_item), recorded)
-        return _from_microbatches(buffer), recorded
+        return from_microbatches(buffer), recorded
 
     def _constrain_state(self, a: jax.Array) -> jax.Array:
         """Per-stage activations ``[S, mb, T, D]``: one stage per device along 'stages'."""
@@ -363,21 +364,6 @@ def _per_layer_mean(value: jax.Array, weights: jax.Array) -> jax.Array:
     """
     mean = jnp.einsum("tsr,ts...->rs...", weights, value.astype(jnp.float32))
     return mean.reshape((-1,) + mean.shape[3:]).astype(value.dtype)
-
-
-def _to_microbatches(a: jax.Array, m: int) -> jax.Array:
-    """``[B, ...] -> [M, B / M, ...]``, microbatch i = rows i, i + M, i + 2M, ...
-
-    Rows of one microbatch are spread over the whole batch, so a batch split over
-    data-parallel devices splits every microbatch the same way (no data moves).
-    """
-    return jnp.swapaxes(a.reshape((a.shape[0] // m, m) + a.shape[1:]), 0, 1)
-
-
-def _from_microbatches(a: jax.Array) -> jax.Array:
-    """Inverse of :func:`_to_microbatches`."""
-    b = jnp.swapaxes(a, 0, 1)
-    return b.reshape((b.shape[0] * b.shape[1],) + b.shape[2:])
 
 
 def _mesh_axis_of(logical: str) -> str | tuple[str, ...] | None:

@@ -13,6 +13,7 @@ import shutil
 import socket
 import tempfile
 import time
+import weakref
 from collections.abc import Iterator, Mapping
 from typing import TYPE_CHECKING
 
@@ -51,7 +52,10 @@ class SummaryWriter:
         name = f"events.out.tfevents.{time.time():.6f}.{socket.gethostname()}.{os.getpid()}.v2"
         path = directory / name
         if storage.is_remote(path):  # Written here, the whole file uploaded at each flush.
-            local = pathlib.Path(tempfile.mkdtemp(prefix="paxlite-summaries-")) / name
+            local_dir = tempfile.mkdtemp(prefix="paxlite-summaries-")
+            # Removed when the writer goes (or the process exits) unless close() did it.
+            weakref.finalize(self, shutil.rmtree, local_dir, ignore_errors=True)
+            local = pathlib.Path(local_dir) / name
             self._upload = (local, path)
             path = epath.Path(local)
         self._records = RecordWriter(path.open("wb"))

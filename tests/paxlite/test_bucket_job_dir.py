@@ -86,7 +86,12 @@ def run_in(cwd: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
     return run_main(*args, cwd=cwd)
 
 
-def test_a_run_in_a_bucket_is_preempted_resumes_exactly_decodes_and_evaluates(emulator, tmp_path):
+def test_a_run_in_a_bucket_is_preempted_resumes_exactly_decodes_and_evaluates(
+    emulator, tmp_path, monkeypatch
+):
+    scratch = tmp_path / "scratch"  # The runs' TMPDIR: local copies of bucket files go here.
+    scratch.mkdir()
+    monkeypatch.setenv("TMPDIR", str(scratch))
     local = tmp_path / "local"
     straight = run_main(f"--job_log_dir={local}", *RUN)
     assert straight.returncode == 0, straight.stderr[-2000:]
@@ -134,6 +139,8 @@ def test_a_run_in_a_bucket_is_preempted_resumes_exactly_decodes_and_evaluates(em
     assert remote_losses[40] == local_losses[40] and set(remote_losses) <= set(local_losses)
     assert scalar_series(copy / "eval_test", "eval_test/loss")
     assert not any(p.name.startswith("gs:") for p in [*cwd.iterdir(), *REPO.iterdir()])
+    leftovers = [p.name for p in scratch.iterdir() if p.name.startswith("paxlite-")]
+    assert not leftovers, leftovers  # The event files' local copies go with their runs.
 
 
 def test_a_missing_bucket_is_one_line(emulator, tmp_path):

@@ -10,6 +10,7 @@ always sees as many (CPU) devices as the mesh has, so batch sizes follow the tar
 from __future__ import annotations
 
 import math
+import time
 from typing import Any
 
 import jax
@@ -105,8 +106,10 @@ def compile_train_step(job: Job, target: TpuTarget | None = None) -> dict[str, A
       and ``program_bytes_per_device``, their total with aliased buffers counted once);
       XLA's FLOPs per step (XLA counts a scanned layer once, see ``flops_note``); the
       model's FLOPs per step by definition; compile seconds; the mesh. With a ``target``
-      also ``target``, ``hbm_bytes_per_chip``, and ``hbm_needed_bytes`` when the TPU
-      compiler refused the program for lack of HBM (then no program figures).
+      also ``target``, ``hbm_bytes_per_chip``, ``hbm_assigned_bytes_per_chip`` (what the
+      TPU compiler's buffer assignment places in a chip's HBM: the figure it checks, below
+      ``memory_analysis``'s estimate), and ``hbm_needed_bytes`` when the compiler refused
+      the program for lack of HBM (then no program figures).
     """
     figures: dict[str, Any] = {"mesh": dict(job.mesh.shape), "num_devices": job.mesh.size}
     if target is not None:
@@ -123,7 +126,7 @@ def compile_train_step(job: Job, target: TpuTarget | None = None) -> dict[str, A
             global_batch=global_batch,
         )
         try:
-            compiled, seconds = train_setup.compile_train_step(job, run_state)
+            compiled, seconds, assigned = _compile(job, run_state, target)
         except jax.errors.JaxRuntimeError as e:
             shortfall = tpu_topology.hbm_shortfall(e) if target is not None else None
             if shortfall is None:
@@ -131,6 +134,8 @@ def compile_train_step(job: Job, target: TpuTarget | None = None) -> dict[str, A
             figures["hbm_needed_bytes"], figures["hbm_bytes_per_chip"] = shortfall
             return figures
     figures.update(_program_memory(compiled))
+    if assigned is not None:
+        figures["hbm_assigned_bytes_per_chip"] = assigned
     counted = job.task.model.train_flops(run_state.sample)  # The model's own count.
     figures.update(
         xla_flops_per_step=flops.xla_flops(compiled, job.mesh.size),
@@ -139,6 +144,19 @@ def compile_train_step(job: Job, target: TpuTarget | None = None) -> dict[str, A
         compile_seconds=seconds,
     )
     return figures
+
+
+def _compile(
+    job: Job, run_state: train_setup.RunState, target: TpuTarget | None
+) -> tuple[Any, float, int | None]:
+    """``(compiled step, seconds, HBM bytes per chip the TPU compiler assigned)``; the last
+    is None on fake CPU devices."""
+    if target is None:
+        return (*train_setup.compile_train_step(job, run_state), None)
+    start = time.perf_counter()
+    lowered = train_setup.lower_train_step(job, run_state)
+    compiled, assigned = tpu_topology.compile_with_hbm_report(lowered)
+    return compiled, time.perf_counter() - start, assigned
 
 
 def _program_memory(compiled: Any) -> dict[str, int]:
@@ -155,12 +173,26 @@ def _program_memory(compiled: Any) -> dict[str, int]:
     }
 
 
+def _assigned_row(figures: dict[str, Any]) -> list[str]:
+    """The HBM the TPU compiler assigned per chip, when it said (TPU targets)."""
+    if "hbm_assigned_bytes_per_chip" not in figures:
+        return []
+    return [
+        _row(
+            "HBM assigned per chip",
+            f"{_gib(figures['hbm_assigned_bytes_per_chip'])} (the TPU compiler's buffer "
+            "assignment: what it checks against the chip's HBM)",
+        )
+    ]
+
+
 def fit_line(figures: dict[str, Any]) -> str | None:
     """``fits: X of Y GiB`` or ``does not fit by Z GiB`` (per chip), for a TPU target."""
     capacity = figures.get("hbm_bytes_per_chip")
     if capacity is None:
         return None
-    needed = figures.get("hbm_needed_bytes", figures.get("program_bytes_per_device"))
+    needed = figures.get("hbm_needed_bytes") or figures.get("hbm_assigned_bytes_per_chip")
+    needed = needed or figures.get("program_bytes_per_device")
     if needed <= capacity:
         return f"fits: {needed / GIB:.2f} of {capacity / GIB:.2f} GiB"
     return (
@@ -186,8 +218,9 @@ def format_report(name: str, figures: dict[str, Any]) -> str:
             _row(
                 f"program per {per}",
                 f"{_gib(figures['program_bytes_per_device'])} (arguments + outputs - aliased "
-                "+ temp + code, from XLA's memory_analysis)",
+                "+ temp + code, from XLA's memory_analysis: an estimate)",
             ),
+            *_assigned_row(figures),
             _row(
                 "XLA FLOPs per step",
                 f"{figures['xla_flops_per_step']:.4g} ({figures['flops_note']})",

@@ -15,7 +15,9 @@ from __future__ import annotations
 import dataclasses
 import math
 import os
+import pathlib
 import re
+import tempfile
 from collections.abc import Sequence
 from typing import Any
 
@@ -216,6 +218,30 @@ def hbm_shortfall(error: Exception) -> tuple[int, int] | None:
             need, need_unit, have, have_unit = found.groups()
             return int(float(need) * _UNITS[need_unit]), int(float(have) * _UNITS[have_unit])
     return None
+
+
+_DEFAULT_SPACE_TOTAL = re.compile(r"Memory Space: default \(color=0\)\nTotal bytes: (\d+)")
+
+
+def compile_with_hbm_report(lowered: Any) -> tuple[Any, int | None]:
+    """``(compiled, bytes)``: ``lowered`` compiled, and the HBM one chip needs for it as the
+    TPU compiler's own buffer assignment places it (arguments, outputs and temporaries in
+    HBM's default memory space), None if the compiler wrote no report.
+
+    This is the figure the compiler checks against the chip's HBM: a program over it is
+    refused with this number ("total memory required for HLO temporaries (N) exceeds
+    available HBM"). ``memory_analysis()`` on a TPU executable is an estimate that can be
+    well above it (LmCloudSpmd32B on a v4-128: 39.2 GiB estimated, 30.5 GiB assigned). The
+    report is XLA's ``*memory-usage-report.txt``, written into a temporary dump directory.
+    """
+    with tempfile.TemporaryDirectory(prefix="paxlite-hbm-report-") as dump:
+        compiled = lowered.compile(compiler_options={"xla_dump_to": dump})
+        totals = [
+            int(found.group(1))
+            for report in pathlib.Path(dump).glob("*memory-usage-report.txt")
+            if (found := _DEFAULT_SPACE_TOTAL.search(report.read_text()))
+        ]
+    return compiled, max(totals, default=None)
 
 
 def hbm_bytes_per_chip(target: TpuTarget) -> int:

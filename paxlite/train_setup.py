@@ -174,9 +174,13 @@ def compile_train_step(job: Job, run: RunState) -> tuple[Any, float]:
     arguments of another shape or sharding are an error.
     """
     start = time.perf_counter()
-    step = jit_train_step(job, run.shardings)
-    compiled = step.lower(run.state, run.sample, run.train_key).compile()
+    compiled = lower_train_step(job, run).compile()
     return compiled, time.perf_counter() - start
+
+
+def lower_train_step(job: Job, run: RunState) -> jax.stages.Lowered:
+    """The jitted train step lowered for the run's state, batch and key (not compiled)."""
+    return jit_train_step(job, run.shardings).lower(run.state, run.sample, run.train_key)
 
 
 def compile_with_cost(

@@ -191,7 +191,12 @@ def read_results() -> dict[str, dict[str, Any]]:
     if not RESULTS.exists():
         return {}
     rows = [json.loads(line) for line in RESULTS.read_text().splitlines() if line.strip()]
-    return {row["name"]: row for row in rows}
+    results = {row["name"]: row for row in rows}
+    for name, row in results.items():  # A shared row follows its program's latest row.
+        source = results.get(row.get("same_as", ""))
+        if source is not None and "same_as" not in source:
+            results[name] = {**source, "name": name, "same_as": row["same_as"]}
+    return results
 
 
 def write_table(experiments: dict[str, Any], results: dict[str, Any]) -> None:
@@ -208,7 +213,12 @@ def write_table(experiments: dict[str, Any], results: dict[str, Any]) -> None:
         "--compile_topology=target` does; written by `tools/size_catalogue.py` (resumable).",
         "Figures are per chip, in GiB: parameters and optimizer state as sharded; XLA temp and",
         "the program's total (arguments + outputs - aliased + temp + code) from the compiled",
-        "program's `memory_analysis`; HBM is what the TPU compiler offers a program on that chip.",
+        "program's `memory_analysis`, an estimate; assigned: the HBM the TPU compiler's own",
+        "buffer assignment places on a chip (arguments, outputs, temporaries), the figure it",
+        "checks against the chip's HBM (it refuses a program over it, with that figure); HBM is",
+        "what the TPU compiler offers a program on that chip. The fit follows the compiler:",
+        "assigned (or its refusal's figure) against HBM. A row without an assigned figure was",
+        "sized before it was recorded; its fit is `memory_analysis`'s estimate, which is larger.",
         "A target is the experiment's `TPU_TARGET` (from its Pax name or Pax's README), else",
         "TPU v4 with one chip per mesh device.",
         "",
@@ -220,9 +230,9 @@ def write_table(experiments: dict[str, Any], results: dict[str, Any]) -> None:
             else ""
         ),
         "",
-        "| experiment | target | params | optimizer | XLA temp | program | HBM | fits "
-        "| compile s |",
-        "|---|---|---|---|---|---|---|---|---|",
+        "| experiment | target | params | optimizer | XLA temp | program | assigned | HBM "
+        "| fits | compile s |",
+        "|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [_table_row(name, results.get(name)) for name in experiments]
     notes = [
@@ -254,9 +264,9 @@ def _note(name: str, row: dict[str, Any] | None) -> str | None:
 def _table_row(name: str, row: dict[str, Any] | None) -> str:
     short = name.removeprefix("tasks.lm.")
     if row is None:
-        return f"| {short} | | | | | | | not yet compiled | |"
+        return f"| {short} | | | | | | | | not yet compiled | |"
     if "error" in row:
-        return f"| {short} | {row.get('target', '')} | | | | | | error: {row['error']} | |"
+        return f"| {short} | {row.get('target', '')} | | | | | | | error: {row['error']} | |"
     gib = {
         k: f"{row[k] / GIB:.2f}" if k in row else ""
         for k in (
@@ -264,6 +274,7 @@ def _table_row(name: str, row: dict[str, Any] | None) -> str:
             "opt_state_bytes_per_device",
             "temp_bytes_per_device",
             "program_bytes_per_device",
+            "hbm_assigned_bytes_per_chip",
             "hbm_bytes_per_chip",
         )
     }
@@ -274,7 +285,8 @@ def _table_row(name: str, row: dict[str, Any] | None) -> str:
     return (
         f"| {short} | {row['target']} | {gib['params_bytes_per_device']} | "
         f"{gib['opt_state_bytes_per_device']} | {gib['temp_bytes_per_device']} | "
-        f"{gib['program_bytes_per_device']} | {gib['hbm_bytes_per_chip']} | {fit} | {seconds} |"
+        f"{gib['program_bytes_per_device']} | {gib['hbm_assigned_bytes_per_chip']} | "
+        f"{gib['hbm_bytes_per_chip']} | {fit} | {seconds} |"
     )
 
 

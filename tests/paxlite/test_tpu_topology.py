@@ -86,6 +86,19 @@ def test_hbm_per_chip_is_the_compilers_and_close_to_the_documented_figure(name):
     assert compiles(int(hbm * 0.9)) and not compiles(int(hbm * 1.1))
 
 
+@pytest.mark.parametrize("donate, gib", [(False, 2), (True, 1)])
+def test_the_hbm_the_compiler_assigns_is_the_programs_buffers(donate, gib):
+    """x * 2 + 1 on a 1 GiB float32 array: its input and its output (one buffer when the
+    input is donated), as the TPU compiler's buffer assignment places them on the chip."""
+    target = tpu_topology.parse("v4-8")
+    one_chip = NamedSharding(Mesh(target.devices()[:1], ("x",)), PartitionSpec())
+    x = jax.ShapeDtypeStruct((GIB // 4,), jnp.float32, sharding=one_chip)
+    step = jax.jit(lambda x: x * 2 + 1, donate_argnums=(0,) if donate else ())
+    compiled, assigned = tpu_topology.compile_with_hbm_report(step.lower(x))
+    assert assigned == gib * GIB
+    assert compiled.memory_analysis().argument_size_in_bytes == GIB  # The same program.
+
+
 def test_the_compilers_out_of_memory_messages_are_read():
     modern = RuntimeError(
         "RESOURCE_EXHAUSTED: Ran out of memory on HBM, the total memory required for HLO "

@@ -75,6 +75,15 @@ NOTES: dict[str, str] = {
         "probabilities, bf16[32, 24, 1024, 1024] = 1.5 GiB each). Why the v4 program needs "
         "more is not found yet: an open gap."
     ),
+    "tasks.lm.c4.C4SpmdPipelineGpt3SmallAdam8Replicas": (
+        "Pax's GPT-3 XL with its 512-sequence batch on 8 chips (64 per chip; Pax's README runs "
+        "this model as C4SpmdPipelineGpt3SmallAdam64Replicas on a v4-128, 7.7 GiB here). Its "
+        "softmax runs over 'stage' x 'data' = 4 ways and the vocabulary over 'mdl' = 2: float32 "
+        "logits [128, 2048, 25600] = 25 GiB a chip, with their bfloat16 copy 12.5 GiB (praxis "
+        "1.4's softmax computes them whole; no Pax experiment sets its chunk_size), more than a "
+        "v4 chip offers. It needs a chip with more HBM (--compile_topology=v5p-16: fits, 54.7 "
+        "of 95.7 GiB by memory_analysis's estimate, compiled in 39 s)."
+    ),
     "tasks.lm.c4_multislice.C4Spmd22BAdamMaxText": (
         "Pax's base of the 22B multi-slice runs (its subclasses set the mesh). On its own "
         "8-chip mesh the parameters and Adam's state alone are 21.9B x 12 bytes / 8 = "

@@ -207,12 +207,14 @@ class PaxTransformerLm(LmCloudSpmd):
     the input, the optimizer details, the sizes and the mesh.
 
     Pax's other model knobs: EMBEDDING_LOOKUP_STYLE ('index' or 'matmul': how
-    token ids pick table rows; the same vectors). NORM_POLICY 'pre' (norms before
+    token ids pick table rows; the same vectors; 'matmul', one-hot ids times the
+    table, as Pax's sharding annotations set it for every LM given a mesh, which
+    keeps each chip's lookup to its own rows of the batch). NORM_POLICY 'pre' (norms before
     attention and feed-forward) is the one built here; USE_FP8 and RELATIVE_BIAS
     True are refused with the reason.
     """
 
-    EMBEDDING_LOOKUP_STYLE: str = "index"
+    EMBEDDING_LOOKUP_STYLE: str = "matmul"
     NORM_POLICY: str = "pre"
     USE_FP8: bool = False
     RELATIVE_BIAS: bool = False
@@ -542,6 +544,7 @@ class LmCloudTransformerAdam(LmCloudSpmdSynthetic):
     PERCORE_BATCH_SIZE = 16
     ICI_MESH_SHAPE = (1, -1, 1)
     LOGICAL_AXIS_RULES = DATA_PARALLEL_RULES
+    EMBEDDING_LOOKUP_STYLE = "index"  # praxis's default: pmap models get no sharding annotations.
 
 
 @experiment_registry.register

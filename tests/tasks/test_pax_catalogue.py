@@ -142,8 +142,12 @@ def test_model_knobs_change_the_parameter_tree():
     added = separate_names - plain_names
     assert any("embedding" in n for n in added), added
     assert (40, 64) in [flat(separate)[n] for n in added], {n: flat(separate)[n] for n in added}
-    cfg = with_overrides(lm_cloud.LmCloudSpmdTest, {"EMBEDDING_LOOKUP_STYLE": "matmul"})().model()
-    assert cfg.lm_tpl.softmax_tpl.lookup_style == "matmul"
+    cfg = with_overrides(lm_cloud.LmCloudSpmdTest, {"EMBEDDING_LOOKUP_STYLE": "index"})().model()
+    assert cfg.lm_tpl.softmax_tpl.lookup_style == "index"
+    # Pax's sharding annotations (set_sharding_params_v1) make every meshed LM's shared-softmax
+    # lookup 'matmul'; its pmap LM keeps praxis's 'index'.
+    assert lm_cloud.LmCloudSpmd32B().model().lm_tpl.softmax_tpl.lookup_style == "matmul"
+    assert lm_cloud.LmCloudTransformerAdam().model().lm_tpl.softmax_tpl.lookup_style == "index"
 
 
 @pytest.mark.parametrize(

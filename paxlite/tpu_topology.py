@@ -236,12 +236,18 @@ def compile_with_hbm_report(lowered: Any) -> tuple[Any, int | None]:
     """
     with tempfile.TemporaryDirectory(prefix="paxlite-hbm-report-") as dump:
         compiled = lowered.compile(compiler_options={"xla_dump_to": dump})
-        totals = [
-            int(found.group(1))
-            for report in pathlib.Path(dump).glob("*memory-usage-report.txt")
-            if (found := _DEFAULT_SPACE_TOTAL.search(report.read_text()))
-        ]
-    return compiled, max(totals, default=None)
+        return compiled, assigned_hbm_bytes(dump)
+
+
+def assigned_hbm_bytes(dump_dir: str | os.PathLike) -> int | None:
+    """HBM bytes per chip in the TPU compiler's buffer assignment (its default memory space),
+    from the memory-usage report XLA wrote into ``dump_dir`` (``xla_dump_to``); None if none."""
+    totals = [
+        int(found.group(1))
+        for report in pathlib.Path(dump_dir).glob("*memory-usage-report.txt")
+        if (found := _DEFAULT_SPACE_TOTAL.search(report.read_text()))
+    ]
+    return max(totals, default=None)
 
 
 def hbm_bytes_per_chip(target: TpuTarget) -> int:

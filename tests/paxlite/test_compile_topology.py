@@ -1,6 +1,7 @@
 """``--mode=compile --compile_topology=NAME``: the train step compiled by the TPU compiler for a
 TPU slice on this CPU host; the report's per-chip figures are the compiled program's own."""
 
+import json
 import re
 
 import pytest
@@ -9,7 +10,7 @@ from paxlite import aot, train_setup
 from paxlite.base_experiment import with_overrides
 from paxlite.tpu_topology import GIB, compile_with_hbm_report, parse
 from tasks.lm.synthetic import LmSyntheticTiny
-from tests.paxlite.test_main import main_in_process, run_main
+from tests.paxlite.test_main import REPO, main_in_process, run_main
 
 pytestmark = pytest.mark.usefixtures("libtpu_env")
 TWO_V5E_SLICES = [
@@ -115,6 +116,30 @@ def test_a_model_too_big_for_the_chips_does_not_fit_by_a_figure():
         ).groups(),
     )
     assert short == pytest.approx(needed - capacity, abs=0.01) and short > 100
+
+
+#: Pax's own train steps compiled by the TPU compiler (tools/pax_fixtures/tpu_memory).
+PAX_TPU_MEMORY = REPO / "tests" / "fixtures" / "pax" / "tpu_memory.json"
+
+
+@pytest.mark.parametrize("name", ["LmCloudSpmd32B", "LmCloudSpmd512B"])
+def test_what_the_compiler_refuses_of_pax_it_refuses_here_needing_no_more(name):
+    """Pax's own program for these does not fit its v4 slice either (paxml 1.4.0's step,
+    compiled by the same libtpu); ours is refused too, and needs at most what Pax's needs."""
+    pax = json.loads(PAX_TPU_MEMORY.read_text())[f"paxml.tasks.lm.params.lm_cloud.{name}"]
+    assert not pax["compiled"]
+    report = run_main(
+        "--mode=compile", "--compile_topology=target", exp=f"tasks.lm.lm_cloud.{name}"
+    ).stdout
+    assert f"parameters:             {pax['num_params']:,}\n" in report
+    assert f"global batch:           {pax['global_batch']}\n" in report
+    assert "the TPU compiler refused the program" in report
+    needed, capacity = map(
+        float, re.search(r"needs ([\d.]+) of ([\d.]+) GiB per chip", report).groups()
+    )
+    assert capacity == pytest.approx(pax["hbm_bytes_per_chip"] / GIB, abs=0.01)
+    assert 0.95 * pax["hbm_assigned_bytes_per_chip"] / GIB <= needed
+    assert needed <= pax["hbm_assigned_bytes_per_chip"] / GIB
 
 
 def test_target_compiles_for_the_experiments_tpu_target():

@@ -12,4 +12,7 @@ python310="${PYTHON310:-$(pyenv root 2>/dev/null)/versions/3.10.13/bin/python}"
 "$python310" -m venv "$venv"
 "$venv/bin/python" -m pip install -q "pip==24.0"
 "$venv/bin/pip" install -q "paxml==1.4.0" "praxis==1.4.0" "jax==0.4.26" "jaxlib==0.4.26"
+# tpu_memory/lower_pax.py lowers Pax's train step for a TPU topology: libtpu 0.0.1 (PyPI's
+# oldest) only describes the topology there (ENABLE_PJRT_COMPATIBILITY=1); it compiles nothing.
+"$venv/bin/pip" install -q "libtpu==0.0.1"
 "$venv/bin/python" -c "import paxml, praxis; print('paxml venv ready:', '$venv')"

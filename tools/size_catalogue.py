@@ -74,7 +74,7 @@ NOTES: dict[str, str] = {
         "Pax's pmap LM (32 layers, float32, no rematerialization, 16 x 1024 tokens per chip) "
         "keeps every layer's activations: 46.8 GiB a chip, more than a v4 chip offers. Its "
         "10-layer LimitSteps variant fits; the full one needs a chip with more HBM "
-        "(--compile_topology=v5p-8: fits, 58.7 of 95.7 GiB, compiled in 124 s)."
+        "(--compile_topology=v5p-8: fits, 58.0 of 95.7 GiB)."
     ),
     "tasks.lm.c4.C4SpmdPipelineGpt3SmallAdam8Replicas": (
         "Pax's GPT-3 XL with its 512-sequence batch on 8 chips (64 per chip; Pax's README runs "
@@ -82,8 +82,8 @@ NOTES: dict[str, str] = {
         "softmax runs over 'stage' x 'data' = 4 ways and the vocabulary over 'mdl' = 2: float32 "
         "logits [128, 2048, 25600] = 25 GiB a chip, with their bfloat16 copy 12.5 GiB (praxis "
         "1.4's softmax computes them whole; no Pax experiment sets its chunk_size), more than a "
-        "v4 chip offers. It needs a chip with more HBM (--compile_topology=v5p-16: fits, 54.7 "
-        "of 95.7 GiB by memory_analysis's estimate, compiled in 39 s)."
+        "v4 chip offers. It needs a chip with more HBM (--compile_topology=v5p-16: fits, 50.9 "
+        "of 95.7 GiB, compiled in 45 s)."
     ),
     "tasks.lm.lm_cloud.LmCloudSpmd32B": _PAX_OWN.format(
         pax="refused on this v4-128 too, needing 31.84 of 30.75 GiB a chip (its largest "

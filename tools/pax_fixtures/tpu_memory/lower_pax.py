@@ -13,7 +13,7 @@ Runs in the paxml venv (``make_venv.sh`` here), which loads libtpu only for the 
 
     ENABLE_PJRT_COMPATIBILITY=1 JAX_PLATFORMS=cpu TPU_SKIP_MDS_QUERY=1 \\
     TPU_ACCELERATOR_TYPE=v4-128 TPU_WORKER_HOSTNAMES=localhost TPU_WORKER_ID=0 \\
-        /tmp/paxml-tpu-venv/bin/python tools/pax_fixtures/tpu_memory/lower_pax.py \\
+        /tmp/paxml-venv/bin/python tools/pax_fixtures/tpu_memory/lower_pax.py \\
         paxml.tasks.lm.params.lm_cloud.LmCloudSpmd32B v4:4x4x4 /tmp/pax-tpu/LmCloudSpmd32B
 """
 

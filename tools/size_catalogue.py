@@ -242,8 +242,8 @@ def write_table(experiments: dict[str, Any], results: dict[str, Any]) -> None:
         "buffer assignment places on a chip (arguments, outputs, temporaries), the figure it",
         "checks against the chip's HBM (it refuses a program over it, with that figure); HBM is",
         "what the TPU compiler offers a program on that chip. The fit follows the compiler:",
-        "assigned (or its refusal's figure) against HBM. A row without an assigned figure was",
-        "sized before it was recorded; its fit is `memory_analysis`'s estimate, which is larger.",
+        "assigned (or its refusal's figure) against HBM.",
+        *(_UNASSIGNED if any(_unassigned(r) for r in done) else ()),
         "A target is the experiment's `TPU_TARGET` (from its Pax name or Pax's README), else",
         "TPU v4 with one chip per mesh device.",
         "",
@@ -274,6 +274,17 @@ def write_table(experiments: dict[str, Any], results: dict[str, Any]) -> None:
     TABLE.write_text("\n".join(lines) + "\n")
 
 
+_UNASSIGNED = (
+    "A row without an assigned figure was sized before it was recorded; its fit is",
+    "`memory_analysis`'s estimate, which is larger.",
+)
+
+
+def _unassigned(row: dict[str, Any]) -> bool:
+    """A compiled row sized before the compiler's assignment was recorded."""
+    return "program_bytes_per_device" in row and "hbm_assigned_bytes_per_chip" not in row
+
+
 def _note(name: str, row: dict[str, Any] | None) -> str | None:
     """What was found out about a row: NOTES, or for a row that does not fit, its likely cause
     (or that it is not found)."""
@@ -292,6 +303,8 @@ def _table_row(name: str, row: dict[str, Any] | None) -> str:
         return f"| {short} | | | | | | | | not yet compiled | |"
     if "error" in row:
         return f"| {short} | {row.get('target', '')} | | | | | | | error: {row['error']} | |"
+    if "hbm_needed_bytes" in row:  # A refusal's figure is the compiler's assignment too.
+        row = {**row, "hbm_assigned_bytes_per_chip": row["hbm_needed_bytes"]}
     gib = {
         k: f"{row[k] / GIB:.2f}" if k in row else ""
         for k in (

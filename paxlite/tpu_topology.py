@@ -231,7 +231,7 @@ def compile_with_hbm_report(lowered: Any) -> tuple[Any, int | None]:
     This is the figure the compiler checks against the chip's HBM: a program over it is
     refused with this number ("total memory required for HLO temporaries (N) exceeds
     available HBM"). ``memory_analysis()`` on a TPU executable is an estimate that can be
-    well above it (LmCloudSpmd32B on a v4-128: 39.2 GiB estimated, 30.5 GiB assigned). The
+    well above it (C4Spmd22BAdam2xv4_128 on two v4-128: 32.0 GiB estimated, 23.1 assigned). The
     report is XLA's ``*memory-usage-report.txt``, written into a temporary dump directory.
     """
     with tempfile.TemporaryDirectory(prefix="paxlite-hbm-report-") as dump:

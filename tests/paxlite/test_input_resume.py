@@ -21,8 +21,8 @@ from paxlite.job import build_job
 from praxis_lite.base_input import InputConfigError
 from praxis_lite.seqio_input import SeqIOInput
 from tasks.lm.text import LmTextTiny, TextFormat
-from tests.paxlite.test_bucket_job_dir import BUCKET, emulator  # noqa: F401 (a fixture)
-from tests.paxlite.test_main import REPO, restore_params, run_main
+from tests.paxlite.gcs import BUCKET
+from tests.paxlite.test_main import REPO, assert_ended_cleanly, restore_params, run_main
 from tests.paxlite.test_multiprocess import _free_port
 from tests.praxis_lite.test_seqio_input import assert_batches_equal
 from tests.tasks.test_text import FAST, write
@@ -192,7 +192,7 @@ def test_a_text_run_stopped_and_resumed_equals_an_uninterrupted_one(tmp_path, ca
     assert kept <= saved and len(saved) <= len(kept) + 1, (kept, saved)
 
 
-def test_positions_are_saved_to_and_restored_from_a_bucket(emulator, task):  # noqa: F811
+def test_positions_are_saved_to_and_restored_from_a_bucket(emulator, task):
     """A ``gs://`` job dir (fake-gcs-server on loopback): the same files through epath."""
     checkpoint_dir = epath.Path(f"gs://{BUCKET}/positions/checkpoints")
     reference = make(task)
@@ -246,8 +246,8 @@ def test_two_hosts_save_their_own_positions_and_one_process_cannot_resume_them(t
     finally:
         for p in procs:
             p.kill()
-    for p, (_, err) in zip(procs, outputs, strict=True):
-        assert p.returncode == 0, err[-3000:]
+    for p, (out, err) in zip(procs, outputs, strict=True):
+        assert_ended_cleanly(subprocess.CompletedProcess(p.args, p.returncode, out, err))
     step = job / "checkpoints" / input_positions.DIRNAME / "4"
     assert sorted(p.name for p in step.iterdir()) == ["host_0_of_2", "host_1_of_2"]
 

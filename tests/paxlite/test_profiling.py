@@ -17,7 +17,7 @@ from paxlite import base_experiment, profiling, train
 from paxlite.base_experiment import KnobError
 from paxlite.job import build_job
 from tasks.lm.synthetic import LmSyntheticTiny
-from tests.paxlite.test_bucket_job_dir import BUCKET, emulator  # noqa: F401 (a fixture)
+from tests.paxlite.gcs import BUCKET
 from tests.paxlite.test_main import EXP, REPO
 
 SHORT = {
@@ -84,7 +84,7 @@ def test_bad_profiler_knobs_are_one_line(knob, value):
     assert "\n" not in str(e.value)
 
 
-def test_a_trace_is_copied_into_a_bucket_job_dir(emulator, capsys):  # noqa: F811
+def test_a_trace_is_copied_into_a_bucket_job_dir(emulator, capsys):
     job_dir = epath.Path(f"gs://{BUCKET}/profiled")
     out = _train(job_dir, capsys, PROFILER_CAPTURE_STEP=0)
     assert "Profile of train steps 1-2" in out

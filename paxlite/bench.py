@@ -30,6 +30,7 @@ from paxlite import (
     mfu,
     prefetch,
     step_cost,
+    storage,
     summaries,
     train_setup,
 )
@@ -90,11 +91,21 @@ def run_benchmark(job: Job, settings: BenchSettings) -> dict[str, Any]:
 
 
 def run_and_report(job: Job, settings: BenchSettings) -> None:
-    """``--mode=benchmark``: runs the benchmark, writes the report, prints where (process 0)."""
+    """``--mode=benchmark``: runs the benchmark, writes the report, prints where (process 0).
+
+    Raises:
+      StorageWriteError: the report could not be written (the figures are printed first).
+    """
     figures = run_benchmark(job, settings)
     if jax.process_index() == 0:
-        paths = bench_report.write_report(figures, job.job_log_dir)
         print(bench_report.summary_line(figures))
+        try:
+            paths = bench_report.write_report(figures, job.job_log_dir)
+        except Exception as e:  # noqa: BLE001 (file systems and gcsfs raise many kinds)
+            raise storage.StorageWriteError(
+                f"the benchmark report could not be written to {job.job_log_dir}: "
+                f"{storage.one_line(e)} (rerun the same command once the storage works)"
+            ) from e
         print("Wrote " + ", ".join(str(p) for p in paths))
 
 

@@ -32,6 +32,19 @@ class CheckpointCorruptError(ValueError):
     """A checkpoint's files cannot be read (truncated, overwritten or partly deleted)."""
 
 
+class CheckpointSaveError(storage.StorageWriteError):
+    """A checkpoint (or an input position saved beside it) could not be written.
+
+    Attributes:
+      step: the checkpoint that failed; newest_complete: the newest one that did not
+        (None: none yet).
+    """
+
+    def __init__(self, message: str, step: int, newest_complete: int | None):
+        super().__init__(message)
+        self.step, self.newest_complete = step, newest_complete
+
+
 class Checkpointer:
     """An orbax ``CheckpointManager`` under ``<job_log_dir>/checkpoints``.
 
@@ -41,14 +54,28 @@ class Checkpointer:
     :class:`TrainState` (sharded arrays) and the training input's position (JSON).
     Saves that a killed process left unfinished are listed in ``interrupted_steps``
     and removed; they are never restored.
+
+    A save that fails, in its synchronous part or its background commit, or whose
+    commit takes longer than ``timeout_secs``, raises :class:`CheckpointSaveError`
+    from that :meth:`save`, the next one, or :meth:`wait`; the checkpoints that were
+    complete before it stay.
     """
 
-    def __init__(self, job_log_dir: epath.PathLike, *, max_to_keep: int, async_save: bool = True):
+    def __init__(
+        self,
+        job_log_dir: epath.PathLike,
+        *,
+        max_to_keep: int,
+        async_save: bool = True,
+        timeout_secs: int = 1200,
+    ):
         self.directory = storage.job_path(job_log_dir) / "checkpoints"
         self.interrupted_steps = _interrupted_saves(self.directory)
+        self._timeout_secs = timeout_secs
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
             enable_async_checkpointing=async_save,
+            async_options=ocp.AsyncOptions(timeout_secs=timeout_secs),
             create=True,
             cleanup_tmp_directories=True,  # Removes what interrupted_steps found.
         )
@@ -57,6 +84,9 @@ class Checkpointer:
         self._manager = ocp.CheckpointManager(
             self.directory, options=options, item_handlers=handlers
         )
+        self._pending: int | None = None  # The step whose asynchronous commit may still run.
+        self.newest_complete = self.latest_step()
+        self._draining: contextlib.ExitStack | None = None  # From the first save to close().
 
     def latest_step(self) -> int | None:
         """The newest complete checkpoint's step (interrupted saves never count)."""
@@ -66,13 +96,64 @@ class Checkpointer:
         return list(self._manager.all_steps())
 
     def save(self, step: int, state: TrainState, input_state: dict[str, Any]) -> None:
-        """Starts an asynchronous save of ``state`` at ``step``."""
-        self._manager.save(
-            step,
-            args=ocp.args.Composite(
-                **{STATE: ocp.args.StandardSave(state), INPUT: ocp.args.JsonSave(input_state)}
-            ),
-            force=True,
+        """Starts an asynchronous save of ``state`` at ``step``, once the previous save
+        is complete.
+
+        Raises:
+          CheckpointSaveError: this save, or the previous one, failed.
+        """
+        self.finish_pending()
+        if self._draining is None:  # Saves run in background threads until close().
+            self._draining = contextlib.ExitStack()
+            self._draining.enter_context(_finish_tasks_before_loop_close())
+        args = ocp.args.Composite(
+            **{STATE: ocp.args.StandardSave(state), INPUT: ocp.args.JsonSave(input_state)}
+        )
+        with self.writing(step):
+            self._manager.save(step, args=args, force=True)
+        self._pending = step
+
+    def finish_pending(self) -> None:
+        """Blocks until the pending save (if any) is complete and its predecessors beyond
+        ``max_to_keep`` are deleted.
+
+        Raises:
+          CheckpointSaveError: it failed or timed out (orbax dropped it; it is never restored).
+        """
+        step, self._pending = self._pending, None
+        if step is None:
+            return
+        with self.writing(step):
+            self._manager.wait_until_finished()
+        self.newest_complete = step
+
+    @contextlib.contextmanager
+    def writing(self, step: int) -> Iterator[None]:
+        """Turns any error inside into a CheckpointSaveError for ``step``."""
+        try:
+            yield
+        except Exception as e:
+            raise CheckpointSaveError(
+                self._save_message(step, e), step, self.newest_complete
+            ) from e
+
+    def _save_message(self, step: int, error: Exception) -> str:
+        if isinstance(error, TimeoutError):
+            cause = (
+                f"the save did not finish within {self._timeout_secs} s (raise "
+                "CHECKPOINT_ASYNC_TIMEOUT_SECS if the storage is only slow)"
+            )
+        else:
+            cause = storage.one_line(_root_cause(error))
+        newest = self.newest_complete
+        kept = (
+            f"the newest complete checkpoint is step {newest}"
+            if newest is not None
+            else "no checkpoint is complete yet"
+        )
+        return (
+            f"the checkpoint at step {step} could not be written to {self.directory}: {cause}; "
+            f"{kept} (rerun the same command once the storage works)"
         )
 
     def restore(self, step: int, abstract_state: TrainState) -> tuple[TrainState, dict[str, Any]]:
@@ -112,7 +193,7 @@ class Checkpointer:
     def _reading(self, step: int) -> Iterator[None]:
         """Turns a failed read of ``step``'s files into a CheckpointCorruptError."""
         try:
-            with _finish_reads_before_loop_close():
+            with _finish_tasks_before_loop_close():
                 yield
         except Exception as e:
             if (cause := _read_error(e)) is None:
@@ -133,11 +214,21 @@ class Checkpointer:
         )
 
     def wait(self) -> None:
-        """Blocks until pending asynchronous saves are on disk."""
-        self._manager.wait_until_finished()
+        """Blocks until pending asynchronous saves are on disk (see :meth:`finish_pending`)."""
+        self.finish_pending()
 
     def close(self) -> None:
-        self._manager.close()
+        """Waits for a pending save and closes orbax; never raises (a failed save is
+        reported by :meth:`save` or :meth:`wait`, or superseded by the error being raised)."""
+        self._pending = None
+        try:
+            self._manager.close()
+        except Exception:  # noqa: BLE001
+            pass
+        finally:
+            if self._draining is not None:
+                self._draining.close()
+                self._draining = None
 
 
 def _interrupted_saves(directory: epath.Path) -> list[int]:
@@ -162,6 +253,13 @@ def abstract_like(tree: Any, shardings: Any) -> Any:
     return jax.tree_util.tree_map(
         lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings
     )
+
+
+def _root_cause(error: BaseException) -> BaseException:
+    """The innermost exception of ``error``'s chain (the storage's own error)."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    return error
 
 
 def _read_error(error: BaseException) -> BaseException | None:
@@ -207,13 +305,13 @@ class _DrainingLoopPolicy(asyncio.AbstractEventLoopPolicy):
 
 
 @contextlib.contextmanager
-def _finish_reads_before_loop_close() -> Iterator[None]:
+def _finish_tasks_before_loop_close() -> Iterator[None]:
     """While active, event loops finish their pending tasks before they close.
 
-    When one array read of a restore fails, orbax closes its event loop with the
-    other reads still in flight; as they complete, tensorstore's threads hit the
-    closed loop and print tracebacks ('Event loop is closed'). Finishing them
-    first leaves the read error alone.
+    When one array read of a restore (or write of a save) fails, orbax closes its
+    event loop with the others still in flight; as they complete, tensorstore's
+    threads hit the closed loop and print tracebacks ('Event loop is closed').
+    Finishing them first leaves the storage error alone.
     """
     base = asyncio.get_event_loop_policy()
     asyncio.set_event_loop_policy(_DrainingLoopPolicy(base))

@@ -24,6 +24,7 @@ does with a task's ``postprocess_fn``), plus ``num_examples``, ``mean_score`` an
 
 from __future__ import annotations
 
+import functools
 import json
 import time
 from collections.abc import Callable, Mapping
@@ -34,7 +35,7 @@ import numpy as np
 from etils import epath
 from jax.sharding import NamedSharding, PartitionSpec
 
-from paxlite import partitioning, summaries
+from paxlite import best_effort, partitioning, summaries
 from paxlite.tasks_lib import SingleTask
 from praxis_lite import decoding
 from praxis_lite.base_input import BaseInput
@@ -301,7 +302,8 @@ class DecodeProgram:
                 self._decode, model_params, inp, self._to_global, self.params, step
             )
             path = output_path(self.job_log_dir, inp.name, step)
-            write_jsonl(path, rows)
+            write = functools.partial(write_jsonl, path, rows)
+            wrote = best_effort.write(best_effort.Output.DECODER_OUTPUTS, path, write)
             summaries.write_scalars(self._writers[inp.name], step, f"decode_{inp.name}", metrics)
             shown = ", ".join(
                 f"{k} {v:.4f}"
@@ -310,7 +312,13 @@ class DecodeProgram:
             )
             summaries.log(
                 f"decode '{inp.name}' at step {step}: {int(metrics['num_examples'])} examples "
-                f"in {metrics['seconds']:.1f} s; {shown}; wrote {path}"
+                f"in {metrics['seconds']:.1f} s; {shown}; {'wrote' if wrote else 'NOT written:'} "
+                f"{path}"
             )
             results[inp.name] = metrics
         return results
+
+    def close(self) -> None:
+        """Closes the summary writers."""
+        for writer in self._writers.values():
+            writer.close()

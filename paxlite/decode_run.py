@@ -18,4 +18,7 @@ def run(job: Job) -> RunResult:
     with train_setup.restored(job, purpose="--mode=decode") as run_state:
         program = decode_lib.DecodeProgram.for_job(job, run_state.shardings.params)
         state = run_state.state
-        return RunResult(decode=program.run(state.params, int(state.step)), state=state)
+        try:
+            return RunResult(decode=program.run(state.params, int(state.step)), state=state)
+        finally:
+            program.close()

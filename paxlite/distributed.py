@@ -7,7 +7,6 @@ import socket
 import sys
 import threading
 import time
-import traceback
 
 import jax
 
@@ -129,7 +128,14 @@ class PeerWatch:
         )
 
     def start(self) -> None:
-        threading.Thread(target=self._run, name="paxlite-peer-watch", daemon=True).start()
+        self._stopped = threading.Event()
+        self._thread = threading.Thread(target=self._run, name="paxlite-peer-watch", daemon=True)
+        self._thread.start()
+
+    def stop(self) -> None:
+        """Ends the watch (and its calls into the coordination service) and waits for it."""
+        self._stopped.set()
+        self._thread.join(timeout=10)
 
     def _get(self, peer: int, field: str) -> str | None:
         try:
@@ -141,7 +147,7 @@ class PeerWatch:
         peers = [i for i in range(self._count) if i != self._index]
         last_beat = dict.fromkeys(peers)
         last_change = dict.fromkeys(peers, time.monotonic())
-        while True:
+        while not self._stopped.is_set():
             self._beats += 1
             try:
                 self._client.key_value_set(
@@ -164,7 +170,7 @@ class PeerWatch:
                     last_beat[peer], last_change[peer] = beat, now
                 elif now - last_change[peer] > self.timeout_s:
                     self._stop(peer, f"stopped responding: no heartbeat for {self.timeout_s:g} s")
-            time.sleep(self.interval_s)
+            self._stopped.wait(self.interval_s)
 
     def _stop(self, peer: int, what: str) -> None:
         about = self._get(peer, "about") or "host unknown"
@@ -184,30 +190,32 @@ class PeerWatch:
         )
 
 
-def report_exit(code: int | str | None, error: BaseException | None = None) -> None:
-    """Tells the other processes how this one is exiting (no-op in a one-process job).
-
-    ``code`` as in ``sys.exit``: None is 0, a message string is 1. A failing
-    process leaves at once (printing ``error``'s traceback, if it is not a
-    ``SystemExit``): JAX's exit-time shutdown would wait at a barrier for peers
-    that stop because of this failure, then abort.
-    """
+def report_exit(code: int) -> None:
+    """Tells the other processes how this one is exiting (no-op in a one-process job)."""
     if _peer_watch is None:
         return
-    number = 0 if code is None else code if isinstance(code, int) else 1
     try:
-        _peer_watch.report_exit(number)
+        _peer_watch.report_exit(code)
     except Exception:  # The coordinator may already be gone; peers then stop on their own.
         pass
-    if number in _ORDERLY_EXIT_CODES:
-        return
-    if error is not None and not isinstance(error, SystemExit):
-        traceback.print_exception(error)
-    elif isinstance(code, str):
-        print(code, file=sys.stderr)
-    sys.stdout.flush()
-    sys.stderr.flush()
-    os._exit(number)
+
+
+def shutdown() -> None:
+    """Leaves the job in order: ``jax.distributed`` shuts down, which waits at a barrier
+    until every process has finished its last collective, then the peer watch stops.
+
+    For an orderly end of a process (a failing one leaves at once). The watch runs
+    through the barrier, so a peer that fails meanwhile still stops this process (exit
+    4) instead of leaving it at the barrier until JAX's heartbeat timeout aborts it; it
+    is stopped before the interpreter shuts down (a daemon thread inside a native call
+    at that moment aborts the process).
+    """
+    global _peer_watch
+    if jax.distributed.is_initialized():
+        jax.distributed.shutdown()
+    if _peer_watch is not None:
+        _peer_watch.stop()
+        _peer_watch = None
 
 
 def use_fake_cpu_devices(count: int) -> None:

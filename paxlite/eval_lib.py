@@ -110,3 +110,8 @@ class Evaluator:
             )
             results[inp.name] = metrics
         return results
+
+    def close(self) -> None:
+        """Closes the summary writers."""
+        for writer in self._writers.values():
+            writer.close()

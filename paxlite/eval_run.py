@@ -17,4 +17,7 @@ def run(job: Job) -> RunResult:
         eval_step = train_setup.jit_eval_step(job, run_state.shardings.params)
         evaluator = eval_lib.Evaluator(eval_step, job.eval_inputs, job.job_log_dir, job.to_global)
         state = run_state.state
-        return RunResult(eval=evaluator.run(state.params, int(state.step)), state=state)
+        try:
+            return RunResult(eval=evaluator.run(state.params, int(state.step)), state=state)
+        finally:
+            evaluator.close()

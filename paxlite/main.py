@@ -2,9 +2,8 @@
 
 The flags and the modes are in ``paxlite/flags.py``; ``--set KNOB=VALUE`` and
 ``--fdl_set PATH=VALUE`` overrides in ``paxlite/overrides.py``. Re-running with
-the same ``--job_log_dir`` resumes from the latest checkpoint. Exit codes: 2 bad
-input (one ``paxlite: error:`` line), 3 divergence, 4 a lost peer process, 143
-preempted (resumable).
+the same ``--job_log_dir`` resumes from the latest checkpoint. Exit codes (2 bad
+input, 3 divergence, 4 a lost peer, 5 storage, 143 preempted) are ``paxlite/exits.py``'s.
 """
 
 from __future__ import annotations
@@ -28,7 +27,9 @@ from paxlite import (  # noqa: E402
     bench,
     decode_run,
     distributed,
+    error_report,
     eval_run,
+    exits,
     job_config,
     overrides,
     periodic_actions,
@@ -38,6 +39,7 @@ from paxlite import (  # noqa: E402
 from paxlite import flags as cli_flags  # noqa: E402
 from paxlite.base_experiment import KnobError  # noqa: E402
 from paxlite.checkpoints import CheckpointCorruptError, CheckpointMismatchError  # noqa: E402
+from paxlite.exits import fail  # noqa: E402
 from paxlite.experiment_registry import ExperimentRegistryError  # noqa: E402
 from paxlite.flags import FLAGS, Mode, UsageError  # noqa: E402
 from paxlite.job import Job, build_job  # noqa: E402
@@ -59,15 +61,10 @@ SETUP_ERRORS = (
 )
 
 
-def fail(message: Any, code: int = 2) -> None:
-    """Ends the run with one ``paxlite: error:`` line on stderr."""
-    print(f"paxlite: error: {message}", file=sys.stderr)
-    sys.exit(code)
-
-
 def main(argv: Sequence[str]) -> None:
-    if not FLAGS["verbosity"].present:  # Progress lines are printed; keep library INFO quiet.
+    if not FLAGS["verbosity"].present:  # Progress lines are printed; keep libraries quiet.
         logging.set_verbosity(logging.WARNING)
+        error_report.hold_library_logs()  # Storage libraries' records: for error reports.
     storage.configure()  # Before any file system or tensorstore use.
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
@@ -93,14 +90,17 @@ def main(argv: Sequence[str]) -> None:
         fail(f"cannot write the job directory {job_log_dir}: {e}")
     try:
         result = _run(job, mode)
+    except storage.StorageWriteError as e:
+        exits.fail_storage(e, job_log_dir)
     except periodic_actions.DivergenceError as e:
-        fail(e, code=3)
+        fail(e, code=exits.DIVERGED_EXIT_CODE)
     except (CheckpointMismatchError, CheckpointCorruptError) as e:
         if jax.process_index() == 0:  # Nothing ran: keep the config its checkpoints came from.
             job_config.restore_config_files(job_log_dir, previous_config)
         fail(e)
     except (FileNotFoundError, InputDataError, InputConfigError) as e:  # Found while reading.
         fail(e)
+    exits.report_unwritten()
     if result is not None and result.preempted:
         sys.exit(periodic_actions.PREEMPTED_EXIT_CODE)
 
@@ -176,11 +176,11 @@ def _run(job: Job, mode: Mode) -> periodic_actions.RunResult | None:
 
 
 def run() -> None:
-    """Console-script entry point; tells the job's other processes how this one ended."""
+    """Console-script entry point: the run, then how it ended (``exits.end_process``)."""
     try:
         app.run(main)
     except BaseException as e:
-        distributed.report_exit(e.code if isinstance(e, SystemExit) else 1, e)
+        exits.end_process(e)
         raise
 
 

@@ -57,7 +57,7 @@ REFUSED: dict[str, tuple[str, str]] = {
         "on SIGTERM the trainer already saves, then exits with code 143",
     ),
     "tensorstore_use_ocdbt": ("bool", "orbax's own storage layout is used"),
-    "async_timeout_secs": ("int", "the asynchronous save has no timeout setting here"),
+    "async_timeout_secs": ("int", "it is a knob here: --set CHECKPOINT_ASYNC_TIMEOUT_SECS=N"),
     "startup_random_jitter_max_secs": ("int", "processes start without jitter"),
     "decode_output_pickle": ("bool", "decoder outputs are JSONL in <job_log_dir>/decoder_out"),
     "checkpoint_todelete_subdir": (

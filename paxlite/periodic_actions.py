@@ -135,7 +135,13 @@ class TrainSummaries:
 
 
 class Checkpointing:
-    """Saves every ``interval`` steps and at the last step; on preemption, saves and stops."""
+    """Saves every ``interval`` steps and at the last step; on preemption, saves and stops.
+
+    A save that fails raises :class:`checkpoints.CheckpointSaveError` at the latest at
+    the next save point (or from :meth:`finish`); nothing complete is deleted before a
+    newer save has committed: orbax deletes old checkpoints only then, and their input
+    positions go only once orbax has deleted them.
+    """
 
     def __init__(self, interval: int, checkpointer: Any, batches: prefetch.Prefetcher, task: Any):
         self._interval, self._checkpointer = interval, checkpointer
@@ -147,7 +153,7 @@ class Checkpointing:
         if self._preemption.should_stop(ctx.step):
             check_finite(ctx.state, self._task, ckpt)
             self._save(ctx)
-            ckpt.wait()
+            self.finish()  # Exit code 143 says "resumable": only once the save is complete.
             summaries.log(
                 f"Preempted (SIGTERM) at step {ctx.step}: checkpoint saved in {ckpt.directory}. "
                 "Run the same command again to resume."
@@ -158,14 +164,25 @@ class Checkpointing:
             self._save(ctx)
 
     def _save(self, ctx: StepContext) -> None:
-        """This host's input position (the reader's own, then orbax's save of the state
-        and the input's JSON state); positions of deleted checkpoints are pruned."""
+        """Once the previous save is complete: this host's input position (the reader's
+        own), then orbax's save of the state and the input's JSON state."""
         ckpt, step = self._checkpointer, ctx.step
-        self._batches.save_position(
-            lambda inp, pending: input_positions.save(ckpt.directory, step, inp, pending)
-        )
+        self.finish()
+        with ckpt.writing(step):
+            self._batches.save_position(
+                lambda inp, pending: input_positions.save(ckpt.directory, step, inp, pending)
+            )
         ckpt.save(step, ctx.state, self._batches.input_state())
-        input_positions.prune(ckpt.directory, {*ckpt.all_steps(), step})
+
+    def finish(self) -> None:
+        """Waits until the last save is complete, then prunes the input positions of the
+        checkpoints orbax deleted after it (raises CheckpointSaveError if it failed)."""
+        ckpt = self._checkpointer
+        ckpt.finish_pending()
+        try:
+            input_positions.prune(ckpt.directory, set(ckpt.all_steps()))
+        except Exception:  # noqa: BLE001 (nothing is lost: a later prune removes them)
+            pass
 
     def close(self) -> None:
         self._preemption.close()
@@ -204,6 +221,9 @@ class Evaluation:
             )
             ctx.result.reached_target = ctx.stop = True
 
+    def close(self) -> None:
+        self._evaluator.close()
+
 
 class Decoding:
     """Every ``interval`` steps and at the end: decode every decoder input."""
@@ -215,6 +235,9 @@ class Decoding:
         if ctx.every(self._interval):
             with ctx.progress.paused(ctx.state):
                 ctx.result.decode = self._program.run(ctx.state.params, ctx.step)
+
+    def close(self) -> None:
+        self._program.close()
 
 
 class PreemptionWatch:

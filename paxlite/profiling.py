@@ -11,11 +11,13 @@ less than ``profiler_min_duration_sec``; only processes with an index below
 
 (TensorBoard's profile plugin reads the first with ``--logdir <job_log_dir>/summaries``;
 ui.perfetto.dev opens the second). For a ``gs://`` job dir the trace is written locally
-and then copied there.
+and then copied there. A trace that cannot be written is reported and training goes on
+(``paxlite.best_effort``).
 """
 
 from __future__ import annotations
 
+import functools
 import pathlib
 import tempfile
 import time
@@ -24,7 +26,7 @@ from typing import Any
 import jax
 from etils import epath
 
-from paxlite import storage, summaries
+from paxlite import best_effort, storage, summaries
 
 
 def trace_dir(job_log_dir: epath.PathLike) -> epath.Path:
@@ -75,15 +77,18 @@ class Profiling:
         self._started = time.perf_counter()
 
     def _stop(self, last_step: int | None) -> None:
-        jax.profiler.stop_trace()
+        where = self._target / "plugins" / "profile"
+        written = best_effort.write(best_effort.Output.PROFILE, where, jax.profiler.stop_trace)
         seconds = time.perf_counter() - self._started
         self._started, first = None, self._start_at + 1
         self._start_at = None  # One capture per run, as Pax's.
         if self._local is not None:
-            _copy_tree(pathlib.Path(self._local.name), self._target)
+            copy = functools.partial(_copy_tree, pathlib.Path(self._local.name), self._target)
+            written = written and best_effort.write(best_effort.Output.PROFILE, where, copy)
             self._local.cleanup()
+        if not written:
+            return
         steps = f"steps {first}-{last_step}" if last_step else f"from step {first}"
-        where = self._target / "plugins" / "profile"
         summaries.log(
             f"Profile of train {steps} ({seconds:.1f} s) in {where}: "
             f"tensorboard --logdir {self._target.parent} (Profile tab), or the .trace.json.gz "

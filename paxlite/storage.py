@@ -23,6 +23,7 @@ from __future__ import annotations
 
 import logging
 import os
+import re
 from typing import Any
 
 from etils import epath
@@ -34,6 +35,19 @@ ANONYMOUS = "anon"
 
 class StorageError(ValueError):
     """A job directory that cannot be reached (no bucket, no credentials, no access)."""
+
+
+class StorageWriteError(RuntimeError):
+    """Something the run must keep (a checkpoint, a benchmark report) could not be written.
+
+    Its message is the whole story in one line: what, where, the storage's error, and
+    what to do. ``paxlite.main`` ends the run with it and exit code 5.
+    """
+
+
+# Parts of tensorstore's messages that repeat the request: its spec and the HTTP body.
+_BRACKETED_DETAIL = re.compile(r"\s*\[(tensorstore_spec|http_response_body)='.*?'\]")
+_MAX_LINE = 300
 
 
 def configure() -> None:
@@ -99,6 +113,52 @@ def check_reachable(path: epath.Path) -> None:
         ) from None
     finally:
         gcsfs_log.setLevel(level)
+
+
+def one_line(error: BaseException) -> str:
+    """A storage library's error as one line: its type and message, without tensorstore's
+    spec and response body, at most ~300 characters."""
+    text = " ".join(_BRACKETED_DETAIL.sub("", str(error)).split())
+    if len(text) > _MAX_LINE:
+        text = text[:_MAX_LINE] + " ..."
+    name = type(error).__name__
+    return f"{name}: {text}" if text else name
+
+
+def close() -> None:
+    """Closes the HTTP sessions of gcsfs and stops fsspec's event-loop thread (a no-op
+    when neither started), so nothing of theirs runs while the interpreter shuts down.
+
+    For the end of a process: a later ``gs://`` access starts a new loop and sessions.
+    """
+    import fsspec.asyn
+
+    loop, thread = fsspec.asyn.loop[0], fsspec.asyn.iothread[0]
+    if loop is None or not loop.is_running():
+        return
+    for fs in _gcs_filesystems():
+        session = getattr(fs, "_session", None)
+        if session is not None and not session.closed:
+            try:
+                fsspec.asyn.sync(loop, session.close, timeout=5)
+            except Exception:  # noqa: BLE001 (a session that cannot close is dropped)
+                pass
+    loop.call_soon_threadsafe(loop.stop)
+    if thread is not None:
+        thread.join(timeout=5)
+    if not loop.is_running():
+        loop.close()
+    for fs in _gcs_filesystems():
+        fs.clear_instance_cache()  # Each holds the stopped loop.
+    fsspec.asyn.reset_lock()  # The next sync() starts a new loop and thread.
+
+
+def _gcs_filesystems() -> list[Any]:
+    """The gcsfs file systems this process made (fsspec caches one per set of options)."""
+    import sys
+
+    gcsfs = sys.modules.get("gcsfs")
+    return list(gcsfs.GCSFileSystem._cache.values()) if gcsfs is not None else []  # noqa: SLF001
 
 
 def _reason(error: Exception) -> str:

@@ -26,7 +26,7 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.summary.writer.record_writer import RecordWriter
 from tensorboard.util import tensor_util
 
-from paxlite import storage
+from paxlite import best_effort, storage
 
 if TYPE_CHECKING:
     from paxlite.step_cost import StepCost
@@ -40,30 +40,28 @@ class SummaryWriter:
     ``EventAccumulator.Tensors(tag)`` reads it back. In a bucket (``gs://``), where an
     object cannot be appended to, the file is written locally and uploaded whole at every
     flush (as TensorFlow's GCS file system does), so TensorBoard sees it during the run.
+    Summaries are best-effort (``paxlite.best_effort``): a failed write is reported and
+    training goes on; a later flush writes the whole file again.
     """
 
     def __init__(self, logdir: str | os.PathLike) -> None:
         self._records: RecordWriter | None = None
-        self._upload: tuple[pathlib.Path, epath.Path] | None = None
-        if jax.process_index() > 0:
+        self._local: pathlib.Path | None = None  # A bucket's file, written here first.
+        self._writes_files = jax.process_index() == 0
+        if not self._writes_files:
             return
-        directory = epath.Path(logdir)
-        directory.mkdir(parents=True, exist_ok=True)
         name = f"events.out.tfevents.{time.time():.6f}.{socket.gethostname()}.{os.getpid()}.v2"
-        path = directory / name
-        if storage.is_remote(path):  # Written here, the whole file uploaded at each flush.
+        self._target = epath.Path(logdir) / name
+        if storage.is_remote(self._target):
             local_dir = tempfile.mkdtemp(prefix="paxlite-summaries-")
             # Removed when the writer goes (or the process exits) unless close() did it.
             weakref.finalize(self, shutil.rmtree, local_dir, ignore_errors=True)
-            local = pathlib.Path(local_dir) / name
-            self._upload = (local, path)
-            path = epath.Path(local)
-        self._records = RecordWriter(path.open("wb"))
+            self._local = pathlib.Path(local_dir) / name
         self._write(event_pb2.Event(wall_time=time.time(), file_version="brain.Event:2"))
 
     def write_scalars(self, step: int, scalars: Mapping[str, float]) -> None:
         """Appends ``{tag: value}`` at ``step`` and flushes (processes > 0: logs them)."""
-        if self._records is None:
+        if not self._writes_files:
             logging.info("[%d] %s", step, ", ".join(f"{k}={v:.6g}" for k, v in scalars.items()))
             return
         metadata = scalar_metadata.create_summary_metadata(display_name="", description="")
@@ -84,16 +82,22 @@ class SummaryWriter:
         if self._records is not None:
             self._records.close()
             self._records = None
-            if self._upload is not None:
-                shutil.rmtree(self._upload[0].parent, ignore_errors=True)
+        if self._local is not None:
+            shutil.rmtree(self._local.parent, ignore_errors=True)
 
     def _write(self, event: event_pb2.Event) -> None:
-        assert self._records is not None
+        best_effort.write(best_effort.Output.SUMMARIES, self._target, lambda: self._append(event))
+
+    def _append(self, event: event_pb2.Event) -> None:
+        """Appends ``event`` and flushes; a bucket's object is then written whole, as TF does."""
+        if self._records is None:  # The first event, or the file could not be opened before.
+            if self._local is None:
+                self._target.parent.mkdir(parents=True, exist_ok=True)
+            self._records = RecordWriter((self._local or self._target).open("wb"))
         self._records.write(event.SerializeToString())
         self._records.flush()
-        if self._upload is not None:  # An object in a bucket is written whole, as TF does.
-            local, remote = self._upload
-            remote.write_bytes(local.read_bytes())
+        if self._local is not None:
+            self._target.write_bytes(self._local.read_bytes())
 
 
 def create_writer(job_log_dir: epath.PathLike, name: str) -> SummaryWriter:

@@ -47,6 +47,9 @@ class SingleTask:
       summary_interval_steps: write TensorBoard scalars and a console line.
       eval_interval_steps: run the eval inputs every this many steps (0 = only at end).
       max_to_keep: checkpoints kept on disk (oldest deleted first).
+      async_timeout_secs: a checkpoint whose asynchronous commit takes longer than this
+        (seconds; Pax's ``--async_timeout_secs``, orbax's ``AsyncOptions.timeout_secs``)
+        has failed: the run stops with exit code 5.
       skip_nonfinite_updates: on a non-finite loss or gradient, skip that update
         and go on (counted in the ``nonfinite_steps`` summary); if False (default),
         stop at the next summary or save point with an error naming the step,
@@ -73,6 +76,7 @@ class SingleTask:
     summary_interval_steps: int = 10
     eval_interval_steps: int = 0
     max_to_keep: int = 3
+    async_timeout_secs: int = 1200
     skip_nonfinite_updates: bool = False
     decode_interval_steps: int = 0
     decoder: Any = config_lib.template_field(DecoderParams)
@@ -83,7 +87,8 @@ class SingleTask:
     profiler_max_num_hosts: int | None = None
 
     def __post_init__(self) -> None:
-        for name in ("num_train_steps", "save_interval_steps", "summary_interval_steps"):
+        positive = ("num_train_steps", "save_interval_steps", "summary_interval_steps")
+        for name in (*positive, "async_timeout_secs"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"SingleTask.{name} must be > 0, got {getattr(self, name)}.")
         if self.eval_interval_steps < 0 or self.max_to_keep <= 0:

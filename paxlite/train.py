@@ -49,6 +49,16 @@ class _Loop:
     checkpointer: checkpoints.Checkpointer
     progress: summaries.Progress
     profiling: profiling.Profiling
+    closers: list[Any]
+
+    def close(self) -> None:
+        """Stops what runs beside the loop (on success, error or preemption alike)."""
+        self.profiling.close()
+        self.batches.close()
+        self.checkpointing.close()
+        self.checkpointer.close()
+        for closer in self.closers:
+            closer.close()
 
 
 def run(
@@ -71,6 +81,8 @@ def run(
     Raises:
       DivergenceError: a non-finite loss/gradient (unless the task skips them);
         the checkpoints written before it stay, nothing after it is saved.
+      CheckpointSaveError: a checkpoint could not be written (at the latest at the
+        next save point); the complete ones before it stay.
     """
     run_start = time.perf_counter()
     task = job.task
@@ -92,12 +104,9 @@ def run(
                     action(ctx)
                 if ctx.stop:
                     break
+            loop.checkpointing.finish()  # The last save is complete, or this raises.
         finally:
-            loop.profiling.close()
-            loop.batches.close()
-            loop.checkpointing.close()
-            loop.checkpointer.wait()
-            loop.checkpointer.close()
+            loop.close()
     result.state = state
     return result
 
@@ -113,7 +122,9 @@ def _prepare(
 ) -> _Loop:
     """State (restored or fresh), the compiled step, its cost and the periodic actions."""
     task = job.task
-    checkpointer = checkpoints.Checkpointer(job.job_log_dir, max_to_keep=task.max_to_keep)
+    checkpointer = checkpoints.Checkpointer(
+        job.job_log_dir, max_to_keep=task.max_to_keep, timeout_secs=task.async_timeout_secs
+    )
     run = train_setup.init_or_restore(job, train_setup.StateSource.LATEST_OR_FRESH, checkpointer)
     train_setup.log_state_sizes(job, run)
     step = int(run.state.step)
@@ -126,15 +137,19 @@ def _prepare(
     writer = summaries.create_writer(job.job_log_dir, "train")
     checkpointing = Checkpointing(task.save_interval_steps, checkpointer, batches, task)
     tracing = profiling.Profiling(task, step, job.job_log_dir)
+    evaluations = _evaluation_actions(job, run, evaluate)
     actions = [  # Evaluation before Checkpointing: an early stop is saved at its step.
         tracing,
         FirstStepReport(step, run_start, compile_s, writer),
         TrainSummaries(task.summary_interval_steps, writer, task, checkpointer),
-        *_evaluation_actions(job, run, evaluate),
+        *evaluations,
         checkpointing,
     ]
     progress = summaries.Progress(step, task.num_train_steps, result.cost)
-    return _Loop(step_fn, run, batches, actions, checkpointing, checkpointer, progress, tracing)
+    closers = [writer, *evaluations]
+    return _Loop(
+        step_fn, run, batches, actions, checkpointing, checkpointer, progress, tracing, closers
+    )
 
 
 def _evaluation_actions(job: Job, run: train_setup.RunState, evaluate: bool) -> list[Any]:

@@ -34,6 +34,7 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 # that the workers end the run on short tests and neither waits alone on a long one.
 _LONG_MODULES = (
     "test_multiprocess",
+    "test_storage_faults",
     "test_reliability",
     "test_pipeline_training",
     "test_decode",

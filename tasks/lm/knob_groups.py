@@ -189,6 +189,8 @@ class LoopKnobs(BaseExperiment):
 
     NUM_TRAIN_STEPS: train until this step. CHECKPOINT_EVERY_N_STEPS: save every
     this many steps (and at the end). CHECKPOINT_MAX_TO_KEEP: checkpoints kept.
+    CHECKPOINT_ASYNC_TIMEOUT_SECS: a save whose asynchronous commit takes longer has
+    failed (Pax's --async_timeout_secs; the run stops with exit code 5).
     SUMMARY_INTERVAL_STEPS: TensorBoard scalars and a console line.
     EVAL_INTERVAL_STEPS: eval every this many steps (0: at the end only).
     TARGET_LOG_PPLX: stop (with a checkpoint) after an eval whose log-perplexity
@@ -207,6 +209,7 @@ class LoopKnobs(BaseExperiment):
     NUM_TRAIN_STEPS: int = 500_000
     CHECKPOINT_EVERY_N_STEPS: int = 5000
     CHECKPOINT_MAX_TO_KEEP: int = 10
+    CHECKPOINT_ASYNC_TIMEOUT_SECS: int = 1200
     SUMMARY_INTERVAL_STEPS: int = 100
     EVAL_INTERVAL_STEPS: int = 0
     TARGET_LOG_PPLX: float | None = None
@@ -224,6 +227,7 @@ class LoopKnobs(BaseExperiment):
             "CHECKPOINT_EVERY_N_STEPS",
             "SUMMARY_INTERVAL_STEPS",
             "CHECKPOINT_MAX_TO_KEEP",
+            "CHECKPOINT_ASYNC_TIMEOUT_SECS",
             "PROFILER_NUM_STEPS",
             "GRAD_ACCUM_STEPS",
         )
@@ -262,6 +266,7 @@ class LoopKnobs(BaseExperiment):
             summary_interval_steps=self.SUMMARY_INTERVAL_STEPS,
             eval_interval_steps=self.EVAL_INTERVAL_STEPS,
             max_to_keep=self.CHECKPOINT_MAX_TO_KEEP,
+            async_timeout_secs=self.CHECKPOINT_ASYNC_TIMEOUT_SECS,
             target_log_pplx=self.TARGET_LOG_PPLX,
             profiler_capture_step=self.PROFILER_CAPTURE_STEP,
             profiler_num_steps=self.PROFILER_NUM_STEPS,

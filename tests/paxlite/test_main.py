@@ -64,6 +64,27 @@ def run_main(
     )
 
 
+#: What a complete run must not print: Python's and the C++ runtime's last words at exit,
+#: a background thread's traceback, or paxlite's own error and warning lines.
+DIRTY_END = (
+    "Traceback",
+    "Exception ignored",
+    "terminate called",
+    "Fatal Python error",
+    "FATAL",
+    "Error in atexit",
+    "paxlite: error",
+    "paxlite: warning",
+)
+
+
+def assert_ended_cleanly(proc: subprocess.CompletedProcess) -> None:
+    """Exit code 0 and none of :data:`DIRTY_END` on stderr."""
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    dirty = [marker for marker in DIRTY_END if marker in proc.stderr]
+    assert not dirty, (dirty, proc.stderr[-3000:])
+
+
 def run_until_preempted(
     *args: str, at: str, cwd: pathlib.Path = REPO
 ) -> subprocess.CompletedProcess:
@@ -151,7 +172,7 @@ def restore_params(job_dir: pathlib.Path, step: int):
 def test_train_and_eval_end_to_end(tmp_path):
     job = tmp_path / "job"
     proc = run_main(f"--job_log_dir={job}", "--mode=train_and_eval", *SHORT, report_imports=True)
-    assert proc.returncode == 0, proc.stderr[-3000:]
+    assert_ended_cleanly(proc)
     assert "step      60/60" in proc.stdout and "tokens/s" in proc.stdout
     assert NO_INPUT_LIBRARIES in proc.stdout  # Synthetic data: no TensorFlow, not even for events.
 

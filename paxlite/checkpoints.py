@@ -57,7 +57,7 @@ class Checkpointer:
 
     A save that fails, in its synchronous part or its background commit, or whose
     commit takes longer than ``timeout_secs``, raises :class:`CheckpointSaveError`
-    from that :meth:`save`, the next one, or :meth:`wait`; the checkpoints that were
+    from that :meth:`save`, the next one, or :meth:`finish_pending`; the checkpoints that were
     complete before it stay.
     """
 
@@ -213,13 +213,10 @@ class Checkpointer:
             f"--job_log_dir. (Read error: {detail})"
         )
 
-    def wait(self) -> None:
-        """Blocks until pending asynchronous saves are on disk (see :meth:`finish_pending`)."""
-        self.finish_pending()
-
     def close(self) -> None:
         """Waits for a pending save and closes orbax; never raises (a failed save is
-        reported by :meth:`save` or :meth:`wait`, or superseded by the error being raised)."""
+        reported by :meth:`save` or :meth:`finish_pending`, or superseded by the error
+        being raised)."""
         self._pending = None
         try:
             self._manager.close()

@@ -7,6 +7,7 @@ import pathlib
 import signal
 import subprocess
 import sys
+from collections.abc import Callable
 
 import numpy as np
 import orbax.checkpoint as ocp
@@ -90,19 +91,31 @@ def run_until_preempted(
 ) -> subprocess.CompletedProcess:
     """``python -m paxlite.main --exp=EXP ARGS`` on 1 CPU device, sent SIGTERM as soon as
     it prints a step line containing ``at`` (e.g. ``'/200'``: the first summary)."""
+    return run_and_act_at(*args, at=at, act=lambda proc: proc.send_signal(signal.SIGTERM), cwd=cwd)
+
+
+def run_and_act_at(
+    *args: str,
+    at: str,
+    act: Callable[[subprocess.Popen], object],
+    exp: str = EXP,
+    cwd: pathlib.Path = REPO,
+) -> subprocess.CompletedProcess:
+    """``python -m paxlite.main --exp=EXP ARGS`` on 1 CPU device; ``act(process)`` runs once,
+    as soon as the run prints a step line containing ``at``, while the run goes on."""
     env = dict(
         os.environ,
         XLA_FLAGS="--xla_force_host_platform_device_count=1",
         JAX_PLATFORMS="cpu",
         PYTHONUNBUFFERED="1",
     )
-    command = [sys.executable, "-m", "paxlite.main", f"--exp={EXP}", *args]
+    command = [sys.executable, "-m", "paxlite.main", f"--exp={exp}", *args]
     pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
     proc = subprocess.Popen(command, cwd=cwd, env=env, **pipes)
     try:
         for line in proc.stdout:
             if line.startswith("step") and at in line:
-                proc.send_signal(signal.SIGTERM)
+                act(proc)
                 break
         out, err = proc.communicate(timeout=120)
     finally:

@@ -5,11 +5,9 @@ with one line and exit code 5, nothing complete is lost, and the same command re
 a run can do without (summaries, profiles, decoder outputs) is reported and the run goes on.
 """
 
-import os
 import pathlib
 import re
 import subprocess
-import sys
 
 import pytest
 from etils import epath
@@ -18,8 +16,8 @@ from paxlite import input_positions
 from tasks.lm.text import TextFormat
 from tests.paxlite.gcs import BUCKET
 from tests.paxlite.test_main import (
-    REPO,
     assert_ended_cleanly,
+    run_and_act_at,
     run_main,
     run_main_in_process,
     run_until_preempted,
@@ -114,12 +112,12 @@ def test_a_local_checkpoint_directory_replaced_by_a_file_stops_the_run(tmp_path)
     )
     checkpoint_dir, aside = job / "checkpoints", tmp_path / "aside"
 
-    def replace_checkpoint_dir() -> None:
+    def replace_checkpoint_dir(_) -> None:
         checkpoint_dir.rename(aside)
         checkpoint_dir.write_text("not a directory")
 
     # By this line the save at step 20 has waited for step 10 to be complete.
-    failed = _run_and_act_at(command, "step      30/100", replace_checkpoint_dir)
+    failed = run_and_act_at(*command, at=" 30/100", act=replace_checkpoint_dir, exp=TEXT)
     assert failed.returncode == STORAGE_EXIT_CODE, failed.stderr[-3000:]
     line = the_error(failed)
     assert f"could not be written to {checkpoint_dir}: " in line
@@ -205,26 +203,3 @@ def test_a_benchmark_whose_report_cannot_be_written_exits_5(tmp_path):
     assert len(errors) == 1 and errors[0].startswith(
         f"paxlite: error: the benchmark report could not be written to {job}: IsADirectoryError"
     )
-
-
-def _run_and_act_at(args: list[str], at: str, act) -> subprocess.CompletedProcess:
-    """The tiny text experiment with ``args`` (1 CPU device); ``act()`` runs once a printed
-    line starts with ``at``, while the run goes on."""
-    command = [sys.executable, "-m", "paxlite.main", f"--exp={TEXT}", *args]
-    env = dict(
-        os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=1",
-        JAX_PLATFORMS="cpu",
-        PYTHONUNBUFFERED="1",
-    )
-    pipes = dict(stdout=subprocess.PIPE, stderr=subprocess.PIPE, text=True)
-    proc = subprocess.Popen(command, cwd=REPO, env=env, **pipes)
-    try:
-        for line in proc.stdout:
-            if line.startswith(at):
-                act()
-                break
-        out, err = proc.communicate(timeout=120)
-    finally:
-        proc.kill()
-    return subprocess.CompletedProcess(command, proc.returncode, out, err)

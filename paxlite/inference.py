@@ -109,7 +109,9 @@ def from_pretrained(
       path: see the module docstring.
       exp: the experiment name (as ``--exp``); required for a paxml checkpoint, else read
         from the job's config.txt.
-      overrides: ``KNOB=VALUE`` strings, as for ``--set``.
+      overrides: ``KNOB=VALUE`` strings, as for ``--set``; for a paxlite job they win over
+        the placement knobs read from its config.txt (e.g. ``ICI_MESH_SHAPE=1,1,1``: one
+        device).
 
     Raises:
       PretrainedError: nothing loadable at ``path``, or a paxml checkpoint without ``exp``.
@@ -128,7 +130,8 @@ def from_pretrained(
                 "from_pretrained(path, exp='tasks.lm.params.lm_cloud.LmCloudSpmd2B')."
             )
         exp, mesh_knobs = _job_experiment(job_dir)
-        overrides = [*mesh_knobs, *overrides]
+        given = {o.partition("=")[0].strip() for o in overrides}
+        overrides = [*(k for k in mesh_knobs if k.partition("=")[0] not in given), *overrides]
         task_cfg = config_lib.from_json((job_dir / "config.json").read_text())["task"]
     experiment = resolve_experiment(exp, list(overrides), ("tasks",))
     task = config_lib.instantiate(task_cfg if task_cfg is not None else experiment.task())

@@ -8,7 +8,9 @@ they yield decode batches and that the model's stack can decode.
 For each decoder input, one pass (one epoch, like a one-epoch eval) of jitted
 decoding (``praxis_lite.decoding``), sharded like training: the batch over the
 data axes, heads and the KV cache over 'mdl' (the cache's logical axes are mapped
-by the experiment's rules). Results go to::
+by the experiment's rules). A batch of any size decodes: it is padded with zero
+rows (``partitioning.pad_rows``) to what the data axes divide, and rows of prompt
+length 0 are no examples. Results go to::
 
     <job_log_dir>/decoder_out/<input name>_step<N>.jsonl   one JSON object per example
     <job_log_dir>/summaries/decode_<input name>/           TensorBoard: decode_<name>/<metric>
@@ -238,7 +240,8 @@ class DecodeProgram:
       job_log_dir: where outputs and summaries go.
       params_shardings: the shardings of the model params (as trained).
       batch_sharding: the data-parallel sharding of a batch's leading axis.
-      to_global: host-local numpy batch -> global arrays on ``batch_sharding``.
+      to_global: host-local numpy batch -> global arrays on ``batch_sharding`` (padded
+        to what it divides, for ``for_job``).
     """
 
     def __init__(
@@ -282,7 +285,7 @@ class DecodeProgram:
             job.job_log_dir,
             params_shardings,
             layout,
-            lambda b: partitioning.to_global(b, layout),
+            lambda b: partitioning.to_global(partitioning.pad_rows(b, layout), layout),
         )
 
     def _decode(self, model_params: Any, batch: Any, key: jax.Array, steps: int) -> Any:

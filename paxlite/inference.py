@@ -13,7 +13,9 @@ checkpoint_00001000``) together with the experiment it was trained with::
     new = lm.generate(ids, max_new_tokens=16)    # [B, 16]; pad id after a row's EOS
 
 The weights are placed as training places them (the experiment's mesh and logical-axis
-rules, on the first devices of this process), each array straight onto its devices.
+rules, on the first devices of this process), each array straight onto its devices. Any
+number of prompts ``B`` works on any mesh: the batch is padded with zero rows to what the
+mesh's batch axes divide, and the padded rows are dropped from the results.
 """
 
 from __future__ import annotations
@@ -29,7 +31,7 @@ import jax.numpy as jnp
 import numpy as np
 from etils import epath
 
-from paxlite import checkpoints, pax_checkpoint, storage, train_setup
+from paxlite import checkpoints, partitioning, pax_checkpoint, storage, train_setup
 from paxlite.mesh import create_mesh, mesh_size
 from paxlite.overrides import resolve_experiment
 from praxis_lite import config as config_lib
@@ -60,11 +62,12 @@ class PretrainedLm:
     rules: Any
 
     def logits(self, input_ids: Any) -> np.ndarray:
-        """``input_ids [B, T]`` int -> next-token logits ``[B, T, V]`` float32."""
-        ids = jnp.asarray(np.asarray(input_ids, np.int32))
+        """``input_ids [B, T]`` int -> next-token logits ``[B, T, V]`` float32 (any ``B``)."""
+        ids = _token_ids(input_ids)
+        padded = self._padded(ids)
         with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
-            out = _jit_logits(self.model)(self.params, ids)
-        return np.asarray(out, np.float32)
+            out = _jit_logits(self.model)(self.params, jnp.asarray(padded))
+        return np.asarray(out, np.float32)[: len(ids)]
 
     def generate(self, input_ids: Any, max_new_tokens: int, **decoder_fields: Any) -> np.ndarray:
         """``max_new_tokens`` new tokens after each row of ``input_ids [B, T]`` -> ``[B, N]``.
@@ -74,12 +77,31 @@ class PretrainedLm:
         row emits ``eos_id`` the rest of it holds ``pad_id``.
         """
         params = dataclasses.replace(self.decoder, **decoder_fields)
-        ids = jnp.asarray(np.asarray(input_ids, np.int32))
-        lengths = jnp.full((ids.shape[0],), ids.shape[1], jnp.int32)
+        ids = _token_ids(input_ids)
+        lengths = np.full((len(ids),), ids.shape[1], np.int32)
+        padded_ids, padded_lengths = self._padded((ids, lengths))
         key = jax.random.key(params.seed)
         with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
-            out = _jit_decode(self.model, params, max_new_tokens)(self.params, ids, lengths, key)
-        return np.asarray(out["tokens"])
+            out = _jit_decode(self.model, params, max_new_tokens)(
+                self.params, jnp.asarray(padded_ids), jnp.asarray(padded_lengths), key
+            )
+        return np.asarray(out["tokens"])[: len(ids)]
+
+    def _padded(self, rows: Any) -> Any:
+        """``rows`` (arrays ``[B, ...]``) with zero rows appended so that the batch splits
+        over the mesh's batch axes (``partitioning.pad_rows``); callers keep the first B."""
+        return partitioning.pad_rows(rows, partitioning.batch_sharding(self.mesh, self.rules))
+
+
+def _token_ids(input_ids: Any) -> np.ndarray:
+    """``input_ids`` as ``[B, T]`` int32, or a ValueError naming the shape it needs."""
+    ids = np.asarray(input_ids)
+    if ids.ndim != 2 or 0 in ids.shape or ids.dtype.kind not in "iu":
+        raise ValueError(
+            f"input_ids must be token ids [B, T] with B, T >= 1, got shape {ids.shape} of "
+            f"{ids.dtype}; pass one row per prompt, e.g. [[3, 5, 7]]."
+        )
+    return ids.astype(np.int32)
 
 
 def _jit_logits(model: Any) -> Any:

@@ -72,10 +72,12 @@ def build_job(
     experiment's ``decoder_datasets()``, overrides applied) become
     ``Job.decoder_inputs``; pass them for ``--mode=decode`` or a train_and_eval
     that decodes. They are checked here: each yields decode batches and the
-    model can decode (``decode_lib.DecodeConfigError`` otherwise).
+    model can decode (``decode_lib.DecodeConfigError`` otherwise). Their batches may
+    have any size (the decode program pads them).
 
     Raises:
-      partitioning.BatchSizeError: an input's global batch does not split over the mesh.
+      partitioning.BatchSizeError: a training or eval input's global batch does not split
+        over the mesh.
       ValueError: not exactly one training input.
     """
     mesh = create_mesh(
@@ -105,7 +107,7 @@ def build_job(
             partitioning.instantiate_input(cfg, layout) for cfg in decoder_dataset_cfgs
         ],
     )
-    for inp in [job.train_input, *job.eval_inputs, *job.decoder_inputs]:
+    for inp in [job.train_input, *job.eval_inputs]:
         partitioning.check_batch_divides(inp, layout)
     for inp in job.decoder_inputs:
         decode_lib.check_decode_input(inp)

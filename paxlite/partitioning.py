@@ -3,7 +3,9 @@
 A batch is laid out over its dim 0 on the mesh axes the experiment's rules give
 the logical axis 'batch'; every other dim is whole on each device. Each process
 reads its part of the batch (:func:`infeed_split`) and :func:`to_global` joins
-the parts into global ``jax.Array``s.
+the parts into global ``jax.Array``s. Training and eval batches must split evenly
+(:func:`check_batch_divides`); the programs that take any batch size pad it
+(:func:`pad_rows`).
 """
 
 from __future__ import annotations
@@ -39,6 +41,11 @@ def batch_axes(sharding: NamedSharding) -> tuple[str, ...]:
     return (spec,) if isinstance(spec, str) else tuple(spec or ())
 
 
+def batch_ways(sharding: NamedSharding) -> int:
+    """Into how many parts a batch's dim 0 is split: the product of its mesh axes' sizes."""
+    return math.prod(sharding.mesh.shape[a] for a in batch_axes(sharding))
+
+
 @functools.lru_cache(maxsize=64)
 def infeed_split(sharding: NamedSharding) -> tuple[int, int]:
     """``(num_infeed_hosts, infeed_host_index)``: how the processes share the input.
@@ -59,7 +66,7 @@ def infeed_split(sharding: NamedSharding) -> tuple[int, int]:
     if jax.process_count() == 1:
         return 1, 0
     axes = batch_axes(sharding)
-    shards = math.prod(sharding.mesh.shape[a] for a in axes)
+    shards = batch_ways(sharding)
     rows: dict[int, set[int]] = {}
     for device, index in sharding.devices_indices_map((shards,)).items():
         start, stop, _ = index[0].indices(shards)
@@ -91,15 +98,35 @@ def instantiate_input(cfg: Any, layout: NamedSharding | None = None) -> BaseInpu
 
 def check_batch_divides(inp: BaseInput, layout: NamedSharding) -> None:
     """Raises :class:`BatchSizeError` unless ``inp``'s global batch splits over ``layout``."""
-    axes = batch_axes(layout)
-    ways = math.prod(layout.mesh.shape[a] for a in axes)
+    ways = batch_ways(layout)
     global_batch = inp.batch_size * infeed_split(layout)[0]
     if global_batch % ways:
         raise BatchSizeError(
             f"Input '{inp.name}': global batch {global_batch} is not divisible by the "
-            f"{ways} data-parallel shards of mesh axes {axes} ({dict(layout.mesh.shape)}). "
+            f"{ways} data-parallel shards of mesh axes {batch_axes(layout)} "
+            f"({dict(layout.mesh.shape)}). "
             "Change PERCORE_BATCH_SIZE or the mesh shapes so the batch splits evenly."
         )
+
+
+def pad_rows(batch: Any, layout: NamedSharding) -> Any:
+    """This process's part of a batch, with zero rows appended so the global batch splits
+    over ``layout``'s batch axes: each array ``[b, ...] -> [b', ...]``, ``b'`` the smallest
+    multiple of ``batch_ways / num_infeed_hosts`` that is ``>= b`` (unchanged if it is ``b``).
+
+    For the programs that take a batch of any size (``paxlite.inference``'s ``logits`` and
+    ``generate``, the decode program); the padded rows, all zeros (so of prompt length 0),
+    are theirs to drop from the results. Training and eval batches must divide instead
+    (:func:`check_batch_divides`): padding would change what they average.
+    """
+    multiple = batch_ways(layout) // infeed_split(layout)[0]
+
+    def pad(x: Any) -> np.ndarray:
+        x = np.asarray(x)
+        extra = -x.shape[0] % multiple
+        return np.pad(x, [(0, extra)] + [(0, 0)] * (x.ndim - 1)) if extra else x
+
+    return jax.tree_util.tree_map(pad, batch)
 
 
 def read_sample(inp: BaseInput) -> NestedMap:

@@ -1,7 +1,8 @@
 """The decode program: a trained tiny LM continues progressions; JSONL + TensorBoard through
-main.py; sharded decoding on 8 devices equals 1 device; --fdl_set reaches decoder datasets;
-a bfloat16 run trains and decodes through main.py; one-line errors without a checkpoint, for LM
-batches as a decoder dataset and for a pipelined stack.
+main.py; sharded decoding on 8 devices equals 1 device, also for decoder batches of 1, 2 and 3;
+--fdl_set reaches decoder datasets; a bfloat16 run trains and decodes through main.py;
+one-line errors without a checkpoint, for LM batches as a decoder dataset and for a pipelined
+stack.
 
 One in-process train_and_eval run of LmSyntheticTiny (150 steps at a higher learning rate,
 decoding at 75 and 150) is shared by the tests of this module.
@@ -9,7 +10,9 @@ decoding at 75 and 150) is shared by the tests of this module.
 
 import json
 import math
+import shutil
 
+import fiddle as fdl
 import flax.linen as nn
 import jax
 import numpy as np
@@ -159,6 +162,38 @@ def test_sharded_decoding_on_8_devices_matches_1_device(trained, tmp_path):
         for p, n, t in zip(one["prefix_ids"], one["prefix_lengths"], one["tokens"], strict=True)
     ]
     assert not all(continued) and np.any(one["lengths"] < 8)
+
+
+def test_decoder_batches_of_1_2_3_on_8_devices_decode_as_on_1_device(trained, tmp_path):
+    """--mode=decode (decode_run.run) on the 8-device data mesh with decoder batches of 1, 2
+    and 3 prompts (padded to 8 rows, the padding dropped): every row as one 1-device decode
+    of all 6 prompts in one batch gives it."""
+    job_dir, result = trained
+    shutil.copytree(job_dir / "checkpoints", tmp_path / "checkpoints")  # step 150
+    exp = _experiment(ICI_MESH_SHAPE=(1, 8, 1))
+    task_cfg, datasets, decoders = resolve_configs(exp, [], [])
+    decoders = [fdl.copy_with(decoders[0], batch_size=b, name=f"b{b}", seed=b) for b in (1, 2, 3)]
+    train_only = [cfg for cfg in datasets if cfg.is_training]
+    job = build_job(exp, task_cfg, train_only, tmp_path, decoder_dataset_cfgs=decoders)
+    assert partitioning.batch_ways(job.batch_sharding) == 8
+    metrics = decode_run.run(job).decode
+    rows = {
+        b: _progression_rows(tmp_path / "decoder_out" / f"b{b}_step150.jsonl") for b in (1, 2, 3)
+    }
+    assert [metrics[f"b{b}"]["num_examples"] for b in (1, 2, 3)] == [1, 2, 3]
+    assert [len(rows[b]) for b in (1, 2, 3)] == [1, 2, 3]
+
+    one = _job(tmp_path / "one", jax.devices()[:1])
+    host = [partitioning.instantiate_input(cfg).get_next() for cfg in decoders]
+    batch = jax.tree_util.tree_map(lambda *x: np.concatenate(x), *host)
+    with one.scope():
+        fn = jax.jit(decode_lib.make_decode_fn(one.task, DecoderParams(), 8))
+        want = jax.device_get(fn(result.state.params, batch, jax.random.key(0)))
+    got = [row for b in (1, 2, 3) for row in rows[b]]
+    for i, row in enumerate(got):
+        assert row["prompt_ids"] == list(want["prefix_ids"][i, : want["prefix_lengths"][i]])
+        assert row["decoded_ids"] == list(want["tokens"][i, : want["lengths"][i]]), i
+        assert row["score"] == pytest.approx(float(want["scores"][i]), rel=1e-4, abs=1e-4)
 
 
 def _main_here(*argv: str) -> None:

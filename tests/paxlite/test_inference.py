@@ -1,5 +1,6 @@
 """paxlite.inference.from_pretrained: a paxlite job (trained here) and a paxml checkpoint (a
-fixture paxml's own main.py wrote), their logits and greedy generation."""
+fixture paxml's own main.py wrote), their logits and greedy generation, for any number of
+prompts on any mesh."""
 
 import pathlib
 
@@ -59,6 +60,25 @@ def test_a_paxlite_job_generates_what_its_own_logits_say(tiny_job):
     np.testing.assert_array_equal(logits[:, 3:-1].argmax(-1), new)
     # The trained tiny model continues arithmetic progressions.
     assert (new[0] == [11, 13, 15, 17, 19]).all(), new
+
+
+def test_any_number_of_prompts_on_8_devices_gives_what_1_device_gives(tiny_job):
+    """1, 2 and 3 prompts on the 8-device data mesh (padded to 8 rows, the padding dropped)
+    against the same checkpoint placed on one device (no padding)."""
+    eight = from_pretrained(tiny_job)
+    one = from_pretrained(tiny_job, overrides=["ICI_MESH_SHAPE=1,1,1"])
+    assert one.mesh.devices.size == 1 and eight.mesh.devices.size == 8
+    prompts = np.array([[3, 5, 7, 9], [10, 13, 16, 19], [20, 21, 22, 23]])
+    for b in (1, 2, 3):
+        new = eight.generate(prompts[:b], max_new_tokens=4)
+        assert new.shape == (b, 4)
+        np.testing.assert_array_equal(new, one.generate(prompts[:b], max_new_tokens=4))
+        logits = eight.logits(prompts[:b])
+        assert logits.shape == (b, 4, 64)
+        np.testing.assert_allclose(logits, one.logits(prompts[:b]), rtol=1e-4, atol=1e-4)
+    with pytest.raises(ValueError, match=r"input_ids must be token ids \[B, T\]") as e:
+        eight.generate(prompts[0], max_new_tokens=4)  # one prompt, not a batch of one
+    assert "\n" not in str(e.value) and "[[3, 5, 7]]" in str(e.value)
 
 
 def test_a_step_dir_and_eos_padding(tiny_job):

@@ -188,9 +188,10 @@ class ClassificationMlpModel(BaseModel):
     Unlike Pax: Pax's ``compute_loss`` reports the accuracy as ``total_loss``, which
     has no gradient, so its model never learns. Here ``total_loss`` is the
     token-weighted softmax cross-entropy of ``labels`` (plus the softmax's z-loss
-    term, 0 by default) and ``accuracy`` (argmax == labels, token-weighted) is a
-    metric of its own. The MLP child is named ``mlp`` (Pax's ``mlp_layers_0`` is a
-    legacy checkpoint name), and the softmax has no bias (Pax's has one).
+    term, 0 by default) and ``accuracy`` (the label has the max logit, a tie counting;
+    token-weighted) is a metric of its own. The MLP child is named ``mlp`` (Pax's
+    ``mlp_layers_0`` is a legacy checkpoint name), and the softmax has no bias (Pax's has
+    one).
 
     Attributes:
       mlp_tpl: the MLP (``MLPBlock``); its dims in and out must both be the
@@ -208,7 +209,7 @@ class ClassificationMlpModel(BaseModel):
         self.softmax = self.create_child(self.softmax_tpl)
 
     def __call__(self, batch: NestedMap, *, train: bool = False) -> NestedMap:
-        """The softmax's outputs (``logits [B, T, V]``, ...) and the metrics.
+        """The softmax's loss terms (``vocab_loss.loss_terms``) and the metrics.
 
         Metrics (weighted by counted tokens): ``total_loss`` (the objective) and
         ``accuracy``. ``train`` changes nothing (no dropout).
@@ -219,10 +220,8 @@ class ClassificationMlpModel(BaseModel):
         x = self.mlp(x)
         token_weights = _token_weights(batch)
         out = self.softmax(x, labels, token_weights)
-        correct = (jnp.argmax(out.logits, axis=-1) == labels).astype(jnp.float32)
         weight = out.total_weight
-        accuracy = jnp.sum(correct * token_weights) / jnp.maximum(weight, 1e-8)
-        out.metrics = {"total_loss": (out.avg_loss, weight), "accuracy": (accuracy, weight)}
+        out.metrics = {"total_loss": (out.avg_loss, weight), "accuracy": (out.accuracy, weight)}
         return out
 
     def batch_spec(self) -> dict[str, int]:

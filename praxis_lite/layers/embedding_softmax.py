@@ -7,12 +7,14 @@ Shapes: ``B`` batch, ``T`` time, ``D`` model dims, ``V`` vocabulary size,
 from __future__ import annotations
 
 import math
+from typing import ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from praxis_lite.base_layer import BaseLayer
+from praxis_lite.layers import vocab_loss
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import EMBED, TABLE_EMBED, VOCAB
 
@@ -74,7 +76,7 @@ def softmax_cross_entropy(
     label_smoothing: float = 0.0,
     z_loss_weight: float = 0.0,
 ) -> NestedMap:
-    """Weighted softmax cross-entropy over the last axis, computed in float32.
+    """Weighted softmax cross-entropy over the last axis of ``logits [..., V]``, in float32.
 
     Args:
       logits: ``[..., V]``.
@@ -84,39 +86,18 @@ def softmax_cross_entropy(
       z_loss_weight: weight of ``log(Z)^2`` added per example (PaLM's z-loss).
 
     Returns:
-      NestedMap with ``per_example_xent [...]``, ``total_xent``, ``total_weight``,
-      ``avg_xent`` (weighted mean xent), ``z_loss`` (weighted mean of
-      ``log(Z)^2``), ``avg_loss`` (``avg_xent + z_loss_weight * z_loss``, the
-      objective), ``log_probs [..., V]``.
+      ``vocab_loss.loss_terms``: ``per_example_xent [...]``, ``total_xent``,
+      ``total_weight``, ``avg_xent``, ``z_loss``, ``avg_loss`` (the objective), ``accuracy``.
     """
-    logits = logits.astype(jnp.float32)
-    # One logsumexp serves the loss and the z-loss, and the label's logit is gathered: no
-    # [..., V] one-hot targets (xent = log Z - sum_v target_v * logit_v).
-    log_z = jax.nn.logsumexp(logits, axis=-1)
-    label_logit = jnp.take_along_axis(logits, labels[..., None], axis=-1)[..., 0]
-    if label_smoothing:  # Targets (1 - a) * one_hot + a / V, as optax.smooth_labels.
-        mean_logit = jnp.mean(logits, axis=-1)
-        label_logit = (1.0 - label_smoothing) * label_logit + label_smoothing * mean_logit
-    xent = log_z - label_logit
-    z_sq = jnp.square(log_z)
-    weights = weights.astype(jnp.float32)
-    total_weight = jnp.sum(weights)
-    safe_total = jnp.maximum(total_weight, 1e-8)
-    total_xent = jnp.sum(xent * weights)
-    z_loss = jnp.sum(z_sq * weights) / safe_total
-    return NestedMap(
-        log_probs=logits - log_z[..., None],
-        per_example_xent=xent,
-        total_xent=total_xent,
-        total_weight=total_weight,
-        avg_xent=total_xent / safe_total,
-        z_loss=z_loss,
-        avg_loss=total_xent / safe_total + z_loss_weight * z_loss,
-    )
+    stats = vocab_loss.token_stats(logits, None, labels, 0.0, label_smoothing)
+    return vocab_loss.loss_terms(stats, weights, z_loss_weight)
 
 
 class _SoftmaxBase(BaseLayer):
     """Shared fields and the loss of the softmax layers.
+
+    The loss never returns ``[..., V]`` arrays: it reads the logits in the passes
+    ``vocab_loss`` describes, the bias and the cap applied inside them.
 
     Attributes:
       input_dims: ``D``.
@@ -124,6 +105,9 @@ class _SoftmaxBase(BaseLayer):
       soft_cap_logits: if > 0, logits become ``cap * tanh(logits / cap)``.
       label_smoothing: see :func:`softmax_cross_entropy`.
       z_loss_weight: see :func:`softmax_cross_entropy`.
+      num_chunks: ``C > 1`` runs the projection and the loss over ``C`` chunks of the time
+        axis (``vocab_loss.chunked_token_stats``): the whole float32 ``[..., T, V]``
+        logits never exist at once. ``C`` must divide ``T``.
     """
 
     input_dims: int
@@ -131,6 +115,17 @@ class _SoftmaxBase(BaseLayer):
     soft_cap_logits: float = 0.0
     label_smoothing: float = 0.0
     z_loss_weight: float = 0.0
+    num_chunks: int = 1
+
+    #: ``x [..., D]`` and the kernel -> raw logits ``[..., V]``.
+    logits_einsum: ClassVar[str] = ""
+
+    def projection(self) -> tuple[jax.Array, jax.Array | None]:
+        """``(kernel, bias or None)`` of the output projection, in the compute dtype."""
+        raise NotImplementedError
+
+    def _project(self, x: jax.Array, kernel: jax.Array) -> jax.Array:
+        return jnp.einsum(self.logits_einsum, x, kernel)
 
     def _cap(self, logits: jax.Array) -> jax.Array:
         if self.soft_cap_logits > 0:
@@ -139,39 +134,57 @@ class _SoftmaxBase(BaseLayer):
         return logits
 
     def get_logits(self, x: jax.Array) -> jax.Array:
-        raise NotImplementedError
+        """``x [..., D]`` -> capped logits ``[..., V]`` in the compute dtype."""
+        kernel, bias = self.projection()
+        logits = self._project(self.to_fprop(x), kernel)
+        if bias is not None:
+            logits = logits + bias
+        return self._cap(logits)
 
     def __call__(
         self, x: jax.Array, class_ids: jax.Array, class_weights: jax.Array | None = None
     ) -> NestedMap:
-        """``x [..., D]`` and ids ``[...]`` -> NestedMap(logits ``[..., V]``, loss terms)."""
-        logits = self.get_logits(x)
+        """``x [..., D]`` and ids ``[...]`` -> the loss terms of ``vocab_loss.loss_terms``
+        (per-token ``per_example_xent [...]``, the weighted means, ``accuracy``)."""
+        kernel, bias = self.projection()
+        x = self.to_fprop(x)
         if class_weights is None:
             class_weights = jnp.ones(class_ids.shape, jnp.float32)
-        out = softmax_cross_entropy(
-            logits,
-            class_ids,
-            class_weights,
-            label_smoothing=self.label_smoothing,
-            z_loss_weight=self.z_loss_weight,
-        )
-        out.logits = logits
-        return out
+        if self.num_chunks > 1:
+            stats = vocab_loss.chunked_token_stats(
+                x,
+                kernel,
+                self._project,
+                bias,
+                class_ids,
+                cap=self.soft_cap_logits,
+                label_smoothing=self.label_smoothing,
+                num_chunks=self.num_chunks,
+            )
+        else:
+            raw = self._project(x, kernel)
+            stats = vocab_loss.token_stats(
+                raw, bias, class_ids, self.soft_cap_logits, self.label_smoothing
+            )
+        return vocab_loss.loss_terms(stats, class_weights, self.z_loss_weight)
 
 
 class FullSoftmax(_SoftmaxBase):
     """A separate ``[D, V]`` projection plus bias: ``[..., D] -> logits [..., V]``."""
 
-    @nn.compact
-    def get_logits(self, x: jax.Array) -> jax.Array:
-        w = self.create_variable(
+    logits_einsum: ClassVar[str] = "...d,dv->...v"
+
+    def setup(self) -> None:
+        self.w = self.create_variable(
             "w",
             (self.input_dims, self.num_classes),
             (EMBED, VOCAB),
             nn.initializers.lecun_normal(),
         )
-        b = self.create_variable("b", (self.num_classes,), (VOCAB,), nn.initializers.zeros)
-        return self._cap(jnp.einsum("...d,dv->...v", self.to_fprop(x), w) + b)
+        self.b = self.create_variable("b", (self.num_classes,), (VOCAB,), nn.initializers.zeros)
+
+    def projection(self) -> tuple[jax.Array, jax.Array | None]:
+        return self.w, self.b
 
 
 class SharedEmbeddingSoftmax(_SoftmaxBase):
@@ -191,6 +204,8 @@ class SharedEmbeddingSoftmax(_SoftmaxBase):
     lookup_style: str = "index"
     use_bias: bool = False
 
+    logits_einsum: ClassVar[str] = "...d,vd->...v"
+
     def setup(self) -> None:
         self.emb_var = _embedding_table(self, self.num_classes, self.input_dims)
         if self.use_bias:
@@ -201,11 +216,8 @@ class SharedEmbeddingSoftmax(_SoftmaxBase):
             self.emb_var, ids, self.scale_sqrt_depth, self.fprop_dtype, self.lookup_style
         )
 
-    def get_logits(self, x: jax.Array) -> jax.Array:
-        logits = jnp.einsum("...d,vd->...v", self.to_fprop(x), self.emb_var)
-        if self.use_bias:
-            logits = logits + self.b
-        return self._cap(logits)
+    def projection(self) -> tuple[jax.Array, jax.Array | None]:
+        return self.emb_var, self.b if self.use_bias else None
 
 
 def _timing_signal(

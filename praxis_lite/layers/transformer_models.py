@@ -111,10 +111,11 @@ class TransformerLm(BaseLayer):
           train: enables dropout (needs the 'dropout' RNG).
 
         Returns:
-          NestedMap(logits ``[B, T, V]`` float32) and, with labels:
-          ``per_token_xent [B, T]``, ``total_loss`` (weighted mean xent plus the
-          softmax's z-loss term: the training objective), ``avg_xent``,
-          ``accuracy`` (weighted, scalar), ``total_weight`` (counted tokens), ``log_pplx``.
+          Without labels, NestedMap(logits ``[B, T, V]``). With labels, the loss only (no
+          ``[B, T, V]`` array: see ``vocab_loss``): ``per_token_xent [B, T]``,
+          ``total_loss`` (weighted mean xent plus the softmax's z-loss term: the training
+          objective), ``avg_xent``, ``z_loss``, ``accuracy`` (weighted, scalar; a tie for the
+          max logit counts as correct), ``total_weight`` (counted tokens), ``log_pplx``.
         """
         x = self.embed(inputs, positions)
         x = self.transformer(
@@ -131,16 +132,13 @@ class TransformerLm(BaseLayer):
                 else 1.0 - paddings.astype(jnp.float32)
             )
         out = self.softmax(x, labels, label_weights)
-        correct = (jnp.argmax(out.logits, axis=-1) == labels).astype(jnp.float32)
-        safe_weight = jnp.maximum(out.total_weight, 1e-8)
         return NestedMap(
-            logits=out.logits,
             per_token_xent=out.per_example_xent,
             total_loss=out.avg_loss,
             avg_xent=out.avg_xent,
             log_pplx=out.avg_xent,
             z_loss=out.z_loss,
-            accuracy=jnp.sum(correct * label_weights) / safe_weight,
+            accuracy=out.accuracy,
             total_weight=out.total_weight,
         )
 

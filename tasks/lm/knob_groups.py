@@ -78,9 +78,9 @@ class LrScheduleKnobs(BaseExperiment):
 
     def validate(self) -> None:
         super().validate()
-        _check_at_least(self, 0, "LR_LRED_WARMUP")
+        check_at_least(self, 0, "LR_LRED_WARMUP")
         if self.LR_COS_WARMUP is not None:
-            _check_at_least(self, 0, "LR_COS_WARMUP")
+            check_at_least(self, 0, "LR_COS_WARMUP")
 
     def lr_schedule(self) -> config_lib.Config:
         """The schedule config of LR_SCHEDULE from its knob group."""
@@ -221,7 +221,7 @@ class LoopKnobs(BaseExperiment):
 
     def validate(self) -> None:
         super().validate()
-        _check_at_least(
+        check_at_least(
             self,
             1,
             "CHECKPOINT_EVERY_N_STEPS",
@@ -231,13 +231,13 @@ class LoopKnobs(BaseExperiment):
             "PROFILER_NUM_STEPS",
             "GRAD_ACCUM_STEPS",
         )
-        _check_at_least(
+        check_at_least(
             self, 0, "NUM_TRAIN_STEPS", "EVAL_INTERVAL_STEPS", "PROFILER_MIN_DURATION_SEC"
         )
         if self.PROFILER_CAPTURE_STEP is not None:
-            _check_at_least(self, 0, "PROFILER_CAPTURE_STEP")
+            check_at_least(self, 0, "PROFILER_CAPTURE_STEP")
         if self.PROFILER_MAX_NUM_HOSTS is not None:
-            _check_at_least(self, 1, "PROFILER_MAX_NUM_HOSTS")
+            check_at_least(self, 1, "PROFILER_MAX_NUM_HOSTS")
         self._check_grad_accum_split()
 
     def _check_grad_accum_split(self) -> None:
@@ -275,7 +275,7 @@ class LoopKnobs(BaseExperiment):
         )
 
 
-def _check_at_least(experiment: BaseExperiment, low: int, *knobs: str) -> None:
+def check_at_least(experiment: BaseExperiment, low: int, *knobs: str) -> None:
     """Raises KnobError for the first of ``knobs`` below ``low``."""
     for knob in knobs:
         value = getattr(experiment, knob)

@@ -11,7 +11,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from paxlite.base_experiment import BaseExperiment
+from paxlite.base_experiment import BaseExperiment, KnobError
 from praxis_lite import config as config_lib
 from praxis_lite.layers.embedding_softmax import (
     Embedding,
@@ -25,7 +25,7 @@ from praxis_lite.layers.repeats import AutodiffCheckpointType, StackedTransforme
 from praxis_lite.layers.transformer_models import TransformerLm
 from praxis_lite.layers.transformers import StackedTransformer
 from praxis_lite.models import LanguageModel
-from tasks.lm.knob_groups import knob_group
+from tasks.lm.knob_groups import check_at_least, knob_group
 from tasks.lm.model_params import Activation, Norm, block_config
 
 
@@ -41,7 +41,9 @@ class TransformerLmKnobs(BaseExperiment):
     Embeddings: SEPARATE_EMBEDDING (an input table of its own, scaled by sqrt(MODEL_DIMS),
     and a separate output projection; else one shared table), TRAINABLE_POSITION_EMB
     (a learned table of TRAINABLE_PE_MAX_SEQ_LEN positions added to the input).
-    Output: SOFTMAX_CAP_LOGITS, Z_LOSS_WEIGHT. Stack: USE_REPEATED_LAYER (scanned),
+    Output: SOFTMAX_CAP_LOGITS, Z_LOSS_WEIGHT, NUM_LOSS_CHUNKS (> 1: the output projection
+    and the loss over that many chunks of the sequence, so the whole [B, T, V] float32 logits
+    never exist at once; it must divide MAX_SEQ_LEN). Stack: USE_REPEATED_LAYER (scanned),
     CHECKPOINT_POLICY (remat inside the scan; CHECKPOINT_OFFLOAD_TO_HOST keeps a named
     policy's activations in host memory), and the pipeline: NUM_STAGES > 1
     splits the layers over that many stages, the batch cut into microbatches of
@@ -69,6 +71,7 @@ class TransformerLmKnobs(BaseExperiment):
     FPROP_DTYPE: Any = jnp.bfloat16
     SOFTMAX_CAP_LOGITS: float = 0.0
     Z_LOSS_WEIGHT: float = 0.0
+    NUM_LOSS_CHUNKS: int = 1
     COMBINE_QKV: bool = False
     SEPARATE_EMBEDDING: bool = False
     TRAINABLE_POSITION_EMB: bool = False
@@ -82,12 +85,24 @@ class TransformerLmKnobs(BaseExperiment):
     STREAM_IO: bool = False
     CHECKPOINT_OFFLOAD_TO_HOST: bool = False
 
+    def validate(self) -> None:
+        super().validate()
+        check_at_least(self, 1, "NUM_LOSS_CHUNKS")
+        if self.MAX_SEQ_LEN % self.NUM_LOSS_CHUNKS:
+            raise KnobError(
+                f"{type(self).__qualname__}.NUM_LOSS_CHUNKS = {self.NUM_LOSS_CHUNKS} does not "
+                f"divide MAX_SEQ_LEN = {self.MAX_SEQ_LEN}; the loss chunks split the sequence "
+                "evenly: pick a divisor of MAX_SEQ_LEN (1: no chunks)."
+            )
+
     def model(self) -> config_lib.Config:
         """The ``LanguageModel`` config around a ``TransformerLm`` of these knobs."""
         lm = TransformerLm.HParams.config(model_dims=self.MODEL_DIMS, vocab_size=self.VOCAB_SIZE)
         softmax = FullSoftmax if self.SEPARATE_EMBEDDING else SharedEmbeddingSoftmax
         lm.softmax_tpl = softmax.HParams.config(
-            soft_cap_logits=self.SOFTMAX_CAP_LOGITS, z_loss_weight=self.Z_LOSS_WEIGHT
+            soft_cap_logits=self.SOFTMAX_CAP_LOGITS,
+            z_loss_weight=self.Z_LOSS_WEIGHT,
+            num_chunks=self.NUM_LOSS_CHUNKS,
         )
         if self.SEPARATE_EMBEDDING:
             lm.embedding_tpl = Embedding.HParams.config(scale_sqrt_depth=True)

@@ -4,10 +4,10 @@ the math needs, or never holding them whole.
 Shapes: ``V`` classes (the vocabulary), ``D`` model dims, ``[...]`` the leading (token)
 dims, ``T`` the last of them (time), ``C`` chunks.
 
-One pass over the logits finds each token's max; a second sums ``exp(logit - max)`` and
-picks the label's logit. The max serves the accuracy too: a token is correct when its
-label's logit equals the max (a tie counts as correct), so no separate argmax reads the
-logits again. The backward pass is one more pass (a custom VJP): the softmax is recomputed
+One pass over the logits finds each token's max; a second sums ``exp(logit - max)``; the
+label's logit is gathered (one value per token). The max serves the accuracy too: a token
+is correct when its label's logit equals the max (a tie counts as correct), so no separate
+argmax reads the logits again. The backward pass is one more pass (a custom VJP): the softmax is recomputed
 from the logits and ``log Z``, and the logits' gradient written, so no ``[..., V]``
 probabilities are kept between the passes. The softmax bias and the tanh cap are applied
 inside those passes, on the projection's raw output.
@@ -35,12 +35,31 @@ Projection = Callable[[jax.Array, jax.Array], jax.Array]
 
 def capped_logits(raw: jax.Array, bias: jax.Array | None, cap: float) -> jax.Array:
     """``cap * tanh((raw + bias) / cap)`` (no cap if ``cap <= 0``) in float32: ``[..., V]``."""
+    return _cap(_biased(raw, bias), cap)
+
+
+def _biased(raw: jax.Array, bias: jax.Array | None) -> jax.Array:
+    """``raw + bias`` in float32 (each value one float32 add, whichever path computes it)."""
     logits = raw.astype(jnp.float32)
-    if bias is not None:
-        logits = logits + bias.astype(jnp.float32)
-    if cap > 0:
-        logits = cap * jnp.tanh(logits / cap)
-    return logits
+    return logits if bias is None else logits + bias.astype(jnp.float32)
+
+
+def _cap(logits: jax.Array, cap: float) -> jax.Array:
+    return cap * jnp.tanh(logits / cap) if cap > 0 else logits
+
+
+def _label_logit(raw: jax.Array, bias: jax.Array | None, labels: jax.Array) -> jax.Array:
+    """Each token's uncapped logit of its label, ``[...]`` float32: a gather of one value
+    per token (no pass over ``[..., V]``)."""
+    picked = jnp.take_along_axis(raw, labels[..., None], axis=-1)[..., 0]
+    return _biased(picked, None if bias is None else jnp.take(bias, labels))
+
+
+def _sum_over_tokens(x: jax.Array) -> jax.Array:
+    """``x [..., V] -> [V]``: the sum over the tokens as a product with ones (a column sum;
+    XLA's CPU reduction over the leading axes is several times slower)."""
+    ones = jnp.ones(x.shape[:-1], x.dtype)
+    return jnp.tensordot(ones, x, axes=x.ndim - 1)
 
 
 def _is_label(labels: jax.Array, num_classes: int) -> jax.Array:
@@ -69,12 +88,16 @@ def token_stats(
 
 
 def _token_stats_fwd(raw, bias, labels, cap, label_smoothing):
-    logits = capped_logits(raw, bias, cap)
-    max_logit = jnp.max(logits, axis=-1)
-    log_z = max_logit + jnp.log(jnp.sum(jnp.exp(logits - max_logit[..., None]), axis=-1))
-    label_logit = jnp.sum(jnp.where(_is_label(labels, raw.shape[-1]), logits, 0.0), axis=-1)
-    correct = (label_logit >= max_logit).astype(jnp.float32)
-    target_logit = label_logit
+    # The cap is monotonic: the max and the accuracy are taken before it, on the same
+    # float32 sums for the label and for the max, so a label with the max is counted.
+    uncapped = _biased(raw, bias)
+    max_uncapped = jnp.max(uncapped, axis=-1)
+    label_uncapped = _label_logit(raw, bias, labels)
+    correct = (label_uncapped >= max_uncapped).astype(jnp.float32)
+    shift = _cap(max_uncapped, cap)[..., None]
+    logits = _cap(uncapped, cap)
+    log_z = shift[..., 0] + jnp.log(jnp.sum(jnp.exp(logits - shift), axis=-1))
+    target_logit = label_logit = _cap(label_uncapped, cap)
     if label_smoothing:  # Targets (1 - a) * one_hot + a / V, as optax.smooth_labels.
         mean_logit = jnp.mean(logits, axis=-1)
         target_logit = (1.0 - label_smoothing) * label_logit + label_smoothing * mean_logit
@@ -94,7 +117,7 @@ def _token_stats_bwd(cap, label_smoothing, residuals, cotangents):
         d_logits = d_logits * (1.0 - jnp.square(logits / cap))
     d_bias = None
     if bias is not None:
-        d_bias = jnp.sum(d_logits, axis=tuple(range(raw.ndim - 1))).astype(bias.dtype)
+        d_bias = _sum_over_tokens(d_logits).astype(bias.dtype)
     return d_logits.astype(raw.dtype), d_bias, None
 
 

@@ -7,10 +7,11 @@ dims, ``T`` the last of them (time), ``C`` chunks.
 One pass over the logits finds each token's max; a second sums ``exp(logit - max)``; the
 label's logit is gathered (one value per token). The max serves the accuracy too: a token
 is correct when its label's logit equals the max (a tie counts as correct), so no separate
-argmax reads the logits again. The backward pass is one more pass (a custom VJP): the softmax is recomputed
-from the logits and ``log Z``, and the logits' gradient written, so no ``[..., V]``
-probabilities are kept between the passes. The softmax bias and the tanh cap are applied
-inside those passes, on the projection's raw output.
+argmax reads the logits again. The backward pass is one more pass (a custom VJP): the
+softmax is recomputed from the logits and ``log Z``, and the logits' gradient written, so no
+``[..., V]`` probabilities are kept between the passes. The softmax bias and the tanh cap
+are applied inside those passes, on the projection's raw output. The gradient of the bias
+is a product with ones (a column sum that XLA's CPU reduction does several times slower).
 
 With ``num_chunks = C > 1`` the output projection runs inside the loss, over ``C`` chunks
 of the time axis in a ``lax.scan`` whose chunks are recomputed in the backward pass: at

@@ -161,11 +161,12 @@ class _SoftmaxBase(BaseLayer):
                 label_smoothing=self.label_smoothing,
                 num_chunks=self.num_chunks,
             )
-        else:
-            raw = self._project(x, kernel)
+        else:  # Tokens flattened: [N, D] -> [N, V], no reshapes between the passes.
+            raw = self._project(x.reshape(-1, x.shape[-1]), kernel)
             stats = vocab_loss.token_stats(
-                raw, bias, class_ids, self.soft_cap_logits, self.label_smoothing
+                raw, bias, class_ids.reshape(-1), self.soft_cap_logits, self.label_smoothing
             )
+            stats = tuple(s.reshape(class_ids.shape) for s in stats)
         return vocab_loss.loss_terms(stats, class_weights, self.z_loss_weight)
 
 

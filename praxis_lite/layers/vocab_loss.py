@@ -159,9 +159,10 @@ def chunked_token_stats(
 
     @jax.checkpoint
     def step(carry: None, xs: tuple[jax.Array, jax.Array]):
-        x_chunk, labels_chunk = xs
-        raw = project(x_chunk, kernel32.astype(compute_dtype))
-        return carry, token_stats(raw, bias32, labels_chunk, cap, label_smoothing)
+        x_chunk, labels_chunk = xs  # Flattened to [tokens, D] as the whole path's.
+        raw = project(x_chunk.reshape(-1, x.shape[-1]), kernel32.astype(compute_dtype))
+        stats = token_stats(raw, bias32, labels_chunk.reshape(-1), cap, label_smoothing)
+        return carry, tuple(s.reshape(labels_chunk.shape) for s in stats)
 
     chunks = (_split(x, num_chunks, time_axis), _split(labels, num_chunks, time_axis))
     _, stats = lax.scan(step, None, chunks)

@@ -123,9 +123,10 @@ PAX_TPU_MEMORY = REPO / "tests" / "fixtures" / "pax" / "tpu_memory.json"
 
 
 @pytest.mark.parametrize("name", ["LmCloudSpmd32B", "LmCloudSpmd512B"])
-def test_what_the_compiler_refuses_of_pax_it_refuses_here_needing_no_more(name):
-    """Pax's own program for these does not fit its v4 slice either (paxml 1.4.0's step,
-    compiled by the same libtpu); ours is refused too, and needs at most what Pax's needs."""
+def test_what_the_compiler_refuses_of_pax_needs_no_more_here(name):
+    """Pax's own program for these does not fit its v4 slice (paxml 1.4.0's step, compiled by
+    the same libtpu); ours needs at most what Pax's needs: refused too but close to Pax's
+    figure (512B), or fitting (32B, whose loss keeps no float32 logits)."""
     pax = json.loads(PAX_TPU_MEMORY.read_text())[f"paxml.tasks.lm.params.lm_cloud.{name}"]
     assert not pax["compiled"]
     report = run_main(
@@ -133,13 +134,17 @@ def test_what_the_compiler_refuses_of_pax_it_refuses_here_needing_no_more(name):
     ).stdout
     assert f"parameters:             {pax['num_params']:,}\n" in report
     assert f"global batch:           {pax['global_batch']}\n" in report
-    assert "the TPU compiler refused the program" in report
-    needed, capacity = map(
-        float, re.search(r"needs ([\d.]+) of ([\d.]+) GiB per chip", report).groups()
+    refused = "the TPU compiler refused the program" in report
+    pattern = (
+        r"needs ([\d.]+) of ([\d.]+) GiB per chip" if refused else r"fits: ([\d.]+) of ([\d.]+) GiB"
     )
+    needed, capacity = map(float, re.search(pattern, report).groups())
     assert capacity == pytest.approx(pax["hbm_bytes_per_chip"] / GIB, abs=0.01)
-    assert 0.95 * pax["hbm_assigned_bytes_per_chip"] / GIB <= needed
-    assert needed <= pax["hbm_assigned_bytes_per_chip"] / GIB
+    pax_needs = pax["hbm_assigned_bytes_per_chip"] / GIB
+    assert needed <= pax_needs
+    assert refused == (name == "LmCloudSpmd512B")
+    if refused:
+        assert 0.95 * pax_needs <= needed
 
 
 def test_target_compiles_for_the_experiments_tpu_target():

@@ -127,19 +127,13 @@ class _SoftmaxBase(BaseLayer):
     def _project(self, x: jax.Array, kernel: jax.Array) -> jax.Array:
         return jnp.einsum(self.logits_einsum, x, kernel)
 
-    def _cap(self, logits: jax.Array) -> jax.Array:
-        if self.soft_cap_logits > 0:
-            cap = self.soft_cap_logits
-            logits = cap * jnp.tanh(logits / cap)
-        return logits
-
     def get_logits(self, x: jax.Array) -> jax.Array:
         """``x [..., D]`` -> capped logits ``[..., V]`` in the compute dtype."""
         kernel, bias = self.projection()
         logits = self._project(self.to_fprop(x), kernel)
         if bias is not None:
             logits = logits + bias
-        return self._cap(logits)
+        return vocab_loss.soft_cap(logits, self.soft_cap_logits)
 
     def __call__(
         self, x: jax.Array, class_ids: jax.Array, class_weights: jax.Array | None = None

@@ -36,7 +36,7 @@ Projection = Callable[[jax.Array, jax.Array], jax.Array]
 
 def capped_logits(raw: jax.Array, bias: jax.Array | None, cap: float) -> jax.Array:
     """``cap * tanh((raw + bias) / cap)`` (no cap if ``cap <= 0``) in float32: ``[..., V]``."""
-    return _cap(_biased(raw, bias), cap)
+    return soft_cap(_biased(raw, bias), cap)
 
 
 def _biased(raw: jax.Array, bias: jax.Array | None) -> jax.Array:
@@ -45,7 +45,9 @@ def _biased(raw: jax.Array, bias: jax.Array | None) -> jax.Array:
     return logits if bias is None else logits + bias.astype(jnp.float32)
 
 
-def _cap(logits: jax.Array, cap: float) -> jax.Array:
+def soft_cap(logits: jax.Array, cap: float) -> jax.Array:
+    """``cap * tanh(logits / cap)``, in the logits' dtype; the logits as they are if
+    ``cap <= 0``."""
     return cap * jnp.tanh(logits / cap) if cap > 0 else logits
 
 
@@ -95,10 +97,10 @@ def _token_stats_fwd(raw, bias, labels, cap, label_smoothing):
     max_uncapped = jnp.max(uncapped, axis=-1)
     label_uncapped = _label_logit(raw, bias, labels)
     correct = (label_uncapped >= max_uncapped).astype(jnp.float32)
-    shift = _cap(max_uncapped, cap)[..., None]
-    logits = _cap(uncapped, cap)
+    shift = soft_cap(max_uncapped, cap)[..., None]
+    logits = soft_cap(uncapped, cap)
     log_z = shift[..., 0] + jnp.log(jnp.sum(jnp.exp(logits - shift), axis=-1))
-    target_logit = label_logit = _cap(label_uncapped, cap)
+    target_logit = label_logit = soft_cap(label_uncapped, cap)
     if label_smoothing:  # Targets (1 - a) * one_hot + a / V, as optax.smooth_labels.
         mean_logit = jnp.mean(logits, axis=-1)
         target_logit = (1.0 - label_smoothing) * label_logit + label_smoothing * mean_logit

@@ -21,31 +21,19 @@ from praxis import layers
 #: Steps of one run; paxml's steps/s in its log covers the steps after the first.
 STEPS = 60
 
-#: The knobs shared with paxlite's side (tools/pax_speed/compare.sh passes them as --set).
-SHRUNK = dict(
-    NUM_LAYERS=2,
-    MODEL_DIMS=256,
-    HIDDEN_DIMS=1024,
-    NUM_HEADS=4,
-    DIMS_PER_HEAD=64,
-    VOCAB_SIZE=32000,
-    MAX_SEQ_LEN=256,
-    PERCORE_BATCH_SIZE=8,
-)
-
 
 @experiment_registry.register
 class LmCloudSpmd2BShrunk(lm_cloud.LmCloudSpmd2B):
-    """See the module docstring."""
+    """See the module docstring; tools/pax_speed/compare.sh gives paxlite the same sizes."""
 
-    NUM_LAYERS = SHRUNK["NUM_LAYERS"]
-    MODEL_DIMS = SHRUNK["MODEL_DIMS"]
-    HIDDEN_DIMS = SHRUNK["HIDDEN_DIMS"]
-    NUM_HEADS = SHRUNK["NUM_HEADS"]
-    DIMS_PER_HEAD = SHRUNK["DIMS_PER_HEAD"]
-    VOCAB_SIZE = SHRUNK["VOCAB_SIZE"]
-    MAX_SEQ_LEN = SHRUNK["MAX_SEQ_LEN"]
-    PERCORE_BATCH_SIZE = SHRUNK["PERCORE_BATCH_SIZE"]
+    NUM_LAYERS = 2
+    MODEL_DIMS = 256
+    HIDDEN_DIMS = 1024
+    NUM_HEADS = 4
+    DIMS_PER_HEAD = 64
+    VOCAB_SIZE = 32000
+    MAX_SEQ_LEN = 256
+    PERCORE_BATCH_SIZE = 8
     ICI_MESH_SHAPE = [1, 1, 1]
     FPROP_DTYPE = jnp.float32
     CHECKPOINT_POLICY = layers.AutodiffCheckpointType.SAVE_NOTHING

@@ -98,6 +98,12 @@ class BaseExperiment(abc.ABC):
         (``v4-128``; one slice per DCN_MESH_SHAPE slice), what
         ``--mode=compile --compile_topology=target`` compiles for; None: TPU v4 with
         one chip per mesh device (see :mod:`paxlite.tpu_topology`).
+      INIT_FROM: a checkpoint whose parameters start this run when its job dir holds no
+        checkpoint of its own (``--init_from``): a paxlite job, checkpoints or step dir, or
+        a paxml checkpoint step (see :mod:`paxlite.init_from`); optimizer state and step
+        start fresh. None: random initialisation.
+      INIT_FROM_EXP: the experiment a paxml INIT_FROM was trained with (its pipeline
+        layout); None: this one's.
     """
 
     ICI_MESH_SHAPE: tuple[int, ...] = (1, 1, 1)
@@ -107,6 +113,8 @@ class BaseExperiment(abc.ABC):
     PERCORE_BATCH_SIZE: float
     SEED: int = 1234
     TPU_TARGET: str | None = None
+    INIT_FROM: str | None = None
+    INIT_FROM_EXP: str | None = None
 
     # Knob name -> declared type, over the whole MRO; set per class at creation.
     _knob_types: ClassVar[dict[str, Any]]

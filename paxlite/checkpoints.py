@@ -336,7 +336,12 @@ def shape_mismatches(saved: Any, expected: Any) -> list[str]:
 
 def _leaf_shapes(tree: Any) -> Iterator[tuple[str, tuple[int, ...]]]:
     for keys, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
-        yield "/".join(_key_name(k) for k in keys), tuple(getattr(leaf, "shape", ()))
+        yield path_name(keys), tuple(getattr(leaf, "shape", ()))
+
+
+def path_name(keys: Any) -> str:
+    """``'opt_state/1/0/mu/lm/...'``: a tree path (jax's keys) as orbax names it."""
+    return "/".join(_key_name(k) for k in keys)
 
 
 def _key_name(key: Any) -> str:

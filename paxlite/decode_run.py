@@ -7,15 +7,19 @@ from paxlite.job import Job
 from paxlite.periodic_actions import RunResult
 
 
-def run(job: Job) -> RunResult:
+def run(job: Job, checkpoint: str | None = None, step: int | None = None) -> RunResult:
     """Decodes with the latest checkpoint; metrics by input name are ``result.decode``.
 
     Outputs go to ``<job_log_dir>/decoder_out`` (see ``paxlite.decode_lib``).
 
+    ``checkpoint``: another checkpoint to read the parameters of (Pax's
+    ``--restore_checkpoint_dir``; any kind ``paxlite.checkpoint_sources`` reads), at
+    ``step`` (None: its newest); outputs still go to the job dir.
+
     Raises:
-      FileNotFoundError: the job dir has no checkpoint.
+      FileNotFoundError: no ``checkpoint`` and the job dir has none.
     """
-    with train_setup.restored(job, purpose="--mode=decode") as run_state:
+    with train_setup.restored(job, "--mode=decode", checkpoint, step) as run_state:
         program = decode_lib.DecodeProgram.for_job(job, run_state.shardings.params)
         state = run_state.state
         try:

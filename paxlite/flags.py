@@ -88,6 +88,19 @@ flags.DEFINE_integer(
 flags.DEFINE_integer("bench_steps", 20, "--mode=benchmark: timed steps.")
 flags.DEFINE_integer("bench_warmup", 3, "--mode=benchmark: untimed warm-up steps first.")
 flags.DEFINE_multi_string("set", [], "KNOB=VALUE override of an UPPERCASE experiment knob.")
+flags.DEFINE_string(
+    "init_from",
+    None,
+    "Start from this checkpoint's parameters when --job_log_dir has no checkpoint (the knob "
+    "INIT_FROM): a paxlite job, checkpoints or step dir, or a paxml checkpoint step; the "
+    "optimizer state and step start fresh. Once the run has saved it resumes from its own.",
+)
+flags.DEFINE_string(
+    "init_from_exp",
+    None,
+    "The experiment a paxml --init_from checkpoint was trained with (the knob INIT_FROM_EXP); "
+    "default: this run's.",
+)
 flags.DEFINE_bool("print_config", False, "Print the resolved configuration and exit.")
 flags.DEFINE_integer(
     "stop_at_step",
@@ -154,3 +167,12 @@ def reject_unsupported_flags() -> None:
     reason = pax_flags.refused_flag()
     if reason is not None:
         raise UsageError(reason)
+
+
+def knob_settings() -> list[str]:
+    """``--set`` with ``--init_from`` / ``--init_from_exp`` as the knobs they set."""
+    settings = list(FLAGS.set)
+    for flag, knob in (("init_from", "INIT_FROM"), ("init_from_exp", "INIT_FROM_EXP")):
+        if FLAGS[flag].value is not None:
+            settings.append(f"{knob}={FLAGS[flag].value}")
+    return settings

@@ -38,13 +38,18 @@ from paxlite import (  # noqa: E402
 )
 from paxlite import flags as cli_flags  # noqa: E402
 from paxlite.base_experiment import KnobError  # noqa: E402
+from paxlite.checkpoint_sources import CheckpointSourceError  # noqa: E402
 from paxlite.checkpoints import CheckpointCorruptError, CheckpointMismatchError  # noqa: E402
 from paxlite.exits import fail  # noqa: E402
 from paxlite.experiment_registry import ExperimentRegistryError  # noqa: E402
 from paxlite.flags import FLAGS, Mode, UsageError  # noqa: E402
 from paxlite.job import Job, build_job  # noqa: E402
 from paxlite.mesh import MeshShapeError  # noqa: E402
-from paxlite.pax_flags import apply_jax_flags, distributed_args  # noqa: E402
+from paxlite.pax_flags import (  # noqa: E402
+    apply_jax_flags,
+    distributed_args,
+    restore_checkpoint,
+)
 from praxis_lite.base_input import InputConfigError, InputDataError  # noqa: E402
 from praxis_lite.model_flops import FlopsDefinition  # noqa: E402
 
@@ -98,7 +103,12 @@ def main(argv: Sequence[str]) -> None:
         if jax.process_index() == 0:  # Nothing ran: keep the config its checkpoints came from.
             job_config.restore_config_files(job_log_dir, previous_config)
         fail(e)
-    except (FileNotFoundError, InputDataError, InputConfigError) as e:  # Found while reading.
+    except (
+        FileNotFoundError,
+        InputDataError,
+        InputConfigError,
+        CheckpointSourceError,
+    ) as e:  # Found while reading.
         fail(e)
     exits.report_unwritten()
     if result is not None and result.preempted:
@@ -110,8 +120,9 @@ def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
     cli_flags.reject_unsupported_flags()
     apply_jax_flags()
     search = FLAGS.exp_search_packages
-    experiment_cls = overrides.resolve_experiment_class(FLAGS.exp, FLAGS.set, search)
-    overrides.check_one_source(FLAGS.exp, FLAGS.set, FLAGS.fdl_set, search)
+    knob_settings = cli_flags.knob_settings()
+    experiment_cls = overrides.resolve_experiment_class(FLAGS.exp, knob_settings, search)
+    overrides.check_one_source(FLAGS.exp, knob_settings, FLAGS.fdl_set, search)
     topology, target = cli_flags.compile_topology(), None
     if mode is Mode.COMPILE:  # As many fake CPU devices as the mesh (or TPU target) has.
         target = aot.compile_target(experiment_cls, *topology)
@@ -143,7 +154,8 @@ def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
             "decoder_datasets(); define it in the experiment (prompt/target inputs, see "
             "README 'Decoding')."
         )
-    if mode is Mode.BENCHMARK:  # Checked before anything runs.
+    restore_checkpoint(mode in (Mode.EVAL, Mode.DECODE))  # Checked before anything runs.
+    if mode is Mode.BENCHMARK:
         bench.BenchSettings(steps=FLAGS.bench_steps, warmup=FLAGS.bench_warmup)
     decoders = decoder_cfgs if decodes else ()
     job = build_job(experiment, task_cfg, dataset_cfgs, job_log_dir, decoder_dataset_cfgs=decoders)
@@ -154,9 +166,9 @@ def _run(job: Job, mode: Mode) -> periodic_actions.RunResult | None:
     """Runs ``mode`` on the built job."""
     definition = FlopsDefinition(FLAGS.mfu_definition)
     if mode is Mode.EVAL:
-        return eval_run.run(job)
+        return eval_run.run(job, *restore_checkpoint(True))
     if mode is Mode.DECODE:
-        return decode_run.run(job)
+        return decode_run.run(job, *restore_checkpoint(True))
     if mode is Mode.BENCHMARK:
         settings = bench.BenchSettings(
             FLAGS.bench_steps,

@@ -34,6 +34,20 @@ flags.DEFINE_integer(
     "profile plugin 'Capture profile', or python -m jax.collect_profile PORT MS).",
 )
 
+flags.DEFINE_string(
+    "restore_checkpoint_dir",
+    None,
+    "Pax: --mode=eval / --mode=decode read the parameters of this checkpoint (a paxlite job, "
+    "checkpoints or step dir, or a paxml checkpoints dir or step) instead of --job_log_dir's; "
+    "outputs go to --job_log_dir. To start training from a checkpoint use --init_from.",
+)
+flags.DEFINE_multi_integer(
+    "restore_checkpoint_step",
+    None,
+    "Pax: the step of --restore_checkpoint_dir (or of --job_log_dir's checkpoints) that "
+    "--mode=eval / --mode=decode read; default: the newest.",
+)
+
 #: Pax's flags that do not apply here: name -> (kind, why and what to do instead). Given on
 #: the command line (with a value that asks for something other than what paxlite does),
 #: they stop the run.
@@ -64,11 +78,6 @@ REFUSED: dict[str, tuple[str, str]] = {
         "str",
         "old checkpoints are deleted; keep more with CHECKPOINT_MAX_TO_KEEP",
     ),
-    "restore_checkpoint_dir": (
-        "str",
-        "a run resumes from the latest checkpoint of --job_log_dir; copy the step there",
-    ),
-    "restore_checkpoint_step": ("multi_int", "a run resumes from --job_log_dir's latest step"),
     "globally_use_hardware_rng": ("bool", "JAX's default RNG is used"),
     "enable_auto_sharding": ("bool", "shardings come from LOGICAL_AXIS_RULES"),
     "study": ("str", "hyperparameter tuning is not part of paxlite"),
@@ -109,6 +118,26 @@ def refused_flag() -> str | None:
         if FLAGS[name].present and FLAGS[name].value == refused_value:
             return f"--{name}={str(refused_value).lower()} is not supported by paxlite: {why}."
     return None
+
+
+def restore_checkpoint(evaluates: bool) -> tuple[str | None, int | None]:
+    """``(--restore_checkpoint_dir, --restore_checkpoint_step)`` for an eval or decode run.
+
+    Raises:
+      ValueError: given for a training mode (``evaluates`` False), or several steps given.
+    """
+    path, steps = FLAGS.restore_checkpoint_dir, FLAGS.restore_checkpoint_step or []
+    if (path or steps) and not evaluates:
+        raise ValueError(
+            "--restore_checkpoint_dir/--restore_checkpoint_step pick the checkpoint that "
+            "--mode=eval and --mode=decode read; to start training from a checkpoint pass "
+            "--init_from=PATH."
+        )
+    if len(steps) > 1:
+        raise ValueError(
+            f"--restore_checkpoint_step is given {len(steps)} times; pass one step."
+        )
+    return path, (steps[0] if steps else None)
 
 
 def distributed_args() -> tuple[str | None, int | None, int | None]:

@@ -18,18 +18,24 @@ the names Pax's checkpoints use (``mdl_vars.params.<dotted path>``). The rules:
 * Values: praxis stores a LayerNorm's scale as its offset from 1 (``(1 + scale) x``); paxlite
   stores the scale itself.
 
-:func:`to_pax` is a rearrangement of elements (a linear bijection), so :func:`from_pax` is its
-transpose (``jax.linear_transpose``). Both work on arrays and on ``jax.ShapeDtypeStruct``
-leaves (under ``jax.eval_shape``).
+:func:`to_pax` maps arrays (or ``jax.ShapeDtypeStruct`` leaves, under ``jax.eval_shape``).
+The way back is per array: :func:`recipes` says, for each paxlite leaf, which Pax arrays hold
+it and how (a transpose, an index into a stacked bias, the layers of a pipeline's stages), as
+tensorstore index maps over those arrays, so a reader can fetch just one device's slice of a
+leaf without reading (or building) the whole of it. :func:`pipeline_layout` finds ``S`` and
+``R`` in a model config.
 """
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
-import jax
+import fiddle as fdl
 import jax.numpy as jnp
+import tensorstore as ts
+from fiddle import daglish
 
 #: paxlite's leaf under a Transformer block -> (Pax's, permutation of the per-layer axes).
 BLOCK_LEAVES: dict[str, tuple[str, tuple[int, ...] | None]] = {
@@ -75,37 +81,6 @@ SCALE_OFFSET_SUFFIXES = ("layer_norm/scale", "final_ln/scale")
 
 class PaxLayoutError(ValueError):
     """A parameter with no counterpart in Pax's TransformerLm, or a tree that is not Pax's."""
-
-
-def from_pax(
-    pax: Mapping[str, Any],
-    ours: Mapping[str, Any],
-    num_stages: int = 1,
-    circular_repeat: int = 1,
-) -> dict[str, Any]:
-    """Pax's ``{path: array}`` -> paxlite's, for a model whose parameters ``ours`` (arrays or
-    ``jax.ShapeDtypeStruct``, flat paxlite paths) describe; values follow paxlite's conventions.
-
-    Raises:
-      PaxLayoutError: Pax's tree lacks a parameter, has one more, or one of another shape
-        (all of them named).
-    """
-    forward = lambda tree: to_pax(tree, num_stages, circular_repeat)  # noqa: E731
-    abstract = {k: jax.ShapeDtypeStruct(v.shape, jnp.float32) for k, v in ours.items()}
-    want = jax.eval_shape(forward, abstract)
-    problems = [f"missing {k} {tuple(v.shape)}" for k, v in want.items() if k not in pax]
-    problems += [f"unexpected {k}" for k in pax if k not in want]
-    problems += [
-        f"{k}: shape {tuple(pax[k].shape)}, this model's is {tuple(v.shape)}"
-        for k, v in want.items()
-        if k in pax and tuple(pax[k].shape) != tuple(v.shape)
-    ]
-    if problems:
-        raise PaxLayoutError("; ".join(problems))
-    (flat,) = jax.linear_transpose(forward, abstract)(
-        {k: jnp.asarray(pax[k], jnp.float32) for k in want}
-    )
-    return {k: v + 1.0 if k.endswith(SCALE_OFFSET_SUFFIXES) else v for k, v in flat.items()}
 
 
 def to_pax(
@@ -197,3 +172,114 @@ def _stack_entries(
     return {
         f"{_PIPELINED}x_layers_{j}/{name}": per_stage[:, :, j] for j in range(per_stage.shape[2])
     }
+
+
+@dataclasses.dataclass(frozen=True)
+class Recipe:
+    """How one paxlite leaf is read from Pax arrays, as index maps (nothing is copied).
+
+    Attributes:
+      pax_names: the Pax arrays the leaf's elements live in (one, or a pipeline's
+        ``x_layers_j`` for each layer ``j`` of a stage).
+      lead: layer axes leading the leaf (0 unstacked, 1 ``[L, ...]``, 2 ``[R, L / R, ...]``).
+      perm: the per-layer axes' permutation ``to_pax`` applies (None: none).
+      take: the index into the q/k/v axis of a combined bias (None: not one).
+      stages: ``S`` when the leaf's layers are spread over a pipeline's stages, else 1.
+      scale_offset: the leaf is a LayerNorm scale, which praxis stores minus 1.
+    """
+
+    pax_names: tuple[str, ...]
+    lead: int = 0
+    perm: tuple[int, ...] | None = None
+    take: int | None = None
+    stages: int = 1
+    scale_offset: bool = False
+
+    def view(self, stores: Mapping[str, ts.TensorStore]) -> ts.TensorStore:
+        """The leaf as a virtual tensorstore over ``stores`` (Pax name -> array): index it
+        with a device's slice and read just that."""
+        if self.stages > 1:
+            view = self._pipeline_layers(stores)
+        else:
+            view = stores[self.pax_names[0]]
+        if self.take is not None:
+            view = view[(slice(None),) * self.lead + (self.take,)]
+        if self.perm is not None:  # ts's transpose[p] moves axis i to p[i]: to_pax's inverse.
+            view = view[ts.d[:].transpose[tuple(range(self.lead)) + self._lead_perm()]]
+        return view
+
+    def _lead_perm(self) -> tuple[int, ...]:
+        return tuple(self.lead + p for p in self.perm or ())
+
+    def _pipeline_layers(self, stores: Mapping[str, ts.TensorStore]) -> ts.TensorStore:
+        """Layer ``(r S + s) k + j`` of the model is ``x_layers_j[(r,) s]`` (k per stage)."""
+        per_stage = len(self.pax_names)
+        layers = per_stage * self.stages
+
+        def layer(prefix: tuple[int, ...], i: int) -> ts.TensorStore:
+            return stores[self.pax_names[i % per_stage]][prefix + (i // per_stage,)]
+
+        if self.lead == 1:
+            return ts.stack([layer((), i) for i in range(layers)], axis=0)
+        repeats = stores[self.pax_names[0]].shape[0]
+        return ts.stack(
+            [ts.stack([layer((r,), i) for i in range(layers)], axis=0) for r in range(repeats)],
+            axis=0,
+        )
+
+
+def recipes(
+    ours: Mapping[str, Any], num_stages: int = 1, circular_repeat: int = 1
+) -> dict[str, Recipe]:
+    """``{paxlite path: Recipe}`` for the leaves ``ours`` names (flat paths -> arrays or
+    ``ShapeDtypeStruct``s), the inverse of :func:`to_pax` one leaf at a time.
+
+    Raises:
+      PaxLayoutError: a leaf with no counterpart in Pax's TransformerLm.
+    """
+    out = {}
+    for path, value in ours.items():
+        offset = path.endswith(SCALE_OFFSET_SUFFIXES)
+        if path in MODEL_LEAVES:
+            name, perm = MODEL_LEAVES[path]
+            out[path] = Recipe((name,), perm=perm, scale_offset=offset)
+            continue
+        if path.startswith(_MLP):
+            out[path] = Recipe((_PAX_MLP + path[len(_MLP) :],), scale_offset=offset)
+            continue
+        block, leaf = _split_block(path)
+        take = None
+        if leaf in _QKV_BIASES and _combined(ours, block):
+            (name, perm), take = ("self_attention/combined_qkv/b", None), _QKV_BIASES.index(leaf)
+        elif leaf in BLOCK_LEAVES:
+            name, perm = BLOCK_LEAVES[leaf]
+        else:
+            raise PaxLayoutError(f"{path}: no counterpart in Pax's TransformerLm.")
+        lead = _leading_axes(block, num_stages, circular_repeat)
+        names, stages = _stacked_names(block, name, value.shape, num_stages, circular_repeat)
+        out[path] = Recipe(names, lead, perm, take, stages, offset)
+    return out
+
+
+def _stacked_names(
+    block: str, name: str, shape: tuple[int, ...], num_stages: int, repeats: int
+) -> tuple[tuple[str, ...], int]:
+    """``(Pax names, stages)`` of one weight of ``block`` (see :func:`_stack_entries`)."""
+    if block != _SCANNED:
+        return (block + name,), 1
+    if num_stages == 1:
+        return ("lm/transformer/repeat/sub/x_layers_0/" + name,), 1
+    layers_per_repeat = shape[0] if repeats == 1 else shape[1]
+    per_stage = layers_per_repeat // num_stages
+    return tuple(f"{_PIPELINED}x_layers_{j}/{name}" for j in range(per_stage)), num_stages
+
+
+def pipeline_layout(model_cfg: Any) -> tuple[int, int]:
+    """``(S, R)``: the stages and circular repeats of the pipeline in a model config
+    (``(1, 1)`` without one)."""
+    for value, _ in daglish.iterate(model_cfg):
+        if isinstance(value, fdl.Buildable):
+            args = value.__arguments__
+            if "num_stages" in args:
+                return int(args["num_stages"]), int(args.get("circular_repeat", 1))
+    return 1, 1

@@ -3,13 +3,69 @@
 from __future__ import annotations
 
 import dataclasses
-from typing import Any
+from collections.abc import Mapping, Sequence
+from typing import Any, NamedTuple
 
 import fiddle as fdl
 
 from praxis_lite import config as config_lib
 from praxis_lite.decoding import DecoderParams
 from praxis_lite.optimizers import BaseOptimizer
+
+
+#: A load rule that loads every variable under its own name (Pax's ``LOAD_ALL``).
+LOAD_ALL = ("(.*)", "{}")
+
+
+class CheckpointLoadingRules(NamedTuple):
+    """How a run's parameters are initialised from one checkpoint (Pax's, by name and form).
+
+    Set ``task.train.init_from_checkpoint_rules = {path: CheckpointLoadingRules(...)}``; the
+    entries are tried in order and the first to load a variable wins. Variables are named
+    ``params/<path>`` (``/`` between keys; ``.`` is read as ``/``): Pax's names for a paxml
+    checkpoint (on both sides, through ``paxlite.pax_layout``), paxlite's for a paxlite one.
+
+    Attributes:
+      task_p: the task config the checkpoint was trained with; paxlite reads names and
+        shapes from the checkpoint itself and uses this only for a paxml checkpoint's
+        pipeline layout (None: this run's).
+      load_rules: ``(regex, format)`` pairs: a run variable that ``re.match``es regex is
+        loaded from the checkpoint's ``format.format(*match.groups())`` (first rule wins).
+      safe_load: Pax's flag; paxlite always refuses a load rule that matches nothing.
+      ignore_rules: regexes of run variables left freshly initialised.
+      step: the step of a job or checkpoints directory (None: the newest).
+      load_step: the run starts at the checkpoint's step (T5X's behaviour) rather than 0.
+      load_opt_states: the optimizer state too, whole (paxlite checkpoints).
+      load_ema_states: Pax's; no EMA state is kept here.
+      partial_load_opt_states: the optimizer state of the loaded variables only.
+      input_specs_provider_p: Pax's; shapes come from the checkpoint here.
+    """
+
+    task_p: Any = None
+    load_rules: Sequence[tuple[str, str]] = (LOAD_ALL,)
+    safe_load: bool = False
+    ignore_rules: Sequence[str] | None = None
+    step: int | None = None
+    load_step: bool = False
+    load_opt_states: bool = False
+    load_ema_states: bool = True
+    partial_load_opt_states: bool = False
+    input_specs_provider_p: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TrainParams:
+    """Pax's ``task.train`` level, for what it holds here.
+
+    Attributes:
+      init_from_checkpoint_rules: checkpoint path -> :class:`CheckpointLoadingRules`: where
+        a run with no checkpoint of its own takes its parameters from (``INIT_FROM``, the
+        knob, adds ``{INIT_FROM: CheckpointLoadingRules()}``).
+    """
+
+    init_from_checkpoint_rules: Mapping[str, CheckpointLoadingRules] = dataclasses.field(
+        default_factory=dict
+    )
 
 
 @dataclasses.dataclass(frozen=True)
@@ -67,6 +123,8 @@ class SingleTask:
       profiler_num_steps: steps in the trace (more while it is shorter than
         ``profiler_min_duration_sec``).
       profiler_max_num_hosts: only processes with a smaller index trace; None: all.
+      train: Pax's ``task.train`` level: ``task.train.init_from_checkpoint_rules`` (see
+        :class:`TrainParams`).
     """
 
     model: Any
@@ -85,6 +143,7 @@ class SingleTask:
     profiler_num_steps: int = 2
     profiler_min_duration_sec: float = 1.0
     profiler_max_num_hosts: int | None = None
+    train: Any = config_lib.template_field(TrainParams)
 
     def __post_init__(self) -> None:
         positive = ("num_train_steps", "save_interval_steps", "summary_interval_steps")
@@ -100,7 +159,18 @@ class SingleTask:
 
     def decoder_params(self) -> DecoderParams:
         """The built :class:`DecoderParams` (``decoder`` may be a config or a template)."""
-        value = (
-            self.decoder.value if isinstance(self.decoder, config_lib.Template) else self.decoder
-        )
-        return config_lib.instantiate(value) if isinstance(value, fdl.Buildable) else value
+        return _built(self.decoder)
+
+    def train_params(self) -> TrainParams:
+        """The :class:`TrainParams` of ``train`` (a config or a template); each rule's
+        ``task_p`` stays a config (it describes a checkpoint; nothing of it is built)."""
+        value = self.train.value if isinstance(self.train, config_lib.Template) else self.train
+        if isinstance(value, fdl.Buildable):
+            return TrainParams(**value.__arguments__)
+        return value
+
+
+def _built(field: Any) -> Any:
+    """A template field's value, built if it is a config."""
+    value = field.value if isinstance(field, config_lib.Template) else field
+    return config_lib.instantiate(value) if isinstance(value, fdl.Buildable) else value

@@ -14,10 +14,22 @@ from collections.abc import Iterator
 from typing import Any
 
 import jax
+import numpy as np
+from flax import traverse_util
 from jax.sharding import NamedSharding, PartitionSpec
 
-from paxlite import checkpoints, input_positions, partitioning, summaries, trainer_lib
+from paxlite import (
+    checkpoints,
+    init_from,
+    input_positions,
+    partitioning,
+    summaries,
+    trainer_lib,
+)
 from paxlite.job import Job
+from paxlite.overrides import resolve_experiment_class
+from paxlite.tasks_lib import CheckpointLoadingRules
+from paxlite.train_state import TrainState
 from paxlite.mfu import Peak
 from paxlite.step_cost import StepCost, step_cost
 from praxis_lite.base_input import InputConfigError
@@ -31,8 +43,9 @@ class StateSource(enum.Enum):
 
     ABSTRACT = "abstract"  # Shapes and shardings only (compile-only runs).
     FRESH = "fresh"  # Initialized from the seed; no checkpoint read (benchmark).
-    LATEST_OR_FRESH = "latest_or_fresh"  # Resume from the latest checkpoint, else fresh.
-    LATEST = "latest"  # The latest checkpoint, which must exist (eval, decode).
+    # Resume from the latest checkpoint, else fresh (with the parameters INIT_FROM or
+    # task.train.init_from_checkpoint_rules load).
+    LATEST_OR_FRESH = "latest_or_fresh"
 
 
 @dataclasses.dataclass
@@ -90,15 +103,12 @@ def init_or_restore(
     job: Job,
     source: StateSource,
     checkpointer: checkpoints.Checkpointer | None = None,
-    purpose: str = "This run",
 ) -> RunState:
-    """The run's train state from ``source`` (``checkpointer`` for the LATEST sources).
-
-    ``purpose`` (e.g. ``--mode=decode``) names the run in the error for a missing checkpoint.
+    """The run's train state from ``source`` (``checkpointer`` for LATEST_OR_FRESH).
 
     Raises:
-      FileNotFoundError: ``LATEST`` and the job dir has no checkpoint.
       InputConfigError: the train input's batches lack what the model reads.
+      init_from.InitFromError: the loading rules do not fit their checkpoints.
     """
     local = partitioning.read_sample(job.train_input)
     check_batch_spec(job, local)
@@ -110,7 +120,8 @@ def init_or_restore(
     sample = partitioning.to_global(local, job.batch_sharding)
     abstract, shardings = abstract_train_state(job, sample)
     key = partitioning.replicate(train_key, job.mesh)
-    latest = _latest_step(checkpointer, source, purpose)
+    latest = _latest_step(checkpointer, source)
+    rules = {} if source is StateSource.FRESH else init_from.rules_of(job.task, _init_from(job))
     if latest is not None:
         state, input_state = checkpointer.restore(latest, abstract)
         replay = input_positions.restore(checkpointer.directory, latest, job.train_input)
@@ -120,15 +131,91 @@ def init_or_restore(
         summaries.log(
             f"Restored checkpoint at step {latest} from {checkpointer.directory} (input: {how})"
         )
+        if rules:
+            summaries.log(
+                f"Not reading {', '.join(rules)}: this job resumes from its own checkpoint "
+                "(an initial checkpoint only starts a job that has none)."
+            )
         return RunState(state, shardings, sample, key, latest, replay or [])
     init_fn = trainer_lib.make_init_fn(job.task)
     state = init_with_shardings(init_fn, shardings, init_key, sample)
+    if rules:
+        state = init_from.initialise(state, rules, _layouts(job, rules))
     return RunState(state, shardings, sample, key)
 
 
-def _latest_step(
-    checkpointer: checkpoints.Checkpointer | None, source: StateSource, purpose: str
-) -> int | None:
+def _init_from(job: Job) -> str | None:
+    return getattr(job.experiment, "INIT_FROM", None)
+
+
+def _layouts(job: Job, rules: dict[str, Any]) -> dict[str, tuple[int, int]]:
+    """The pipeline ``(S, R)`` each paxml checkpoint was saved with: INIT_FROM_EXP's for
+    INIT_FROM, else this run's (a rule's task_p, when given, says its own)."""
+    experiment: Any = job.experiment
+    name = getattr(experiment, "INIT_FROM_EXP", None)
+    if name and _init_from(job):
+        experiment = resolve_experiment_class(name, [], ("tasks",))
+    layout = (getattr(experiment, "NUM_STAGES", 1), getattr(experiment, "CIRCULAR_REPEAT", 1))
+    return dict.fromkeys(rules, layout)
+
+
+def restore_params(
+    job: Job, purpose: str, path: str | None = None, step: int | None = None
+) -> RunState:
+    """The parameters (and step) of a checkpoint, on the job's shardings; nothing else is
+    read (eval and decode). ``path``: any kind ``paxlite.checkpoint_sources`` reads (None:
+    the job's own newest checkpoint, or ``step``).
+
+    Raises:
+      FileNotFoundError: no ``path`` and the job dir has no checkpoint (names ``purpose``).
+      init_from.InitFromError: the checkpoint lacks a parameter or holds one of another shape.
+    """
+    local = partitioning.read_sample(job.train_input)
+    check_batch_spec(job, local)
+    sample = partitioning.to_global(local, job.batch_sharding)
+    abstract, shardings = abstract_train_state(job, sample)
+    if path is None:
+        path = str(_own_checkpoints(job, purpose))
+    run_params = traverse_util.flatten_dict(abstract.params, sep="/")
+    rules = {path: CheckpointLoadingRules(step=step)}
+    with init_from.opened(rules, _layouts(job, rules)) as entries:
+        params = init_from.read_params(entries, run_params)
+        missing = init_from.fresh_params(entries, run_params)
+        source = entries[0].source
+        if missing:
+            raise init_from.InitFromError(
+                f"{source.describe()} lacks {len(missing)} of this model's parameters: "
+                f"{', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''}; pass the "
+                "checkpoint this experiment wrote (or the knobs that wrote this one)."
+            )
+        summaries.log(f"Restored the parameters of step {source.step} from {source.describe()}")
+        step_array = jax.device_put(np.int32(source.step), shardings.step)
+    state = TrainState(
+        step=step_array,
+        params=traverse_util.unflatten_dict(params, sep="/"),
+        opt_state=None,
+        nonfinite_steps=None,
+        first_nonfinite_step=None,
+    )
+    return RunState(state, shardings, sample, None, source.step)
+
+
+def _own_checkpoints(job: Job, purpose: str) -> Any:
+    """``<job_log_dir>/checkpoints`` once it holds a complete checkpoint."""
+    checkpointer = checkpoints.Checkpointer(job.job_log_dir, max_to_keep=job.task.max_to_keep)
+    try:
+        _latest_step(checkpointer, StateSource.LATEST_OR_FRESH)
+        if checkpointer.latest_step() is None:
+            raise FileNotFoundError(
+                f"{purpose} needs a checkpoint, but {checkpointer.directory} has none; train "
+                "first, or pass --restore_checkpoint_dir=PATH."
+            )
+        return checkpointer.directory
+    finally:
+        checkpointer.close()
+
+
+def _latest_step(checkpointer: checkpoints.Checkpointer | None, source: StateSource) -> int | None:
     if source is StateSource.FRESH or checkpointer is None:
         return None
     for skipped in checkpointer.interrupted_steps:
@@ -136,12 +223,7 @@ def _latest_step(
             f"Skipped the checkpoint at step {skipped} in {checkpointer.directory}: its save "
             "was interrupted before it completed; its partial files were removed."
         )
-    latest = checkpointer.latest_step()
-    if latest is None and source is StateSource.LATEST:
-        raise FileNotFoundError(
-            f"{purpose} needs a checkpoint, but {checkpointer.directory} has none; train first."
-        )
-    return latest
+    return checkpointer.latest_step()
 
 
 def log_state_sizes(job: Job, run: RunState) -> None:
@@ -202,18 +284,12 @@ def compile_with_cost(
 
 
 @contextlib.contextmanager
-def restored(job: Job, purpose: str) -> Iterator[RunState]:
-    """The latest checkpoint's state, inside the job's scope (eval and decode runs).
-
-    Raises:
-      FileNotFoundError: the job dir has no checkpoint (the message names ``purpose``).
-    """
-    checkpointer = checkpoints.Checkpointer(job.job_log_dir, max_to_keep=job.task.max_to_keep)
-    try:
-        with job.scope():
-            yield init_or_restore(job, StateSource.LATEST, checkpointer, purpose=purpose)
-    finally:
-        checkpointer.close()
+def restored(
+    job: Job, purpose: str, path: str | None = None, step: int | None = None
+) -> Iterator[RunState]:
+    """:func:`restore_params`, inside the job's scope (eval and decode runs)."""
+    with job.scope():
+        yield restore_params(job, purpose, path, step)
 
 
 def jit_eval_step(job: Job, params_shardings: Any) -> Any:

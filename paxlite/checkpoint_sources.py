@@ -24,23 +24,19 @@ from __future__ import annotations
 
 import abc
 import dataclasses
-import re
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import jax
 import numpy as np
 import orbax.checkpoint as ocp
-import tensorstore as ts
 from etils import epath
 from flax import traverse_util
 
-from paxlite import pax_layout, storage
+from paxlite import storage
 
 #: Variable names start with their collection, as Pax's do (``params/lm/...``).
 PARAMS = "params/"
-_PAX_PARAMS = "mdl_vars.params."
-_PAX_STEP = re.compile(r"checkpoint_(\d{8})")
 _ORBAX_STEP_FILE = "_CHECKPOINT_METADATA"
 
 #: Called with (paxlite leaf path, bytes asked for) for each slice a source reads.
@@ -97,7 +93,7 @@ class Source(abc.ABC):
         read from the source names they map to onto the leaf's sharding and dtype
         (``run_params``: flat paths -> ShapeDtypeStruct with sharding)."""
 
-    def close(self) -> None:
+    def close(self) -> None:  # noqa: B027 (most sources hold nothing open)
         """Lets go of what the source holds open."""
 
     def read_train_state(self, abstract: Any, *, opt_state: bool) -> dict[str, Any]:
@@ -171,7 +167,11 @@ class PaxliteSource(Source):
     def __init__(self, checkpoints_dir: epath.Path, step: int):
         self.path, self.step = checkpoints_dir / str(step), step
         self._manager = ocp.CheckpointManager(
-            checkpoints_dir, item_handlers={"state": ocp.PyTreeCheckpointHandler()}
+            checkpoints_dir,
+            item_handlers={
+                "state": ocp.PyTreeCheckpointHandler(),
+                "input": ocp.JsonCheckpointHandler(),  # Never read; named, so orbax is quiet.
+            },
         )
         metadata = self._manager.item_metadata(step)["state"]
         self._metadata = getattr(metadata, "tree", metadata)
@@ -181,7 +181,9 @@ class PaxliteSource(Source):
         return {PARAMS + k: Variable(tuple(v.shape), np.dtype(v.dtype)) for k, v in flat.items()}
 
     def run_names(self, run_params: Mapping[str, Any]) -> dict[str, Variable]:
-        return {PARAMS + k: Variable(tuple(v.shape), np.dtype(v.dtype)) for k, v in run_params.items()}
+        return {
+            PARAMS + k: Variable(tuple(v.shape), np.dtype(v.dtype)) for k, v in run_params.items()
+        }
 
     def unreadable(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> list[str]:
         return []
@@ -246,7 +248,7 @@ def _open_paxlite_job(
     steps = _paxlite_steps(path / "checkpoints") if (path / "checkpoints").is_dir() else []
     if not steps:
         raise CheckpointSourceError(f"{path} is a paxlite job dir with no checkpoint; train first.")
-    return PaxliteSource(path / "checkpoints", _pick_step(path, steps, step))
+    return PaxliteSource(path / "checkpoints", pick_step(path, steps, step))
 
 
 def _open_paxlite_step(
@@ -257,7 +259,7 @@ def _open_paxlite_step(
     return PaxliteSource(path.parent, int(path.name))
 
 
-def _pick_step(path: epath.Path, steps: list[int], step: int | None) -> int:
+def pick_step(path: epath.Path, steps: list[int], step: int | None) -> int:
     if step is None:
         return max(steps)
     if step not in steps:
@@ -265,128 +267,6 @@ def _pick_step(path: epath.Path, steps: list[int], step: int | None) -> int:
             f"{path} has no checkpoint at step {step}; its steps: {', '.join(map(str, steps))}."
         )
     return step
-
-
-# --- paxml (tensorstore zarr arrays) ---------------------------------------------------------
-
-
-class PaxSource(Source):
-    """A paxml 1.4 step: one zarr array per variable, ``state/mdl_vars.params.<dotted path>``.
-
-    Run names are Pax's (``pax_layout.to_pax`` under the source's pipeline ``layout``);
-    each paxlite leaf is read through its ``pax_layout.Recipe``, a device slice at a time.
-    """
-
-    kind = "paxml step"
-
-    def __init__(self, step_dir: epath.Path, layout: tuple[int, int], observer: Any):
-        self.path, self.layout, self._observer = step_dir, layout, observer
-        self.step = int(_PAX_STEP.fullmatch(step_dir.name).group(1)) if _PAX_STEP.fullmatch(
-            step_dir.name
-        ) else 0
-        self._dirs = {
-            PARAMS + d.name[len(_PAX_PARAMS) :].replace(".", "/"): d
-            for d in sorted((step_dir / "state").glob(_PAX_PARAMS + "*"))
-        }
-        self._stores: dict[str, ts.TensorStore] = {}
-
-    def variables(self) -> dict[str, Variable]:
-        return {
-            name: Variable(tuple(store.shape), np.dtype(store.dtype.numpy_dtype))
-            for name, store in ((n, self._store(n)) for n in self._dirs)
-        }
-
-    def run_names(self, run_params: Mapping[str, Any]) -> dict[str, Variable]:
-        abstract = {k: jax.ShapeDtypeStruct(v.shape, np.float32) for k, v in run_params.items()}
-        pax = jax.eval_shape(lambda tree: pax_layout.to_pax(tree, *self.layout), abstract)
-        dtypes = {}
-        for path, recipe in self._recipes(run_params).items():
-            dtypes.update({name: run_params[path].dtype for name in recipe.pax_names})
-        return {
-            PARAMS + k: Variable(tuple(v.shape), np.dtype(dtypes.get(k, np.float32)))
-            for k, v in pax.items()
-        }
-
-    def unreadable(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> list[str]:
-        problems = []
-        for path, recipe in self._recipes(run_params).items():
-            names = [PARAMS + n for n in recipe.pax_names]
-            have = [n for n in names if n in assigned]
-            if have and len(have) < len(names):
-                problems.append(
-                    f"{PARAMS}{path} is stored in Pax's {', '.join(names)}: load all or none "
-                    f"of them (the rules load {', '.join(have)})"
-                )
-        return problems
-
-    def loaded_leaves(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> set[str]:
-        return {
-            path
-            for path, recipe in self._recipes(run_params).items()
-            if all(PARAMS + n in assigned for n in recipe.pax_names)
-        }
-
-    def read(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> dict[str, Any]:
-        out = {}
-        recipes = self._recipes(run_params)
-        for path in sorted(self.loaded_leaves(assigned, run_params)):
-            recipe = recipes[path]
-            names = [PARAMS + n for n in recipe.pax_names]
-            stores = {n[len(PARAMS) :]: self._store(assigned[n]) for n in names}
-            out[path] = self._read_leaf(path, recipe, recipe.view(stores), run_params[path])
-        return out
-
-    def _recipes(self, run_params: Mapping[str, Any]) -> dict[str, pax_layout.Recipe]:
-        return pax_layout.recipes(run_params, *self.layout)
-
-    def _store(self, name: str) -> ts.TensorStore:
-        if name not in self._stores:
-            spec = {"driver": "zarr", "kvstore": storage.kvstore(self._dirs[name])}
-            self._stores[name] = ts.open(spec, read=True).result()
-        return self._stores[name]
-
-    def _read_leaf(self, path: str, recipe: Any, view: ts.TensorStore, target: Any) -> Any:
-        """The leaf on ``target``'s sharding: each distinct device slice read once."""
-        read: dict[Any, np.ndarray] = {}
-
-        def slice_of(index: tuple[slice, ...]) -> np.ndarray:
-            key = tuple((s.start, s.stop) for s in index)
-            if key not in read:
-                values = np.asarray(view[index].read().result(), np.float32)
-                if recipe.scale_offset:  # praxis stores a LayerNorm scale minus 1.
-                    values = values + 1.0
-                if self._observer is not None:
-                    self._observer(path, values.size * np.dtype(view.dtype.numpy_dtype).itemsize)
-                read[key] = values.astype(target.dtype)
-            return read[key]
-
-        return jax.make_array_from_callback(target.shape, target.sharding, slice_of)
-
-
-def _is_pax_step(path: epath.Path) -> bool:
-    state = path / "state"
-    return state.is_dir() and any(state.glob(_PAX_PARAMS + "*"))
-
-
-def _pax_steps(path: epath.Path) -> dict[int, epath.Path]:
-    found = (_PAX_STEP.fullmatch(p.name) for p in path.iterdir()) if path.is_dir() else ()
-    return {int(m.group(1)): path / m.group(0) for m in found if m and _is_pax_step(path / m.group(0))}
-
-
-def _open_pax_step(
-    path: epath.Path, step: int | None, layout: tuple[int, int], observer: Any
-) -> Source:
-    source = PaxSource(path, layout, observer)
-    if step is not None and step != source.step:
-        raise CheckpointSourceError(f"{path} is step {source.step}, not step {step}.")
-    return source
-
-
-def _open_pax_checkpoints(
-    path: epath.Path, step: int | None, layout: tuple[int, int], observer: Any
-) -> Source:
-    steps = _pax_steps(path)
-    return PaxSource(steps[_pick_step(path, sorted(steps), step)], layout, observer)
 
 
 register(
@@ -410,22 +290,10 @@ register(
         "paxlite checkpoints dir",
         f"<step>/{_ORBAX_STEP_FILE} steps, as in <job>/checkpoints",
         lambda p: p.is_dir() and bool(_paxlite_steps(p)),
-        lambda p, step, layout, observer: PaxliteSource(p, _pick_step(p, _paxlite_steps(p), step)),
+        lambda p, step, layout, observer: PaxliteSource(p, pick_step(p, _paxlite_steps(p), step)),
     )
 )
-register(
-    Kind(
-        "paxml step",
-        f"state/{_PAX_PARAMS}*, as in <job>/checkpoints/checkpoint_00001000",
-        _is_pax_step,
-        _open_pax_step,
-    )
-)
-register(
-    Kind(
-        "paxml checkpoints dir",
-        "checkpoint_<8 digits>/ steps, as in <job>/checkpoints",
-        lambda p: bool(_pax_steps(p)),
-        _open_pax_checkpoints,
-    )
-)
+
+
+# The paxml kinds (after the paxlite ones: a path is tried against each in this order).
+from paxlite import pax_checkpoint  # noqa: E402, F401

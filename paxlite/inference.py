@@ -21,7 +21,6 @@ mesh's batch axes divide, and the padded rows are dropped from the results.
 from __future__ import annotations
 
 import dataclasses
-import math
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,10 +29,12 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from etils import epath
+from flax import traverse_util
 
-from paxlite import checkpoints, partitioning, pax_checkpoint, storage, train_setup
+from paxlite import checkpoint_sources, init_from, partitioning, storage
 from paxlite.mesh import create_mesh, mesh_size
 from paxlite.overrides import resolve_experiment
+from paxlite.tasks_lib import CheckpointLoadingRules
 from praxis_lite import config as config_lib
 from praxis_lite import decoding
 from praxis_lite.py_utils import NestedMap
@@ -125,7 +126,8 @@ def _batch(ids: jax.Array) -> NestedMap:
 def from_pretrained(
     path: epath.PathLike, exp: str | None = None, overrides: Sequence[str] = ()
 ) -> PretrainedLm:
-    """Loads a paxlite job or step directory, or a paxml checkpoint step with ``exp``.
+    """Loads any checkpoint ``paxlite.checkpoint_sources`` reads (a paxlite job, checkpoints
+    or step dir; a paxml checkpoint step with ``exp``).
 
     Args:
       path: see the module docstring.
@@ -136,21 +138,22 @@ def from_pretrained(
         device).
 
     Raises:
-      PretrainedError: nothing loadable at ``path``, or a paxml checkpoint without ``exp``.
-      pax_checkpoint.PaxCheckpointError, checkpoints.CheckpointMismatchError: the weights
-        are another model's (each difference named).
+      PretrainedError: a paxml checkpoint without ``exp``, or a paxlite one whose job has
+        no config files.
+      checkpoint_sources.CheckpointSourceError: nothing loadable at ``path``.
+      init_from.InitFromError: the weights are another model's (each difference named).
     """
     storage.configure()
     path = storage.job_path(path)  # A local path or gs://...
-    pax_step = (path / "state").is_dir() and any((path / "state").glob("mdl_vars.params.*"))
-    job_dir, step = (None, None) if pax_step else _paxlite_job_and_step(path)
+    kind = checkpoint_sources.identify(path)
     task_cfg = None
     if exp is None:
-        if pax_step:
+        if kind.name not in _JOB_DIR_OF:
             raise PretrainedError(
-                f"{path} is a paxml checkpoint; name the experiment it was trained with: "
+                f"{path} is a {kind.name}; name the experiment it was trained with: "
                 "from_pretrained(path, exp='tasks.lm.params.lm_cloud.LmCloudSpmd2B')."
             )
+        job_dir = _JOB_DIR_OF[kind.name](path)
         exp, mesh_knobs = _job_experiment(job_dir)
         given = {o.partition("=")[0].strip() for o in overrides}
         overrides = [*(k for k in mesh_knobs if k.partition("=")[0] not in given), *overrides]
@@ -158,27 +161,38 @@ def from_pretrained(
     experiment = resolve_experiment(exp, list(overrides), ("tasks",))
     task = config_lib.instantiate(task_cfg if task_cfg is not None else experiment.task())
     mesh, rules = _mesh_and_rules(experiment)
-    abstract, shardings = _abstract_params(task.model, mesh, rules)
-    if pax_step:
-        stages, repeat = experiment.NUM_STAGES, experiment.CIRCULAR_REPEAT
-        host = pax_checkpoint.pax_params_for(path, abstract, stages, repeat)
-        params = jax.device_put(host, shardings)
-    else:
-        params = _restore_paxlite_params(task, job_dir, step, mesh, rules)
+    params = _load_params(task.model, path, experiment, mesh, rules)
     return PretrainedLm(task.model, params, task.decoder_params(), mesh, rules)
 
 
-def _paxlite_job_and_step(path: epath.Path) -> tuple[epath.Path, int]:
-    """``(job dir, step)`` of a paxlite job dir (its newest step) or step dir."""
-    if path.name.isdigit() and path.parent.name == "checkpoints":
-        return path.parent.parent, int(path.name)
-    steps = checkpoints.Checkpointer(path, max_to_keep=1_000_000).all_steps()
-    if not steps:
-        raise PretrainedError(
-            f"{path} holds no checkpoint: pass a paxlite job dir (with checkpoints/<step>), "
-            "a step dir, or a paxml checkpoint_<step> dir with exp=."
+#: A paxlite kind's path -> its job dir (where config.txt and config.json are).
+_JOB_DIR_OF = {
+    "paxlite job": lambda p: p,
+    "paxlite checkpoints dir": lambda p: p.parent,
+    "paxlite step": lambda p: p.parent.parent,
+}
+
+
+def _load_params(model: Any, path: epath.Path, experiment: Any, mesh: Any, rules: Any) -> Any:
+    """The model's parameters from ``path``, each read onto its sharding; all must be there."""
+    abstract, shardings = _abstract_params(model, mesh, rules)
+    run_params = traverse_util.flatten_dict(
+        jax.tree_util.tree_map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
+        ),
+        sep="/",
+    )
+    layout = (getattr(experiment, "NUM_STAGES", 1), getattr(experiment, "CIRCULAR_REPEAT", 1))
+    load = {str(path): CheckpointLoadingRules()}
+    with jax.set_mesh(mesh), init_from.opened(load, {str(path): layout}) as entries:
+        params = init_from.read_params(entries, run_params)
+        missing = init_from.fresh_params(entries, run_params)
+    if missing:
+        raise init_from.InitFromError(
+            f"{path} holds another model's weights: it lacks {len(missing)} of this model's "
+            f"parameters ({', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''})."
         )
-    return path, max(steps)
+    return traverse_util.unflatten_dict(params, sep="/")
 
 
 #: Knobs that place the weights; read back from a job's config.txt (the model itself comes
@@ -231,16 +245,3 @@ def _abstract_params(model: Any, mesh: Any, rules: Any) -> tuple[Any, Any]:
     boxed = jax.eval_shape(lambda b: model.init(jax.random.key(0), b), _batch(ids))["params"]
     shardings = strip_boxes(logical_shardings(boxed, mesh, rules))
     return nn.unbox(boxed), shardings
-
-
-def _restore_paxlite_params(task: Any, job_dir: epath.Path, step: int, mesh, rules) -> Any:
-    """The params of a paxlite checkpoint, restored onto their shardings."""
-    ways = math.prod(mesh.shape.values())
-    sample = _batch(jax.ShapeDtypeStruct((ways, 8), jnp.int32))
-    abstract, _ = train_setup.abstract_state_for(task, mesh, rules, sample)
-    checkpointer = checkpoints.Checkpointer(job_dir, max_to_keep=1_000_000, async_save=False)
-    try:
-        state, _ = checkpointer.restore(step, abstract)
-    finally:
-        checkpointer.close()
-    return state.params

@@ -1,67 +1,170 @@
-"""A paxml checkpoint's model parameters, read into paxlite's parameter tree.
+"""paxml 1.4 checkpoints as a ``paxlite.checkpoint_sources`` kind: their model parameters,
+read into a paxlite model's parameters.
 
 paxml 1.4 saves a step as ``<job>/checkpoints/checkpoint_<8-digit step>/state/`` with one
 tensorstore (zarr) array per variable: ``mdl_vars.params.<dotted Pax path>`` for the model's
-weights, ``opt_states_*`` for the optimizer's (not read here). :func:`read_pax_params` reads the
-former; :func:`pax_params_for` puts them into the layout of a paxlite model (names, transposes,
-stacking and value conventions: ``paxlite.pax_layout``).
+weights, ``opt_states_*`` for the optimizer's (not read here). A :class:`PaxSource` names them
+``params/<Pax path>`` and reads each paxlite leaf through its ``paxlite.pax_layout.Recipe``
+(names, transposes, stacking and value conventions), one device slice at a time.
 """
 
 from __future__ import annotations
 
+import re
+from collections.abc import Mapping
 from typing import Any
 
+import jax
 import numpy as np
 import tensorstore as ts
 from etils import epath
-from flax import traverse_util
 
-from paxlite import pax_layout, storage
+from paxlite import checkpoint_sources, pax_layout, storage
 
-_PARAMS_PREFIX = "mdl_vars.params."
-
-
-class PaxCheckpointError(ValueError):
-    """Not a paxml checkpoint step, or one of another model."""
+_PAX_PARAMS = "mdl_vars.params."
+_PAX_STEP = re.compile(r"checkpoint_(\d{8})")
+_RUN_PREFIX = checkpoint_sources.PARAMS
 
 
-def read_pax_params(step_dir: epath.PathLike) -> dict[str, np.ndarray]:
-    """``{'lm/softmax/logits_ffn/linear/w': array, ...}``: the model weights of a paxml step.
+class PaxSource(checkpoint_sources.Source):
+    """A paxml 1.4 step: one zarr array per variable, ``state/mdl_vars.params.<dotted path>``.
 
-    Raises:
-      PaxCheckpointError: ``step_dir`` has no ``state/mdl_vars.params.*`` arrays.
+    Run names are Pax's (``pax_layout.to_pax`` under the source's pipeline ``layout``);
+    each paxlite leaf is read through its ``pax_layout.Recipe``, a device slice at a time.
     """
-    state = storage.job_path(step_dir) / "state"  # A local path or gs://...
-    arrays = sorted(state.glob(_PARAMS_PREFIX + "*")) if state.is_dir() else []
-    if not arrays:
-        raise PaxCheckpointError(
-            f"{step_dir} is not a paxml checkpoint step (no state/{_PARAMS_PREFIX}* arrays); "
-            "pass a directory like <job>/checkpoints/checkpoint_00001000."
+
+    kind = "paxml step"
+
+    def __init__(self, step_dir: epath.Path, layout: tuple[int, int], observer: Any):
+        self.path, self.layout, self._observer = step_dir, layout, observer
+        numbered = _PAX_STEP.fullmatch(step_dir.name)
+        self.step = int(numbered.group(1)) if numbered else 0
+        self._dirs = {
+            _RUN_PREFIX + d.name[len(_PAX_PARAMS) :].replace(".", "/"): d
+            for d in sorted((step_dir / "state").glob(_PAX_PARAMS + "*"))
+        }
+        self._stores: dict[str, ts.TensorStore] = {}
+
+    def variables(self) -> dict[str, checkpoint_sources.Variable]:
+        return {
+            name: checkpoint_sources.Variable(tuple(store.shape), np.dtype(store.dtype.numpy_dtype))
+            for name, store in ((n, self._store(n)) for n in self._dirs)
+        }
+
+    def run_names(self, run_params: Mapping[str, Any]) -> dict[str, checkpoint_sources.Variable]:
+        abstract = {k: jax.ShapeDtypeStruct(v.shape, np.float32) for k, v in run_params.items()}
+        pax = jax.eval_shape(lambda tree: pax_layout.to_pax(tree, *self.layout), abstract)
+        dtypes = {}
+        for path, recipe in self._recipes(run_params).items():
+            dtypes.update({name: run_params[path].dtype for name in recipe.pax_names})
+        return {
+            _RUN_PREFIX + k: checkpoint_sources.Variable(
+                tuple(v.shape), np.dtype(dtypes.get(k, np.float32))
+            )
+            for k, v in pax.items()
+        }
+
+    def unreadable(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> list[str]:
+        problems = []
+        for path, recipe in self._recipes(run_params).items():
+            names = [_RUN_PREFIX + n for n in recipe.pax_names]
+            have = [n for n in names if n in assigned]
+            if have and len(have) < len(names):
+                problems.append(
+                    f"{_RUN_PREFIX}{path} is stored in Pax's {', '.join(names)}: load all or none "
+                    f"of them (the rules load {', '.join(have)})"
+                )
+        return problems
+
+    def loaded_leaves(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> set[str]:
+        return {
+            path
+            for path, recipe in self._recipes(run_params).items()
+            if all(_RUN_PREFIX + n in assigned for n in recipe.pax_names)
+        }
+
+    def read(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> dict[str, Any]:
+        out = {}
+        recipes = self._recipes(run_params)
+        for path in sorted(self.loaded_leaves(assigned, run_params)):
+            recipe = recipes[path]
+            names = [_RUN_PREFIX + n for n in recipe.pax_names]
+            stores = {n[len(_RUN_PREFIX) :]: self._store(assigned[n]) for n in names}
+            out[path] = self._read_leaf(path, recipe, recipe.view(stores), run_params[path])
+        return out
+
+    def _recipes(self, run_params: Mapping[str, Any]) -> dict[str, pax_layout.Recipe]:
+        return pax_layout.recipes(run_params, *self.layout)
+
+    def _store(self, name: str) -> ts.TensorStore:
+        if name not in self._stores:
+            spec = {"driver": "zarr", "kvstore": storage.kvstore(self._dirs[name])}
+            self._stores[name] = ts.open(spec, read=True).result()
+        return self._stores[name]
+
+    def _read_leaf(self, path: str, recipe: Any, view: ts.TensorStore, target: Any) -> Any:
+        """The leaf on ``target``'s sharding: each distinct device slice read once."""
+        read: dict[Any, np.ndarray] = {}
+
+        def slice_of(index: tuple[slice, ...]) -> np.ndarray:
+            key = tuple((s.start, s.stop) for s in index)
+            if key not in read:
+                values = np.asarray(view[index].read().result(), np.float32)
+                if recipe.scale_offset:  # praxis stores a LayerNorm scale minus 1.
+                    values = values + 1.0
+                if self._observer is not None:
+                    self._observer(path, values.size * np.dtype(view.dtype.numpy_dtype).itemsize)
+                read[key] = values.astype(target.dtype)
+            return read[key]
+
+        return jax.make_array_from_callback(target.shape, target.sharding, slice_of)
+
+
+def _is_pax_step(path: epath.Path) -> bool:
+    state = path / "state"
+    return state.is_dir() and any(state.glob(_PAX_PARAMS + "*"))
+
+
+def _pax_steps(path: epath.Path) -> dict[int, epath.Path]:
+    found = (_PAX_STEP.fullmatch(p.name) for p in path.iterdir()) if path.is_dir() else ()
+    return {
+        int(m.group(1)): path / m.group(0) for m in found if m and _is_pax_step(path / m.group(0))
+    }
+
+
+def _open_pax_step(
+    path: epath.Path, step: int | None, layout: tuple[int, int], observer: Any
+) -> checkpoint_sources.Source:
+    source = PaxSource(path, layout, observer)
+    if step is not None and step != source.step:
+        raise checkpoint_sources.CheckpointSourceError(
+            f"{path} is step {source.step}, not step {step}."
         )
-    out = {}
-    for array_dir in arrays:
-        spec = {"driver": "zarr", "kvstore": storage.kvstore(array_dir)}
-        name = array_dir.name[len(_PARAMS_PREFIX) :].replace(".", "/")
-        out[name] = np.asarray(ts.open(spec).result().read().result())
-    return out
+    return source
 
 
-def pax_params_for(
-    step_dir: epath.PathLike,
-    abstract_params: Any,
-    num_stages: int = 1,
-    circular_repeat: int = 1,
-) -> Any:
-    """The weights of a paxml step as the nested params tree ``abstract_params`` describes
-    (a paxlite model's params, arrays or ``jax.ShapeDtypeStruct``; float32 values).
+def _open_pax_checkpoints(
+    path: epath.Path, step: int | None, layout: tuple[int, int], observer: Any
+) -> checkpoint_sources.Source:
+    steps = _pax_steps(path)
+    return PaxSource(
+        steps[checkpoint_sources.pick_step(path, sorted(steps), step)], layout, observer
+    )
 
-    Raises:
-      PaxCheckpointError: not a paxml step, or its weights are another model's (each
-        missing, extra or differently shaped parameter is named).
-    """
-    flat = traverse_util.flatten_dict(abstract_params, sep="/")
-    try:
-        ours = pax_layout.from_pax(read_pax_params(step_dir), flat, num_stages, circular_repeat)
-    except pax_layout.PaxLayoutError as e:
-        raise PaxCheckpointError(f"{step_dir} holds another model's weights: {e}") from None
-    return traverse_util.unflatten_dict(ours, sep="/")
+
+checkpoint_sources.register(
+    checkpoint_sources.Kind(
+        "paxml step",
+        f"state/{_PAX_PARAMS}*, as in <job>/checkpoints/checkpoint_00001000",
+        _is_pax_step,
+        _open_pax_step,
+    )
+)
+checkpoint_sources.register(
+    checkpoint_sources.Kind(
+        "paxml checkpoints dir",
+        "checkpoint_<8 digits>/ steps, as in <job>/checkpoints",
+        lambda p: bool(_pax_steps(p)),
+        _open_pax_checkpoints,
+    )
+)

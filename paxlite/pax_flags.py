@@ -134,9 +134,7 @@ def restore_checkpoint(evaluates: bool) -> tuple[str | None, int | None]:
             "--init_from=PATH."
         )
     if len(steps) > 1:
-        raise ValueError(
-            f"--restore_checkpoint_step is given {len(steps)} times; pass one step."
-        )
+        raise ValueError(f"--restore_checkpoint_step is given {len(steps)} times; pass one step.")
     return path, (steps[0] if steps else None)
 
 

@@ -12,7 +12,6 @@ from praxis_lite import config as config_lib
 from praxis_lite.decoding import DecoderParams
 from praxis_lite.optimizers import BaseOptimizer
 
-
 #: A load rule that loads every variable under its own name (Pax's ``LOAD_ALL``).
 LOAD_ALL = ("(.*)", "{}")
 

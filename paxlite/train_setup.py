@@ -27,11 +27,11 @@ from paxlite import (
     trainer_lib,
 )
 from paxlite.job import Job
+from paxlite.mfu import Peak
 from paxlite.overrides import resolve_experiment_class
+from paxlite.step_cost import StepCost, step_cost
 from paxlite.tasks_lib import CheckpointLoadingRules
 from paxlite.train_state import TrainState
-from paxlite.mfu import Peak
-from paxlite.step_cost import StepCost, step_cost
 from praxis_lite.base_input import InputConfigError
 from praxis_lite.model_flops import FlopsDefinition
 from praxis_lite.py_utils import NestedMap

@@ -206,29 +206,38 @@ class LmPromptCompletionTiny(LmTextTiny):
 # ----- a generated example task -----
 
 
-def example_pairs(num_keys: int = 24, seed: int = 0) -> list[dict[str, str]]:
-    """A fixed lookup table: ``num_keys`` 3-letter keys, each with a 4-letter value."""
+def example_pairs(num_pairs: int, seed: int = 0) -> list[dict[str, str]]:
+    """Records of a fixed letter-substitution table: a word of 3-6 letters, then its letters
+    each looked up in the table (``{"prompt": "xdpv=", "completion": "xbeg"}``).
+
+    The table depends on ``seed`` alone (the same for every ``num_pairs``); the words
+    are drawn after it, without repeats.
+    """
     rng = random.Random(seed)
     letters = string.ascii_lowercase
-    keys = rng.sample([a + b + c for a in letters for b in letters for c in letters], num_keys)
-    return [
-        {"prompt": f"{key}=", "completion": "".join(rng.choices(letters, k=4))} for key in keys
-    ]
+    table = dict(zip(letters, rng.sample(letters, len(letters)), strict=True))
+    words: dict[str, None] = {}
+    while len(words) < num_pairs:
+        words["".join(rng.choices(letters, k=rng.randint(3, 6)))] = None
+    return [{"prompt": f"{w}=", "completion": "".join(table[c] for c in w)} for w in words]
 
 
-def write_example_task(directory: str, num_keys: int = 24, seed: int = 0) -> tuple[str, str]:
+def write_example_task(
+    directory: str, num_train: int = 2000, num_eval: int = 64, seed: int = 0
+) -> tuple[str, str]:
     """Writes ``train.jsonl`` and ``eval.jsonl`` of :func:`example_pairs` into ``directory``.
 
-    Both hold the whole table (eval asks for every value once): LmPromptCompletionTiny
-    learns it from scratch in about a minute on a 2-core CPU (exact_match 0 -> 1).
-    Returns ``(train_path, eval_path)``.
+    The eval words are not among the training words: the model must learn the
+    table, not the pairs. LmPromptCompletionTiny learns it from scratch in about a
+    minute on a 2-core CPU (decoded exact_match from 0 to about 0.98). Returns
+    ``(train_path, eval_path)``.
     """
     os.makedirs(directory, exist_ok=True)
-    lines = "".join(json.dumps(pair) + "\n" for pair in example_pairs(num_keys, seed))
+    pairs = example_pairs(num_train + num_eval, seed)
     paths = os.path.join(directory, "train.jsonl"), os.path.join(directory, "eval.jsonl")
-    for path in paths:
+    for path, part in zip(paths, (pairs[:num_train], pairs[num_train:]), strict=True):
         with open(path, "w") as f:
-            f.write(lines)
+            f.writelines(json.dumps(pair) + "\n" for pair in part)
     return paths
 
 

@@ -103,7 +103,7 @@ def test_decode_through_main_writes_jsonl_and_metrics(trained):
     out.unlink()
     proc = run_main(f"--job_log_dir={job_dir}", "--mode=decode")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Restored checkpoint at step 150" in proc.stdout
+    assert "Restored the parameters of step 150" in proc.stdout
     assert f"decode '{NAME}' at step 150: 16 examples" in proc.stdout
     rows = _progression_rows(out)
     assert len(rows) == 16
@@ -239,7 +239,7 @@ def test_a_bfloat16_run_trains_and_decodes_through_main(tmp_path, capsys):
     }
 
     _main_here(f"--job_log_dir={job}", "--mode=decode", *knobs)
-    assert f"Restored checkpoint at step {steps}" in capsys.readouterr().out
+    assert f"Restored the parameters of step {steps}" in capsys.readouterr().out
     rows = _progression_rows(job / "decoder_out" / f"{NAME}_step{steps}.jsonl")
     assert len(rows) == 16
     for row in rows:

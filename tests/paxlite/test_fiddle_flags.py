@@ -56,7 +56,6 @@ def test_a_knob_and_a_path_on_different_leaves_both_apply(tmp_path):
     "flag, why",
     [
         ("--eval_on_test", "every eval input of datasets() is evaluated"),
-        ("--restore_checkpoint_step=100", "resumes from --job_log_dir's latest step"),
         ("--enable_checkpoint_saving=false", "checkpoints are always saved"),
         ("--study=s", "tuning is not part of paxlite"),
     ],
@@ -67,6 +66,15 @@ def test_pax_flags_without_a_counterpart_are_refused_saying_why(tmp_path, flag, 
     assert code == 2, stderr[-2000:]
     assert stderr.startswith(f"paxlite: error: {flag.split('=')[0]}") and why in stderr
     assert stderr.count("\n") == 1 and not job.exists()
+
+
+@pytest.mark.parametrize("flag", ["--restore_checkpoint_dir=/ckpt", "--restore_checkpoint_step=3"])
+def test_restoring_a_chosen_checkpoint_in_a_training_mode_points_to_init_from(tmp_path, flag):
+    job = tmp_path / "job"
+    code, stderr = main_in_process(f"--job_log_dir={job}", flag)
+    assert code == 2, stderr[-2000:]
+    assert stderr.startswith("paxlite: error: --restore_checkpoint_dir/--restore_checkpoint_step")
+    assert "--init_from=PATH" in stderr and stderr.count("\n") == 1 and not job.exists()
 
 
 def test_pax_flags_that_ask_for_what_paxlite_does_are_accepted():

@@ -8,6 +8,7 @@ import jax
 import numpy as np
 import pytest
 
+from paxlite.checkpoint_sources import CheckpointSourceError
 from paxlite.inference import PretrainedError, from_pretrained
 from tests.paxlite.test_main import run_main_in_process
 
@@ -103,5 +104,5 @@ def test_a_pax_checkpoint_without_its_experiment_or_an_empty_dir_is_one_line(tmp
     with pytest.raises(PretrainedError, match="name the experiment") as e:
         from_pretrained(_PAX_STEP)
     assert "\n" not in str(e.value)
-    with pytest.raises(PretrainedError, match="holds no checkpoint"):
+    with pytest.raises(CheckpointSourceError, match="holds no checkpoint paxlite can read"):
         from_pretrained(tmp_path)

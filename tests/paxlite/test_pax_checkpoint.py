@@ -14,9 +14,11 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from flax import traverse_util
 
-from paxlite import pax_checkpoint
+from paxlite import checkpoint_sources, init_from
 from paxlite.base_experiment import with_overrides
+from paxlite.tasks_lib import CheckpointLoadingRules
 from praxis_lite import config as config_lib
 from praxis_lite.py_utils import NestedMap
 from tasks.lm import c4, lm_cloud
@@ -67,13 +69,26 @@ def _step_dir(name: str) -> pathlib.Path:
     return _FIXTURES / name / "checkpoints" / "checkpoint_00000003"
 
 
+def _read_pax(step_dir: pathlib.Path, model, batch, layout=(1, 1)):
+    """The model's parameters read from a paxml step by LOAD_ALL, onto one device."""
+    abstract = nn.unbox(jax.eval_shape(lambda: model.init(jax.random.key(0), batch))["params"])
+    device = jax.sharding.SingleDeviceSharding(jax.devices()[0])
+    run_params = {
+        k: jax.ShapeDtypeStruct(v.shape, v.dtype, sharding=device)
+        for k, v in traverse_util.flatten_dict(abstract, sep="/").items()
+    }
+    rules = {str(step_dir): CheckpointLoadingRules()}
+    with init_from.opened(rules, {str(step_dir): layout}) as entries:
+        params = init_from.read_params(entries, run_params)
+        assert init_from.fresh_params(entries, run_params) == []
+    return traverse_util.unflatten_dict(params, sep="/")
+
+
 @pytest.mark.parametrize("name", sorted(OURS))
 def test_a_pax_checkpoint_gives_praxiss_logits(name):
     experiment, model, batch, want = _model_and_batch(name)
-    abstract = nn.unbox(jax.eval_shape(lambda: model.init(jax.random.key(0), batch))["params"])
-    params = pax_checkpoint.pax_params_for(
-        _step_dir(name), abstract, experiment.NUM_STAGES, experiment.CIRCULAR_REPEAT
-    )
+    layout = (experiment.NUM_STAGES, experiment.CIRCULAR_REPEAT)
+    params = _read_pax(_step_dir(name), model, batch, layout)
     got = np.asarray(model.apply({"params": params}, batch, method=model.logits))
     experiment_vocab = experiment.VOCAB_SIZE
     assert got.shape == want.shape == (2, experiment.MAX_SEQ_LEN, experiment_vocab)
@@ -85,15 +100,20 @@ def test_a_pax_checkpoint_gives_praxiss_logits(name):
 def test_another_models_checkpoint_is_named_not_loaded():
     """The GPT-3 model's weights into the LmCloudSpmd model: every mismatch is listed."""
     _, model, batch, _ = _model_and_batch("TinyLmCloudSpmd")
-    abstract = nn.unbox(jax.eval_shape(lambda: model.init(jax.random.key(0), batch))["params"])
-    with pytest.raises(pax_checkpoint.PaxCheckpointError) as e:
-        pax_checkpoint.pax_params_for(_step_dir("TinyC4SpmdGpt3AdamOrgHP"), abstract)
+    with pytest.raises(init_from.InitFromError) as e:
+        _read_pax(_step_dir("TinyC4SpmdGpt3AdamOrgHP"), model, batch)
     message = str(e.value)
-    assert "another model's weights" in message and "\n" not in message
-    assert "missing lm/transformer/repeat/sub/x_layers_0/self_attention/per_dim_scale" in message
-    assert "unexpected lm/position_emb/emb_var" in message
+    first, *listed = message.splitlines()
+    assert "do not fit" in first
+    per_dim = "params/lm/transformer/repeat/sub/x_layers_0/self_attention/per_dim_scale"
+    assert any(per_dim in line and "no such array" in line for line in listed)
+    assert any(
+        "params/lm/softmax/logits_ffn/linear/w" in line and "shape" in line for line in listed
+    )
 
 
 def test_a_directory_that_is_not_a_pax_step_says_so(tmp_path):
-    with pytest.raises(pax_checkpoint.PaxCheckpointError, match="not a paxml checkpoint step"):
-        pax_checkpoint.read_pax_params(tmp_path)
+    with pytest.raises(checkpoint_sources.CheckpointSourceError) as e:
+        checkpoint_sources.identify(tmp_path)
+    assert "holds no checkpoint paxlite can read" in str(e.value)
+    assert "state/mdl_vars.params.*" in str(e.value) and "\n" not in str(e.value)

@@ -7,7 +7,7 @@ recognises a path wins; :func:`identify` names what it looked for when none does
 ==================  ==========================================================================
 kind                recognised by
 ==================  ==========================================================================
-paxlite job         ``config.json`` beside ``checkpoints/`` (its newest step, or ``step=``)
+paxlite job         ``checkpoints/`` beside ``config.json`` or holding orbax steps (its newest)
 paxlite step        ``_CHECKPOINT_METADATA`` (an orbax step: ``<job>/checkpoints/<step>``)
 paxlite checkpoints ``<step>/_CHECKPOINT_METADATA`` steps (``<job>/checkpoints``)
 paxml step          ``state/mdl_vars.params.*`` (``<job>/checkpoints/checkpoint_00001000``)
@@ -272,8 +272,9 @@ def pick_step(path: epath.Path, steps: list[int], step: int | None) -> int:
 register(
     Kind(
         "paxlite job",
-        "config.json beside checkpoints/",
-        lambda p: (p / "config.json").is_file() and (p / "checkpoints").is_dir(),
+        "checkpoints/ beside config.json, or holding orbax steps",
+        lambda p: (p / "checkpoints").is_dir()
+        and ((p / "config.json").is_file() or bool(_paxlite_steps(p / "checkpoints"))),
         _open_paxlite_job,
     )
 )

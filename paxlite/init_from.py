@@ -193,12 +193,12 @@ def _match(entry: Entry, run_params: Mapping[str, Any], taken: set[str]) -> list
             else:
                 entry.assigned[name] = source_name
             break
-    problems += [
+    unused = [
         f"load rule ({p!r}, {t!r}) of {entry.path} matches no variable of this run"
         for (p, t), count in entry.rule_counts.items()
         if count == 0
     ]
-    return problems
+    return unused + problems
 
 
 def _mismatch(name: str, source_name: str, want: Any, have: Any) -> str | None:

@@ -24,7 +24,7 @@ from praxis_lite import config as config_lib
 from praxis_lite.base_input import BaseInput
 from praxis_lite.py_utils import NestedMap
 from tasks.lm.synthetic import LmSyntheticTiny
-from tests.paxlite.test_main import main_in_process
+from tests.paxlite.test_main import main_in_process, run_main_in_process
 from tests.paxlite.test_pax_checkpoint import OURS, TINY
 
 _PAX = pathlib.Path(__file__).parents[1] / "fixtures" / "pax"
@@ -352,3 +352,32 @@ def test_each_device_reads_only_its_slice_of_a_pax_checkpoint(tmp_path):
         )
     for name_, value in _flat(whole).items():
         np.testing.assert_array_equal(_flat(state)[name_], value)
+
+
+def test_eval_and_decode_read_a_chosen_checkpoint_and_write_into_their_own_job(
+    source_job, tmp_path
+):
+    """--restore_checkpoint_dir/--restore_checkpoint_step (Pax's flags): the parameters of
+    that step, resharded onto 8 devices; outputs in --job_log_dir; same eval as the source's own."""
+    knobs = (
+        "--set=USE_REPEATED_LAYER=False",
+        "--set=PERCORE_BATCH_SIZE=1",
+        "--set=ICI_MESH_SHAPE=1,8,1",
+    )
+    job = tmp_path / "job"
+    chosen = (f"--restore_checkpoint_dir={source_job}", "--restore_checkpoint_step=3")
+    code, out, err = run_main_in_process(f"--job_log_dir={job}", "--mode=eval", *chosen, *knobs)
+    assert code == 0, err[-2000:]
+    assert f"Restored the parameters of step 3 from {source_job}/checkpoints/3" in out
+    code, own, err = run_main_in_process(f"--job_log_dir={source_job}", "--mode=eval", *knobs)
+    assert code == 0, err[-2000:]
+    eval_line = [line for line in out.splitlines() if line.startswith("eval 'test' at step 3")]
+    assert eval_line and eval_line == [x for x in own.splitlines() if x.startswith("eval 'test'")]
+    assert (job / "summaries" / "eval_test").is_dir() and not (job / "checkpoints").exists()
+    code, out, err = run_main_in_process(f"--job_log_dir={job}", "--mode=decode", *chosen, *knobs)
+    assert code == 0, err[-2000:]
+    assert (job / "decoder_out" / "progressions_step3.jsonl").is_file()
+    code, err = main_in_process(
+        f"--job_log_dir={job}", "--mode=eval", f"--restore_checkpoint_dir={tmp_path}", *knobs
+    )
+    assert code == 2 and "holds no checkpoint paxlite can read" in err and err.count("\n") == 1

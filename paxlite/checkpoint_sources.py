@@ -14,6 +14,8 @@ paxml step          ``state/mdl_vars.params.*`` (``<job>/checkpoints/checkpoint_
 paxml checkpoints   ``checkpoint_<8 digits>/`` steps (Pax's ``--restore_checkpoint_dir``)
 ==================  ==========================================================================
 
+The paxml kinds live with the rest of Pax's format (``paxlite.pax_checkpoint``, registered
+when it is imported; ``paxlite.init_from``, which every reader goes through, imports it).
 A :class:`Source` names its variables as its framework does (``params/<path>``, ``/``
 between keys, Pax's names for a paxml checkpoint) and reads any of them straight onto a
 run's shardings: each device's slice is read by itself, never a whole array on one host.
@@ -43,7 +45,7 @@ _ORBAX_STEP_FILE = "_CHECKPOINT_METADATA"
 ReadObserver = Callable[[str, int], None]
 
 
-class CheckpointSourceError(ValueError):
+class CheckpointSourceError(FileNotFoundError):
     """A path that holds no checkpoint of a registered kind, or no such step."""
 
 
@@ -294,7 +296,3 @@ register(
         lambda p, step, layout, observer: PaxliteSource(p, pick_step(p, _paxlite_steps(p), step)),
     )
 )
-
-
-# The paxml kinds (after the paxlite ones: a path is tried against each in this order).
-from paxlite import pax_checkpoint  # noqa: E402, F401

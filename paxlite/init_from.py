@@ -25,11 +25,12 @@ import jax
 import numpy as np
 from flax import traverse_util
 
-from paxlite import checkpoint_sources, checkpoints, pax_layout, summaries
+from paxlite import checkpoint_sources, checkpoints, pax_checkpoint, pax_layout, summaries
 from paxlite.checkpoints import CheckpointMismatchError
 from paxlite.tasks_lib import CheckpointLoadingRules
 from paxlite.train_state import TrainState
 
+del pax_checkpoint  # Imported for its registration of the paxml checkpoint kinds.
 _MAX_LISTED = 20  # Problems listed in an InitFromError.
 _MAX_NAMED = 6  # Fresh variables named on the console.
 

@@ -38,18 +38,13 @@ from paxlite import (  # noqa: E402
 )
 from paxlite import flags as cli_flags  # noqa: E402
 from paxlite.base_experiment import KnobError  # noqa: E402
-from paxlite.checkpoint_sources import CheckpointSourceError  # noqa: E402
 from paxlite.checkpoints import CheckpointCorruptError, CheckpointMismatchError  # noqa: E402
 from paxlite.exits import fail  # noqa: E402
 from paxlite.experiment_registry import ExperimentRegistryError  # noqa: E402
 from paxlite.flags import FLAGS, Mode, UsageError  # noqa: E402
 from paxlite.job import Job, build_job  # noqa: E402
 from paxlite.mesh import MeshShapeError  # noqa: E402
-from paxlite.pax_flags import (  # noqa: E402
-    apply_jax_flags,
-    distributed_args,
-    restore_checkpoint,
-)
+from paxlite.pax_flags import apply_jax_flags, distributed_args, restore_checkpoint  # noqa: E402
 from praxis_lite.base_input import InputConfigError, InputDataError  # noqa: E402
 from praxis_lite.model_flops import FlopsDefinition  # noqa: E402
 
@@ -103,12 +98,7 @@ def main(argv: Sequence[str]) -> None:
         if jax.process_index() == 0:  # Nothing ran: keep the config its checkpoints came from.
             job_config.restore_config_files(job_log_dir, previous_config)
         fail(e)
-    except (
-        FileNotFoundError,
-        InputDataError,
-        InputConfigError,
-        CheckpointSourceError,
-    ) as e:  # Found while reading.
+    except (FileNotFoundError, InputDataError, InputConfigError) as e:  # Found while reading.
         fail(e)
     exits.report_unwritten()
     if result is not None and result.preempted:
@@ -165,10 +155,8 @@ def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
 def _run(job: Job, mode: Mode) -> periodic_actions.RunResult | None:
     """Runs ``mode`` on the built job."""
     definition = FlopsDefinition(FLAGS.mfu_definition)
-    if mode is Mode.EVAL:
-        return eval_run.run(job, *restore_checkpoint(True))
-    if mode is Mode.DECODE:
-        return decode_run.run(job, *restore_checkpoint(True))
+    if mode in (Mode.EVAL, Mode.DECODE):  # Pax's --restore_checkpoint_dir/step, or the job's.
+        return (eval_run if mode is Mode.EVAL else decode_run).run(job, *restore_checkpoint(True))
     if mode is Mode.BENCHMARK:
         settings = bench.BenchSettings(
             FLAGS.bench_steps,

@@ -118,7 +118,7 @@ def test_two_processes_match_one_and_checkpoints_restore_across(tmp_path):
     # The 2-process checkpoint restores in a 1-process, 8-device run (and evaluates).
     resumed = run_main(f"--job_log_dir={multi}", *single_args, "--mode=eval", devices=8)
     assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "Restored checkpoint at step 6" in resumed.stdout
+    assert "Restored the parameters of step 6" in resumed.stdout
 
 
 def test_a_dead_peer_stops_the_others_in_bounded_time_naming_it(tmp_path):

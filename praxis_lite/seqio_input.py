@@ -2,7 +2,12 @@
 
 Each host reads its own shard (``seqio.ShardInfo(infeed_host_index,
 num_infeed_hosts)``), converts examples with ``seqio.DecoderFeatureConverter``
-and yields ``[batch_size, T]`` numpy batches with the keys LanguageModel reads::
+(``T = task_feature_lengths['targets']``) or, with ``prefix_lm=True``, with
+``seqio.PrefixLMFeatureConverter(loss_on_targets_only=True)`` (each row is BOS, the
+'inputs' tokens, then the 'targets' tokens with weights 1 on the targets only; ``T =
+task_feature_lengths['inputs'] + task_feature_lengths['targets']``; its
+``decoder_causal_attention`` is not used: the model stays causal), and yields
+``[batch_size, T]`` numpy batches with the keys LanguageModel reads::
 
     ids          decoder_input_tokens (int32)
     labels       decoder_target_tokens (int32)
@@ -118,6 +123,14 @@ class SeqIOInput(BaseInput):
       task_feature_lengths: sequence length per task feature, e.g. ``{'targets': 1024}``.
       feature_converter_pack: pack several examples into each row
         (``DecoderFeatureConverter(pack=True)``); adds segment_ids / segment_pos.
+      prefix_lm: train on prompt -> completion examples: each row is an example's
+        'inputs' then its 'targets', and only the 'targets' tokens count in the loss
+        (``seqio.PrefixLMFeatureConverter(loss_on_targets_only=True)``); rows are
+        ``task_feature_lengths['inputs'] + task_feature_lengths['targets']`` long.
+        Every task needs an 'inputs' feature. Without it, LM batches are of 'targets'
+        only and task_feature_lengths has no 'inputs' (seqio's DecoderFeatureConverter
+        would make prefix-LM rows of it unasked). Not for decoder inputs (their
+        ``DecodeForm.INPUTS_TARGETS`` prompts with the same 'inputs').
       shuffle: shuffle the examples; None: shuffle iff ``is_training``.
       shuffle_buffer_size: examples in the shuffle buffer; None: the Task's own
         (Tasks only; a Mixture's tasks use their own).
@@ -139,6 +152,7 @@ class SeqIOInput(BaseInput):
     task_feature_lengths: Mapping[str, int] = dataclasses.field(kw_only=True)
     split_name: str = "train"
     feature_converter_pack: bool = False
+    prefix_lm: bool = False
     shuffle: bool | None = None
     shuffle_buffer_size: int | None = None
     model_vocab_size: int | None = None
@@ -182,6 +196,7 @@ class SeqIOInput(BaseInput):
                     f"size (the experiment's VOCAB_SIZE knob) to at least {size}."
                 )
         self._check_decode_form(where)
+        self._check_prefix_lm(where)
         if self.repeats:
             self._check_yields_examples()
         self._eval_batches: int | None = None
@@ -359,6 +374,38 @@ class SeqIOInput(BaseInput):
                 f"{self.prompt_len}; the rest of each example is the target."
             )
 
+    def _check_prefix_lm(self, where: str) -> None:
+        """Raises unless every task has the 'inputs' that ``prefix_lm`` puts before the targets,
+        or, without it, LM batches are of 'targets' only."""
+        if not self.prefix_lm:
+            if self.decode_form is None and "inputs" in self.task_feature_lengths:
+                raise InputConfigError(
+                    f"{where}: task_feature_lengths has an 'inputs' length, which would make "
+                    "rows of inputs then targets; set prefix_lm=True for those (the loss on "
+                    "the targets only), or leave 'inputs' out for rows of targets only."
+                )
+            return
+        if self.decode_form is not None:
+            raise InputConfigError(
+                f"{where}: prefix_lm makes LM batches (inputs then targets); a decoder input "
+                "prompts with 'inputs' through decode_form=DecodeForm.INPUTS_TARGETS. Set "
+                "prefix_lm=False."
+            )
+        for task in seqio.get_subtasks(self._provider):
+            if "inputs" not in task.output_features:
+                raise InputConfigError(
+                    f"{where}: prefix_lm puts each example's 'inputs' before its 'targets', but "
+                    f"task {task.name!r} has only {sorted(task.output_features)}; set "
+                    "prefix_lm=False for an LM task of 'targets' only."
+                )
+        length = self.task_feature_lengths.get("inputs")
+        if not isinstance(length, int) or length <= 0:
+            raise InputConfigError(
+                f"{where}: prefix_lm needs a positive 'inputs' length in task_feature_lengths "
+                f"(the longest prompt; rows are inputs + targets long), got "
+                f"{self.task_feature_lengths}."
+            )
+
     # ----- pipeline -----
 
     @property
@@ -390,7 +437,12 @@ class SeqIOInput(BaseInput):
         ds = self._provider.get_dataset(**kwargs)
         if self.decode_form is not None:
             return self._decode_examples(ds)
-        converter = seqio.DecoderFeatureConverter(pack=self.feature_converter_pack)
+        if self.prefix_lm:
+            converter = seqio.PrefixLMFeatureConverter(
+                pack=self.feature_converter_pack, loss_on_targets_only=True
+            )
+        else:
+            converter = seqio.DecoderFeatureConverter(pack=self.feature_converter_pack)
         return converter(ds, self.task_feature_lengths)
 
     def _decode_examples(self, ds: tf.data.Dataset) -> tf.data.Dataset:
@@ -574,6 +626,7 @@ class SeqIOInput(BaseInput):
             self.split_name,
             tuple(sorted(self.task_feature_lengths.items())),
             self.feature_converter_pack,
+            self.prefix_lm,
             self.shuffles,
             self.seed,
             self.shuffle_buffer_size,
@@ -591,6 +644,7 @@ class SeqIOInput(BaseInput):
         return counts
 
     def _to_batch(self, raw: Mapping[str, np.ndarray]) -> NestedMap:
+        """A converter's (or decoder input's) numpy batch -> the model's keys (module docstring)."""
         if self.decode_form is not None:
             return NestedMap({k: np.asarray(v, np.int32) for k, v in raw.items()})
         labels = raw["decoder_target_tokens"].astype(np.int32)
@@ -606,7 +660,8 @@ class SeqIOInput(BaseInput):
         return batch
 
 
-# (mixture, split, lengths, pack, shuffle, seed, buffer, hosts, decode form, prompt len)
+# (mixture, split, lengths, pack, prefix LM, shuffle, seed, buffer, hosts, decode form,
+# prompt len)
 # -> (provider, counts per shard).
 _SHARD_COUNTS: dict[tuple, tuple[Any, tuple[int, ...]]] = {}
 

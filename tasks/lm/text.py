@@ -20,6 +20,7 @@ from __future__ import annotations
 
 import enum
 import json
+from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import seqio
@@ -46,16 +47,24 @@ class TextFormat(enum.Enum):
     TFRECORD = "tfrecord"
 
 
+# (a JSONL line or TFRecord record, where it is: 'FILE: line N') -> its texts; a bad one
+# raises InputDataError naming ``where``.
+RecordParser = Callable[[bytes, str], tuple[bytes, ...]]
+
+
 class TextFileSource(seqio.FileDataSource):
     """Files of documents in a TextFormat; each example says where it came from.
 
     Examples are ``{'data': line or record, 'file': path, 'number': n}`` (n counts
     lines or records from 1), so a bad one is reported by file and number;
-    :meth:`check_file` looks at the start and end of a file before any reading.
+    :meth:`check_file` looks at the start and end of a file before any reading,
+    parsing a JSONL line or TFRecord record with ``parse`` (None for LINES).
     """
 
-    def __init__(self, patterns: dict[str, str], text_format: TextFormat, text_field: str):
-        self.text_format, self.text_field = text_format, text_field
+    def __init__(
+        self, patterns: dict[str, str], text_format: TextFormat, parse: RecordParser | None
+    ):
+        self.text_format, self.parse = text_format, parse
         read = tf.data.TFRecordDataset if text_format is TextFormat.TFRECORD else _lines
         super().__init__(
             read_file_fn=lambda path: _numbered(read(path), path),
@@ -74,7 +83,7 @@ class TextFileSource(seqio.FileDataSource):
                 f"point {fix} at other files",
             )
             record = next(iter(tf.data.TFRecordDataset(path).take(1))).numpy()
-            example_text(record, f"{path}: record 1", self.text_field)
+            self.parse(record, f"{path}: record 1")
             return
         with tf.io.gfile.GFile(path, "rb") as f:
             head, size = f.read(_PEEK_BYTES), f.size()
@@ -105,7 +114,7 @@ class TextFileSource(seqio.FileDataSource):
         index = next((i for i in order if lines[i].strip()), None)
         if index is not None:
             where = f"{path}: line {index + 1}" if numbered else f"{path}: the last line"
-            jsonl_text(lines[index], where, self.text_field)
+            self.parse(lines[index], where)
 
 
 _PEEK_BYTES = 1 << 16
@@ -120,23 +129,36 @@ def _numbered(ds: tf.data.Dataset, path: tf.Tensor) -> tf.data.Dataset:
     return ds.enumerate(start=1).map(lambda n, x: {"data": x, "file": path, "number": n})
 
 
-def jsonl_text(line: bytes, where: str, text_field: str) -> bytes:
-    """The UTF-8 text in ``text_field`` of one JSON line (at ``where``: 'FILE: line N')."""
+def jsonl_fields(
+    line: bytes, where: str, knobs: Mapping[str, str], not_json_fix: str = ""
+) -> tuple[bytes, ...]:
+    """The UTF-8 texts of fields of one JSON line (at ``where``: 'FILE: line N').
+
+    ``knobs`` maps each field to read to the knob that names it (in its error);
+    ``not_json_fix`` ends the error of a line that is not JSON (', or set ...').
+    """
     try:
         record = json.loads(line)
     except ValueError as e:
         why = f"{e.msg}: column {e.colno}" if isinstance(e, json.JSONDecodeError) else e
         raise InputDataError(
             f"{where} is not JSON ({why}); fix or remove that line (a cut-off last line "
-            "means a truncated file), or set --set=TEXT_FORMAT=LINES for plain text."
+            f"means a truncated file){not_json_fix}."
         ) from None
-    if not isinstance(record, dict) or text_field not in record:
-        has = f"it has {sorted(record)}" if isinstance(record, dict) else "it is no object"
-        raise InputDataError(
-            f"{where} has no field {text_field!r} ({has}); set --set=TEXT_FIELD= to the field "
-            "that holds the text."
-        )
-    return str(record[text_field]).encode("utf-8")
+    for field, knob in knobs.items():
+        if not isinstance(record, dict) or field not in record:
+            has = f"it has {sorted(record)}" if isinstance(record, dict) else "it is no object"
+            raise InputDataError(
+                f"{where} has no field {field!r} ({has}); set --set={knob}= to the field "
+                "that holds the text."
+            )
+    return tuple(str(record[field]).encode("utf-8") for field in knobs)
+
+
+def jsonl_text(line: bytes, where: str, text_field: str) -> bytes:
+    """The UTF-8 text in ``text_field`` of one JSON line (at ``where``: 'FILE: line N')."""
+    fix = ", or set --set=TEXT_FORMAT=LINES for plain text"
+    return jsonl_fields(line, where, {text_field: "TEXT_FIELD"}, fix)[0]
 
 
 def example_text(record: bytes, where: str, text_field: str) -> bytes:
@@ -158,31 +180,38 @@ def example_text(record: bytes, where: str, text_field: str) -> bytes:
     return b"".join(features[text_field].bytes_list.value)
 
 
-def _to_text(text_format: TextFormat, text_field: str):
-    """Preprocessor: TextFileSource examples -> ``{'text': document}``.
-
-    LINES keeps every line; JSONL skips blank lines and parses the rest; TFRECORD
-    parses each record. A bad line or record raises InputDataError naming it.
-    """
+def _text_parser(text_format: TextFormat, text_field: str) -> RecordParser | None:
+    """How a JSONL line or TFRecord record gives its text (``text_field``); None for LINES."""
     if text_format is TextFormat.LINES:
-        return lambda ds: ds.map(lambda x: {"text": x["data"]}, num_parallel_calls=_AUTOTUNE)
-    parse, unit = (
-        (jsonl_text, "line") if text_format is TextFormat.JSONL else (example_text, "record")
-    )
+        return None
+    parse = jsonl_text if text_format is TextFormat.JSONL else example_text
+    return lambda data, where: (parse(data, where, text_field),)
 
-    def parse_one(data: bytes, path: bytes, number: int) -> bytes:
-        return parse(data, f"{path.decode()}: {unit} {int(number)}", text_field)
 
-    def to_text(x: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+def parse_records(
+    text_format: TextFormat, parse: RecordParser, features: Sequence[str]
+) -> Callable[[tf.data.Dataset], tf.data.Dataset]:
+    """Preprocessor: TextFileSource examples -> ``{feature: text}``, ``parse``'s texts in order.
+
+    JSONL skips blank lines and parses the rest; TFRECORD parses each record. A bad
+    line or record raises InputDataError naming it ('FILE: line N').
+    """
+    unit = "line" if text_format is TextFormat.JSONL else "record"
+
+    def parse_one(data: bytes, path: bytes, number: int) -> tuple[bytes, ...]:
+        return parse(data, f"{path.decode()}: {unit} {int(number)}")
+
+    def to_features(x: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
         args = [x["data"], x["file"], x["number"]]
-        text = tf.numpy_function(parse_one, args, tf.string, stateful=False)
-        text.set_shape([])
-        return {"text": text}
+        texts = tf.numpy_function(parse_one, args, [tf.string] * len(features), stateful=False)
+        for text in texts:
+            text.set_shape([])
+        return dict(zip(features, texts, strict=True))
 
     def preprocess(ds: tf.data.Dataset) -> tf.data.Dataset:
         if text_format is TextFormat.JSONL:
             ds = ds.filter(lambda x: tf.strings.length(tf.strings.strip(x["data"])) > 0)
-        return ds.map(to_text, num_parallel_calls=_AUTOTUNE)
+        return ds.map(to_features, num_parallel_calls=_AUTOTUNE)
 
     return preprocess
 
@@ -190,9 +219,18 @@ def _to_text(text_format: TextFormat, text_field: str):
 def _source_and_text(
     patterns: dict[str, str], text_format: TextFormat, text_field: str
 ) -> tuple[seqio.DataSource, list, str]:
-    """``(source, preprocessors to a 'text' feature, 'text')`` for files in ``text_format``."""
-    source = TextFileSource(patterns, text_format, text_field)
-    return source, [_to_text(text_format, text_field)], "text"
+    """``(source, preprocessors to a 'text' feature, 'text')`` for files in ``text_format``.
+
+    LINES keeps every line; JSONL and TFRECORD read ``text_field`` of each line or record.
+    """
+    parse = _text_parser(text_format, text_field)
+    source = TextFileSource(patterns, text_format, parse)
+    to_text = _line_to_text if parse is None else parse_records(text_format, parse, ["text"])
+    return source, [to_text], "text"
+
+
+def _line_to_text(ds: tf.data.Dataset) -> tf.data.Dataset:
+    return ds.map(lambda x: {"text": x["data"]}, num_parallel_calls=_AUTOTUNE)
 
 
 def continuation_metrics(targets: list[str], predictions: list[str]) -> dict[str, float]:
@@ -341,8 +379,8 @@ class LmTextTiny(LmSyntheticTiny):
         task.decoder.eos_id = 1
         return task
 
-    def datasets(self) -> list[Any]:
-        """Registers the files as a SeqIO task; returns the train (and eval) inputs."""
+    def register_task(self) -> None:
+        """Registers the files as the SeqIO task TEXT_TASK_NAME (splits 'train', 'validation')."""
         register_text_task(
             self.TEXT_TASK_NAME,
             train_path=self.TEXT_DATA_PATH,
@@ -351,12 +389,20 @@ class LmTextTiny(LmSyntheticTiny):
             text_field=self.TEXT_FIELD,
             vocab_path=self.VOCAB_PATH,
         )
+
+    def lm_input_fields(self) -> dict[str, Any]:
+        """The SeqIOInput fields that make the task's examples into MAX_SEQ_LEN-token rows."""
+        return {"task_feature_lengths": {"targets": self.MAX_SEQ_LEN}}
+
+    def datasets(self) -> list[Any]:
+        """Registers the files as a SeqIO task; returns the train (and eval) inputs."""
+        self.register_task()
         common = dict(
             mixture_name=self.TEXT_TASK_NAME,
-            task_feature_lengths={"targets": self.MAX_SEQ_LEN},
             batch_size=self.train_batch_size(),
             model_vocab_size=self.VOCAB_SIZE,
             seed=self.SEED,
+            **self.lm_input_fields(),
         )
         inputs = [
             config_lib.Config(
@@ -385,6 +431,23 @@ class LmTextTiny(LmSyntheticTiny):
         """Prompts from the held-out documents (TEXT_EVAL_DATA_PATH); none without them."""
         if self.TEXT_EVAL_DATA_PATH is None:
             return []
+        prompts = config_lib.Config(
+            SeqIOInput,
+            name="prompts",
+            split_name="validation",
+            batch_size=self.train_batch_size(),
+            is_training=False,
+            reset_for_eval=True,
+            model_vocab_size=self.VOCAB_SIZE,
+            seed=self.SEED,
+            data_flag=_EVAL_DATA_FLAG,
+            **self.prompt_input_fields(),
+        )
+        return [prompts]
+
+    def prompt_input_fields(self) -> dict[str, Any]:
+        """Registers the held-out documents as the task TEXT_TASK_NAME + '_prompts'; the
+        SeqIOInput fields that read them as prompts (DECODE_PROMPT_LEN tokens) and targets."""
         name = f"{self.TEXT_TASK_NAME}_prompts"
         register_text_prompt_task(
             name,
@@ -393,19 +456,9 @@ class LmTextTiny(LmSyntheticTiny):
             text_field=self.TEXT_FIELD,
             vocab_path=self.VOCAB_PATH,
         )
-        prompts = config_lib.Config(
-            SeqIOInput,
-            name="prompts",
-            mixture_name=name,
-            split_name="validation",
-            task_feature_lengths={"targets": self.MAX_SEQ_LEN},
-            decode_form=DecodeForm.TARGETS_PREFIX,
-            prompt_len=self.DECODE_PROMPT_LEN,
-            batch_size=self.train_batch_size(),
-            is_training=False,
-            reset_for_eval=True,
-            model_vocab_size=self.VOCAB_SIZE,
-            seed=self.SEED,
-            data_flag=_EVAL_DATA_FLAG,
-        )
-        return [prompts]
+        return {
+            "mixture_name": name,
+            "task_feature_lengths": {"targets": self.MAX_SEQ_LEN},
+            "decode_form": DecodeForm.TARGETS_PREFIX,
+            "prompt_len": self.DECODE_PROMPT_LEN,
+        }

@@ -638,3 +638,62 @@ def test_decode_form_reads_one_task(task):
             decode_form=DecodeForm.TARGETS_PREFIX,
             prompt_len=3,
         )
+
+
+def test_prefix_lm_rows_are_bos_inputs_targets_with_loss_on_targets(qa_task):
+    """prefix_lm: seqio's PrefixLMFeatureConverter; rows of inputs + targets (16 + 8) tokens."""
+    inp = make_eval(qa_task, reset_for_eval=True, prefix_lm=True, task_feature_lengths=QA_LENGTHS)
+    batches = read_all(inp)
+    assert sorted(batches[0]) == ["ids", "labels", "paddings", "weights"]
+    for i, (question, answer) in enumerate(QA):  # One host, unshuffled: file order.
+        b, r = batches[i // 4], i % 4
+        prompt, target = BYTES.encode(question)[:16], BYTES.encode(answer)[:7] + [BYTES.eos_id]
+        labels = np.pad(prompt + target, (0, 24 - len(prompt) - len(target)))
+        np.testing.assert_array_equal(b.labels[r], labels)
+        np.testing.assert_array_equal(b.ids[r, : len(prompt) + len(target)], [0, *labels[:-1]])
+        weights = [0] * len(prompt) + [1] * len(target)
+        np.testing.assert_array_equal(b.weights[r], np.pad(weights, (0, 24 - len(weights))))
+    assert not batches[-1].weights[len(QA) % 4 :].any()  # Padding examples.
+
+
+def test_prefix_lm_one_epoch_eval_on_two_hosts(qa_task):
+    """Packed rows of 4 + 20 tokens hold one pair each (4 + 9 or 10 tokens): 6 and 5 rows."""
+    inputs = [
+        make_eval(
+            qa_task,
+            reset_for_eval=True,
+            prefix_lm=True,
+            feature_converter_pack=True,
+            task_feature_lengths={"inputs": 4, "targets": 20},
+            num_infeed_hosts=2,
+            infeed_host_index=h,
+        )
+        for h in (0, 1)
+    ]
+    assert inputs[0].shard_example_counts() == (6, 5)
+    passes = [read_all(inp) for inp in inputs]
+    assert len(passes[0]) == len(passes[1]) == 2  # ceil(6 / 4) on both hosts.
+    answers = real_docs(inputs[0], passes[0]) + real_docs(inputs[1], passes[1])
+    assert sorted(a[4:] for a in answers) == sorted(a for _, a in QA)  # After 4 prompt bytes.
+    for b in passes[0] + passes[1]:
+        assert b.ids.shape == b.segment_ids.shape == (4, 24)
+
+
+@pytest.mark.parametrize(
+    "task_name, settings, match",
+    [
+        ("task", dict(prefix_lm=True), "task 'lines_lm' has only \\['targets'\\]"),
+        ("qa_task", dict(prefix_lm=True, task_feature_lengths={"targets": 8}), "positive 'inputs'"),
+        (
+            "qa_task",
+            dict(prefix_lm=True, decode_form=DecodeForm.INPUTS_TARGETS, reset_for_eval=True),
+            "Set prefix_lm=False",
+        ),
+        ("qa_task", dict(), "has an 'inputs' length.*set prefix_lm=True"),
+    ],
+    ids=["no-inputs-feature", "no-inputs-length", "decoder-input", "inputs-without-prefix-lm"],
+)
+def test_prefix_lm_settings_are_checked(request, task_name, settings, match):
+    settings = {"task_feature_lengths": {"inputs": 4, "targets": 8}, **settings}
+    with pytest.raises(InputConfigError, match=match):
+        make_eval(request.getfixturevalue(task_name), **settings)

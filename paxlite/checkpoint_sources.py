@@ -14,7 +14,7 @@ paxml step          ``state/mdl_vars.params.*`` (``<job>/checkpoints/checkpoint_
 paxml checkpoints   ``checkpoint_<8 digits>/`` steps (Pax's ``--restore_checkpoint_dir``)
 ==================  ==========================================================================
 
-The paxml kinds live with the rest of Pax's format (``paxlite.pax_checkpoint``, registered
+The paxml kinds live with the rest of Pax's format (``paxlite.formats.pax_checkpoint``, registered
 when it is imported; ``paxlite.init_from``, which every reader goes through, imports it).
 A :class:`Source` names its variables as its framework does (``params/<path>``, ``/``
 between keys, Pax's names for a paxml checkpoint) and reads any of them straight onto a
@@ -147,6 +147,20 @@ def identify(path: epath.PathLike) -> Kind:
     )
 
 
+def sharded_array(target: Any, read: Callable[[tuple[slice, ...]], np.ndarray]) -> jax.Array:
+    """An array of ``target``'s shape on its sharding, ``read`` (a device's index -> its
+    values) called once per distinct slice: devices holding the same slice share one read."""
+    cache: dict[tuple[tuple[int | None, int | None], ...], np.ndarray] = {}
+
+    def slice_of(index: tuple[slice, ...]) -> np.ndarray:
+        key = tuple((s.start, s.stop) for s in index)
+        if key not in cache:
+            cache[key] = read(index)
+        return cache[key]
+
+    return jax.make_array_from_callback(target.shape, target.sharding, slice_of)
+
+
 def open_source(
     path: epath.PathLike,
     step: int | None = None,
@@ -275,8 +289,10 @@ register(
     Kind(
         "paxlite job",
         "checkpoints/ beside config.json, or holding orbax steps",
-        lambda p: (p / "checkpoints").is_dir()
-        and ((p / "config.json").is_file() or bool(_paxlite_steps(p / "checkpoints"))),
+        lambda p: (
+            (p / "checkpoints").is_dir()
+            and ((p / "config.json").is_file() or bool(_paxlite_steps(p / "checkpoints")))
+        ),
         _open_paxlite_job,
     )
 )

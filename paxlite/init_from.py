@@ -25,12 +25,13 @@ import jax
 import numpy as np
 from flax import traverse_util
 
-from paxlite import checkpoint_sources, checkpoints, pax_checkpoint, pax_layout, summaries
+from paxlite import checkpoint_sources, checkpoints, summaries
 from paxlite.checkpoints import CheckpointMismatchError
+from paxlite.formats import hf_checkpoint, pax_checkpoint, pax_layout
 from paxlite.tasks_lib import CheckpointLoadingRules
 from paxlite.train_state import TrainState
 
-del pax_checkpoint  # Imported for its registration of the paxml checkpoint kinds.
+del hf_checkpoint, pax_checkpoint  # Imported to register their checkpoint kinds.
 _MAX_LISTED = 20  # Problems listed in an InitFromError.
 _MAX_NAMED = 6  # Fresh variables named on the console.
 

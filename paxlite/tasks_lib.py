@@ -22,7 +22,7 @@ class CheckpointLoadingRules(NamedTuple):
     Set ``task.train.init_from_checkpoint_rules = {path: CheckpointLoadingRules(...)}``; the
     entries are tried in order and the first to load a variable wins. Variables are named
     ``params/<path>`` (``/`` between keys; ``.`` is read as ``/``): Pax's names for a paxml
-    checkpoint (on both sides, through ``paxlite.pax_layout``), paxlite's for a paxlite one.
+    checkpoint (on both sides, through ``paxlite.formats.pax_layout``), paxlite's for a paxlite one.
 
     Attributes:
       task_p: the task config the checkpoint was trained with; paxlite reads names and
@@ -112,8 +112,9 @@ class SingleTask:
       decode_interval_steps: in train_and_eval, decode the experiment's
         ``decoder_datasets()`` every this many steps and at the end (0 = never;
         ``--mode=decode`` decodes a checkpoint).
-      decoder: how to decode: a ``DecoderParams`` config (``task.decoder.temperature``,
-        ``.top_k``, ``.top_p``, ``.eos_id``, ``.max_decode_steps``, ...).
+      decoder: how to decode: a ``DecoderParams`` config, Hugging Face's names
+        (``task.decoder.do_sample``, ``.temperature``, ``.top_k``, ``.top_p``,
+        ``.eos_token_id``, ``.max_new_tokens``, ...).
       target_log_pplx: early stopping (Pax's ``EarlyStoppingFn``): training ends,
         with a checkpoint, after an eval in which an input's ``log_pplx`` is at
         most this (nats per token); None: never.

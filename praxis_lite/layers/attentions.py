@@ -38,6 +38,7 @@ def attention_mask(
     key_paddings: jax.Array | None = None,
     query_segment_ids: jax.Array | None = None,
     key_segment_ids: jax.Array | None = None,
+    window: int | None = None,
 ) -> jax.Array:
     """Boolean ``[B or 1, 1, 1, T, S]`` mask, True where a query may attend a key.
 
@@ -48,10 +49,15 @@ def attention_mask(
       key_paddings: ``[B, S]``, 1.0 at padded keys (never attended).
       query_segment_ids / key_segment_ids: ``[B, T]`` / ``[B, S]`` ids of packed
         sequences; attention stays within a segment.
+      window: query ``t`` sees only keys ``s > t - window`` (itself and the
+        ``window - 1`` before it: Mistral's sliding window); ``None``: all.
     """
     mask = jnp.ones((1, 1, 1, query_len, key_len), dtype=bool)
+    behind = jnp.arange(query_len)[:, None] - jnp.arange(key_len)[None, :]  # t - s
     if causal:
-        mask = mask & (jnp.arange(query_len)[:, None] >= jnp.arange(key_len)[None, :])
+        mask = mask & (behind >= 0)
+    if window is not None:
+        mask = mask & (behind < window)
     if key_paddings is not None:
         mask = mask & (key_paddings < 0.5)[:, None, None, None, :]
     if query_segment_ids is not None and key_segment_ids is not None:
@@ -71,7 +77,14 @@ class DotProductAttention(BaseLayer):
       dims_per_head: ``H``; ``None`` means ``D // N``.
       is_causal: mask future keys.
       combine_qkv: one ``[3, D, N, H]`` weight for q, k and v (needs ``K == N``).
-      use_bias: add biases to the q/k/v and output projections.
+      use_bias: add biases to the q/k/v projections (and to the output projection, unless
+        ``use_post_bias`` says otherwise).
+      use_post_bias: a bias on the output projection; ``None``: as ``use_bias`` (Qwen2 has
+        q/k/v biases and none on the output).
+      qk_norm_tpl: a norm applied to each head of q and k after their projections and
+        before RoPE (given ``input_dims=H``; Qwen3's RmsNorm); ``None`` for none.
+      sliding_window: each query sees itself and the ``sliding_window - 1`` keys before it
+        (Mistral's), in training and in KV-cache decoding; ``None``: every earlier key.
       atten_dropout_prob: dropout on the attention probabilities (when training).
       atten_logit_cap: if > 0, logits become ``cap * tanh(logits / cap)``.
       rotary_tpl: template of a RoPE layer applied to q and k; ``None`` for none.
@@ -87,6 +100,9 @@ class DotProductAttention(BaseLayer):
     is_causal: bool = True
     combine_qkv: bool = False
     use_bias: bool = True
+    use_post_bias: bool | None = None
+    qk_norm_tpl: LayerTpl = template_field(None)
+    sliding_window: int | None = None
     atten_dropout_prob: float = 0.0
     atten_logit_cap: float = 0.0
     rotary_tpl: LayerTpl = template_field(None)
@@ -100,6 +116,11 @@ class DotProductAttention(BaseLayer):
     def head_dim(self) -> int:
         return self.dims_per_head or self.input_dims // self.num_heads
 
+    @property
+    def post_bias(self) -> bool:
+        """Whether the output projection has a bias."""
+        return self.use_bias if self.use_post_bias is None else self.use_post_bias
+
     def setup(self) -> None:
         n, k, h, d = self.num_heads, self.kv_heads, self.head_dim, self.input_dims
         if self.dims_per_head is None and d % n:
@@ -111,6 +132,8 @@ class DotProductAttention(BaseLayer):
             raise ValueError(f"num_heads={n} must be a multiple of num_kv_heads={k}.")
         if self.combine_qkv and k != n:
             raise ValueError("combine_qkv needs num_kv_heads == num_heads (or None).")
+        if self.sliding_window is not None and self.sliding_window < 1:
+            raise ValueError(f"sliding_window must be >= 1 or None, got {self.sliding_window}.")
         init = nn.initializers.lecun_normal(in_axis=0, out_axis=(1, 2))
         if self.combine_qkv:
             self.w_qkv = self.create_variable(
@@ -134,7 +157,11 @@ class DotProductAttention(BaseLayer):
             self.b_q = self.create_variable("b_q", (n, h), (HEADS, HEAD_DIM), zeros)
             self.b_k = self.create_variable("b_k", (k, h), (KV_HEADS, HEAD_DIM), zeros)
             self.b_v = self.create_variable("b_v", (k, h), (KV_HEADS, HEAD_DIM), zeros)
-            self.b_post = self.create_variable("b_post", (d,), (EMBED,), zeros)
+        if self.post_bias:
+            self.b_post = self.create_variable("b_post", (d,), (EMBED,), nn.initializers.zeros)
+        if self.qk_norm_tpl is not None:
+            self.query_norm = self.create_child(self.qk_norm_tpl, input_dims=h)
+            self.key_norm = self.create_child(self.qk_norm_tpl, input_dims=h)
         if self.per_dim_scale:
             self.query_scale = self.create_variable(
                 "per_dim_scale", (h,), (HEAD_DIM,), nn.initializers.zeros
@@ -143,7 +170,8 @@ class DotProductAttention(BaseLayer):
         self.dropout = nn.Dropout(self.atten_dropout_prob)
 
     def project_qkv(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
-        """``x [B, T, D]`` -> q ``[B, T, N, H]``, k and v ``[B, T, K, H]``.
+        """``x [B, T, D]`` -> q ``[B, T, N, H]``, k and v ``[B, T, K, H]`` (with their
+        biases, and q and k normalised per head with ``qk_norm_tpl``).
 
         The projections are named for remat policies as in praxis:
         'combined_qkv_proj', or 'query_proj', 'key_proj' and 'value_proj'.
@@ -157,6 +185,8 @@ class DotProductAttention(BaseLayer):
             v = checkpoint_name(jnp.einsum("btd,dkh->btkh", x, self.w_v), "value_proj")
         if self.use_bias:
             q, k, v = q + self.b_q, k + self.b_k, v + self.b_v
+        if self.qk_norm_tpl is not None:
+            q, k = self.query_norm(q), self.key_norm(k)
         return q, k, v
 
     def query_scaling(self, h: int) -> jax.Array:
@@ -221,6 +251,7 @@ class DotProductAttention(BaseLayer):
             key_paddings=paddings,
             query_segment_ids=segment_ids,
             key_segment_ids=segment_ids,
+            window=self.sliding_window,
         )
         encoded = self.attend(q, k, v, mask, train)
         return self.post_project(encoded)
@@ -229,7 +260,7 @@ class DotProductAttention(BaseLayer):
         """Heads back to model dims: ``[B, T, N, H] -> [B, T, D]`` (named 'out_proj', as
         sharded: a remat policy keeping it keeps the split copy)."""
         out = jnp.einsum("btnh,nhd->btd", encoded, self.w_post)
-        if self.use_bias:
+        if self.post_bias:
             out = out + self.b_post
         return checkpoint_name(self.constrain(out, (BATCH, LENGTH, ACTIVATION_EMBED)), "out_proj")
 
@@ -295,8 +326,10 @@ class DotProductAttention(BaseLayer):
         key_paddings = write(cached_pad.value, paddings)
         cached_k.value, cached_v.value, cached_pad.value = keys, values, key_paddings
         index.value = start + t
-        slots = jnp.arange(keys.shape[1])
-        visible = slots[None, :] <= start + jnp.arange(t)[:, None]  # [T, S]
+        behind = start + jnp.arange(t)[:, None] - jnp.arange(keys.shape[1])[None, :]  # [T, S]
+        visible = behind >= 0
+        if self.sliding_window is not None:  # Slots are contiguous after the left padding.
+            visible = visible & (behind < self.sliding_window)
         mask = visible[None, None, None] & (key_paddings < 0.5)[:, None, None, None, :]
         return self.post_project(self.attend(q, keys, values, mask, train=False))
 

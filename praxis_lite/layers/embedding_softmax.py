@@ -6,6 +6,7 @@ Shapes: ``B`` batch, ``T`` time, ``D`` model dims, ``V`` vocabulary size,
 
 from __future__ import annotations
 
+import enum
 import math
 from typing import ClassVar
 
@@ -165,7 +166,13 @@ class _SoftmaxBase(BaseLayer):
 
 
 class FullSoftmax(_SoftmaxBase):
-    """A separate ``[D, V]`` projection plus bias: ``[..., D] -> logits [..., V]``."""
+    """A separate ``[D, V]`` projection (plus a bias): ``[..., D] -> logits [..., V]``.
+
+    Attributes:
+      use_bias: add a bias ``b [V]`` to the logits (before the cap).
+    """
+
+    use_bias: bool = True
 
     logits_einsum: ClassVar[str] = "...d,dv->...v"
 
@@ -176,10 +183,11 @@ class FullSoftmax(_SoftmaxBase):
             (EMBED, VOCAB),
             nn.initializers.lecun_normal(),
         )
-        self.b = self.create_variable("b", (self.num_classes,), (VOCAB,), nn.initializers.zeros)
+        if self.use_bias:
+            self.b = self.create_variable("b", (self.num_classes,), (VOCAB,), nn.initializers.zeros)
 
     def projection(self) -> tuple[jax.Array, jax.Array | None]:
-        return self.w, self.b
+        return self.w, self.b if self.use_bias else None
 
 
 class SharedEmbeddingSoftmax(_SoftmaxBase):
@@ -285,21 +293,68 @@ class TrainablePositionalEmbedding(BaseLayer):
         return jnp.take(table, positions, axis=0)
 
 
+class RopeScaling(enum.Enum):
+    """How RoPE's frequencies are stretched for contexts longer than training's.
+
+    NONE: as trained. LINEAR: every frequency divided by ``scaling_factor`` (positions
+    interpolated). LLAMA3: Llama 3.1's: frequencies whose wavelength is above
+    ``original_max_position / low_freq_factor`` are divided by ``scaling_factor``, those
+    below ``original_max_position / high_freq_factor`` kept, the ones between blended.
+    """
+
+    NONE = "none"
+    LINEAR = "linear"
+    LLAMA3 = "llama3"
+
+
 class RotaryPositionalEmbedding(BaseLayer):
     """RoPE: rotates feature pairs ``(i, i + H/2)`` of ``[B, T, N, H]`` by position.
 
     Feature ``i < H/2`` pairs with ``i + H/2`` and is rotated by angle
-    ``position / (min_timescale * (max_timescale/min_timescale)^(2i/H))``.
+    ``position / (min_timescale * (max_timescale/min_timescale)^(2i/H))``, its
+    frequency then scaled as ``scaling`` says.
 
     Attributes:
       input_dims: ``H`` (must be even).
       min_timescale: see above.
-      max_timescale: the RoPE "base" (10000 in most models).
+      max_timescale: the RoPE "base" (10000 in most models; HF's ``rope_theta``).
+      scaling: see :class:`RopeScaling`.
+      scaling_factor: how many times longer the context is than trained (LINEAR, LLAMA3).
+      low_freq_factor, high_freq_factor, original_max_position: LLAMA3's wavelength
+        bounds (HF's ``low_freq_factor``, ``high_freq_factor``,
+        ``original_max_position_embeddings``).
     """
 
     input_dims: int
     min_timescale: float = 1.0
     max_timescale: float = 10_000.0
+    scaling: RopeScaling = RopeScaling.NONE
+    scaling_factor: float = 1.0
+    low_freq_factor: float = 1.0
+    high_freq_factor: float = 4.0
+    original_max_position: int = 8192
+
+    def frequencies(self) -> jax.Array:
+        """``[H/2]`` float32 angles per position (radians), after the scaling."""
+        half = self.input_dims // 2
+        fraction = 2 * jnp.arange(half, dtype=jnp.float32) / self.input_dims
+        timescale = self.min_timescale * (self.max_timescale / self.min_timescale) ** fraction
+        frequency = 1.0 / timescale
+        if self.scaling is RopeScaling.NONE:
+            return frequency
+        scaled = frequency / self.scaling_factor
+        if self.scaling is RopeScaling.LINEAR:
+            return scaled
+        wavelength = 2 * math.pi / frequency
+        low, high = self.low_freq_factor, self.high_freq_factor
+        # 0 at the long-wavelength bound (all scaled), 1 at the short one (all kept).
+        blend = (self.original_max_position / wavelength - low) / (high - low)
+        blended = (1 - blend) * scaled + blend * frequency
+        out = jnp.where(wavelength > self.original_max_position / low, scaled, frequency)
+        between = (wavelength >= self.original_max_position / high) & (
+            wavelength <= self.original_max_position / low
+        )
+        return jnp.where(between, blended, out)
 
     def __call__(self, x: jax.Array, positions: jax.Array | None = None) -> jax.Array:
         if self.input_dims % 2 or x.shape[-1] != self.input_dims:
@@ -309,10 +364,7 @@ class RotaryPositionalEmbedding(BaseLayer):
             )
         if positions is None:
             positions = _default_positions(x.shape[1])
-        half = self.input_dims // 2
-        fraction = 2 * jnp.arange(half, dtype=jnp.float32) / self.input_dims
-        timescale = self.min_timescale * (self.max_timescale / self.min_timescale) ** fraction
-        angles = positions[..., None, None].astype(jnp.float32) / timescale  # [B, T, 1, H/2]
+        angles = positions[..., None, None].astype(jnp.float32) * self.frequencies()  # [B,T,1,H/2]
         sin, cos = jnp.sin(angles), jnp.cos(angles)
         x1, x2 = jnp.split(x.astype(jnp.float32), 2, axis=-1)
         out = jnp.concatenate([x1 * cos - x2 * sin, x2 * cos + x1 * sin], axis=-1)

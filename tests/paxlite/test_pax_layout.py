@@ -2,7 +2,7 @@
 
 tests/fixtures/pax/param_trees.json was written by tools/pax_fixtures/param_trees.py in a
 paxml 1.4.0 venv (praxis's abstract init of every experiment of c4, c4_multislice and
-lm_cloud). Each of our experiments, mapped to Pax's names by paxlite.pax_layout, must give the
+lm_cloud). Each of our experiments, mapped to Pax's names by paxlite.formats.pax_layout, must give the
 same names and shapes.
 """
 
@@ -14,7 +14,8 @@ import flax.linen as nn
 import jax
 import pytest
 
-from paxlite import experiment_registry, pax_layout
+from paxlite import experiment_registry
+from paxlite.formats import pax_layout
 from tests.tasks.test_lm_cloud_catalogue import _abstract_params
 
 _FIXTURE = pathlib.Path(__file__).parents[1] / "fixtures" / "pax" / "param_trees.json"

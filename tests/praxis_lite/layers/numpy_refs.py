@@ -206,11 +206,14 @@ def attention(
     segment_ids: np.ndarray | None = None,
     logit_cap: float = 0.0,
     use_rope: bool = False,
+    window: int | None = None,
 ) -> np.ndarray:
     """Multi-head self-attention ``[B, T, D] -> [B, T, D]`` with the DotProductAttention weights.
 
     Grouped-query heads: each of the ``K`` key/value heads is repeated for its ``N / K``
-    consecutive query heads. Queries with no visible key are not used by the tests.
+    consecutive query heads. Queries with no visible key are not used by the tests. With
+    ``p['query_norm']``/``p['key_norm']``, q and k are RMS-normalised per head before
+    RoPE (Qwen3's); ``window``: query ``t`` sees keys ``t - window < s <= t``.
     """
     if "w_qkv" in p:
         w_q, w_k, w_v = p["w_qkv"]
@@ -221,6 +224,8 @@ def attention(
     v = np.einsum("btd,dkh->btkh", x, w_v)
     if "b_q" in p:
         q, k, v = q + p["b_q"], k + p["b_k"], v + p["b_v"]
+    if "query_norm" in p:
+        q, k = rms_norm(q, p["query_norm"]["scale"]), rms_norm(k, p["key_norm"]["scale"])
     b, t, n, h = q.shape
     if use_rope:
         positions = np.arange(t, dtype=np.float64)[None, :]
@@ -235,6 +240,8 @@ def attention(
     mask = np.ones((b, t, t), dtype=bool)
     if causal:
         mask &= np.tril(np.ones((t, t), dtype=bool))
+    if window is not None:
+        mask &= np.arange(t)[:, None] - np.arange(t)[None, :] < window
     if paddings is not None:
         mask &= (paddings < 0.5)[:, None, :]
     if segment_ids is not None:

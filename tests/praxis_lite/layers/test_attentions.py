@@ -18,6 +18,7 @@ import pytest
 
 from praxis_lite.layers import attentions
 from praxis_lite.layers import embedding_softmax as es
+from praxis_lite.layers.normalizations import RmsNorm
 from tests.praxis_lite.layers import numpy_refs as ref
 
 D = 8
@@ -34,7 +35,13 @@ VARIANTS = {
         {"causal": False},
     ),
     "per_dim_scale": ({"per_dim_scale": True}, {}),  # the reference reads p['per_dim_scale']
-}
+    # Qwen3's q/k norms and Qwen2's biases (q/k/v, none on the output) with Mistral's window.
+    "qk_norm_window_no_post_bias": (
+        {"num_kv_heads": 2, "rope": True, "qk_norm": True, "use_post_bias": False,
+         "sliding_window": 3},
+        {"use_rope": True, "window": 3},
+    ),
+}  # fmt: skip
 
 
 def _build(variant="mha", dtype=jnp.float32, **overrides):
@@ -43,6 +50,8 @@ def _build(variant="mha", dtype=jnp.float32, **overrides):
     cfg = attentions.DotProductAttention.HParams.config(input_dims=D, num_heads=4)
     if fields.pop("rope", False):
         cfg.rotary_tpl = es.RotaryPositionalEmbedding.HParams.config()
+    if fields.pop("qk_norm", False):
+        cfg.qk_norm_tpl = RmsNorm.HParams.config()
     for name, value in fields.items():
         setattr(cfg, name, value)
     return ref.build(cfg, dtype)
@@ -77,6 +86,8 @@ def test_matches_numpy(variant, b, t, dtype):
         k, h = fields.get("num_kv_heads", 4), fields.get("dims_per_head", D // 4)
         assert p["w_q"].shape == (D, 4, h) and p["w_k"].shape == p["w_v"].shape == (D, k, h)
     assert ("b_q" in p) == fields.get("use_bias", True)
+    assert ("b_post" in p) == fields.get("use_post_bias", fields.get("use_bias", True))
+    assert ("query_norm" in p) == fields.get("qk_norm", False)
     assert ("per_dim_scale" in p) == fields.get("per_dim_scale", False)
 
     y = ref.jit_apply(_build(variant, dtype))(variables, x, paddings=paddings)
@@ -92,6 +103,20 @@ def test_logit_cap_and_rope_change_the_output():
     plain = ref.attention(x, p)
     assert not np.allclose(plain, ref.attention(x, p, logit_cap=1.0), atol=1e-3)
     assert not np.allclose(plain, ref.attention(x, p, use_rope=True), atol=1e-3)
+
+
+def test_window_and_qk_norms_change_the_output():
+    """As above, for the window (T = 7 > 3) and the noised q/k norm scales."""
+    x = ref.normal((2, 7, D), scale=2.0).astype(np.float64)
+    p = ref.to_numpy(_variables("qk_norm_window_no_post_bias")["params"])
+    want = ref.attention(x, p, use_rope=True, window=3)
+    assert not np.allclose(want, ref.attention(x, p, use_rope=True), atol=1e-3)
+    unnormed = {k: v for k, v in p.items() if k not in ("query_norm", "key_norm")}
+    assert not np.allclose(want, ref.attention(x, unnormed, use_rope=True, window=3), atol=1e-3)
+    y = ref.jit_apply(_build("qk_norm_window_no_post_bias"))(
+        _variables("qk_norm_window_no_post_bias"), x.astype(np.float32)
+    )
+    ref.assert_close(y, want, jnp.float32, tol=1e-4)
 
 
 @pytest.mark.parametrize("variant", ["mha", "gqa_rope"])

@@ -283,6 +283,47 @@ def test_rope_min_timescale_is_the_shortest_timescale():
     )
 
 
+def _scaled_frequencies(h, base, scaling, factor, low=1.0, high=4.0, original=64):
+    """Each pair's turn per position, as Llama 3.1's paper and config describe the scaling:
+    wavelengths below ``original / high`` kept, above ``original / low`` divided by
+    ``factor``, blended between; LINEAR divides all of them."""
+    out = []
+    for f in 1.0 / base ** (np.arange(0, h, 2) / h):
+        wavelength = 2 * math.pi / f
+        if scaling is es.RopeScaling.LINEAR or wavelength > original / low:
+            out.append(f / factor)
+        elif wavelength < original / high:
+            out.append(f)
+        else:
+            blend = (original / wavelength - low) / (high - low)
+            out.append((1 - blend) * f / factor + blend * f)
+    return np.array(out)
+
+
+@pytest.mark.parametrize("scaling", [es.RopeScaling.LINEAR, es.RopeScaling.LLAMA3])
+def test_rope_scaling(scaling):
+    """H = 16, base 1e4, original context 64: the pairs' wavelengths run from 6.3 to 2e4,
+    so LLAMA3 keeps some, blends some and scales the rest."""
+    h, factor = 16, 8.0
+    cfg = es.RotaryPositionalEmbedding.HParams.config(
+        input_dims=h, scaling=scaling, scaling_factor=factor, original_max_position=64
+    )
+    want = _scaled_frequencies(h, 1e4, scaling, factor)
+    if scaling is es.RopeScaling.LLAMA3:
+        plain = 1.0 / 1e4 ** (np.arange(0, h, 2) / h)
+        kept, scaled = np.isclose(want, plain), np.isclose(want, plain / factor)
+        assert kept.any() and scaled.any() and (~kept & ~scaled).any()
+    layer = ref.build(cfg)
+    np.testing.assert_allclose(layer.apply({}, method=layer.frequencies), want, rtol=1e-6)
+    x = ref.normal((1, 4, 2, h))
+    positions = np.array([[0, 3, 40, 300]])
+    y = layer.apply({}, x, positions)
+    angles = positions[:, :, None, None] * want  # ref.rope with these frequencies:
+    x1, x2 = x[..., : h // 2].astype(np.float64), x[..., h // 2 :].astype(np.float64)
+    rotated = [x1 * np.cos(angles) - x2 * np.sin(angles), x1 * np.sin(angles) + x2 * np.cos(angles)]
+    ref.assert_close(y, np.concatenate(rotated, -1), jnp.float32)
+
+
 def test_rope_properties():
     """Position 0 is the identity; pair norms are kept; q.k depends on the offset only."""
     h = 8

@@ -41,8 +41,9 @@ def _jit(fn, **kwargs):
     [
         {"num_kv_heads": 2, "rope": True},
         {"combine_qkv": True, "use_bias": False, "atten_logit_cap": 1.0},
+        {"num_kv_heads": 2, "rope": True, "sliding_window": 2},
     ],
-    ids=["gqa_rope", "mha_combined_qkv_cap"],
+    ids=["gqa_rope", "mha_combined_qkv_cap", "gqa_rope_sliding_window"],
 )
 def test_attention_prefill_then_steps_equals_full_pass(fields):
     fields = dict(fields)
@@ -86,24 +87,27 @@ def test_extend_without_a_cache_names_max_len():
         jax.eval_shape(init, jax.random.key(0), x)
 
 
-def _lm_config(stack_cls, num_kv_heads):
+def _lm_config(stack_cls, num_kv_heads, window=None):
     cfg = TransformerLm.HParams.config(model_dims=D, vocab_size=V)
     cfg.stacked_transformer_tpl = stack_cls.HParams.config(num_layers=2)
     block = cfg.stacked_transformer_tpl.block_tpl
     block.input_dims, block.hidden_dims, block.num_heads = D, 32, 4
     block.num_kv_heads = num_kv_heads
     block.tr_atten_tpl.rotary_tpl = es.RotaryPositionalEmbedding.HParams.config()
+    block.tr_atten_tpl.sliding_window = window
     return LanguageModel.HParams.config(lm_tpl=cfg)
 
 
 @pytest.mark.parametrize(
-    "stack_cls, num_kv_heads",
-    [(StackedTransformer, None), (StackedTransformerRepeated, 2)],
-    ids=["plain_mha", "repeated_gqa"],
-)
-def test_lm_left_padded_prefill_then_steps_equals_full_pass(stack_cls, num_kv_heads):
-    """Row 0 has a 3-token prompt, row 1 a 1-token prompt left-padded to 3; RoPE."""
-    model = ref.build(_lm_config(stack_cls, num_kv_heads))
+    "stack_cls, num_kv_heads, window",
+    [(StackedTransformer, None, None), (StackedTransformerRepeated, 2, None),
+     (StackedTransformer, 2, 2)],
+    ids=["plain_mha", "repeated_gqa", "plain_gqa_sliding_window"],
+)  # fmt: skip
+def test_lm_left_padded_prefill_then_steps_equals_full_pass(stack_cls, num_kv_heads, window):
+    """Row 0 has a 3-token prompt, row 1 a 1-token prompt left-padded to 3; RoPE; with a
+    sliding window, the left padding must not count as window slots."""
+    model = ref.build(_lm_config(stack_cls, num_kv_heads, window))
     rng = np.random.default_rng(0)
     ids = rng.integers(0, V, (2, T)).astype(np.int32)
     variables = {"params": ref.init_variables(model, method=lambda m, i: m.lm(i), i=ids)["params"]}
@@ -156,4 +160,4 @@ def test_lm_left_padded_prefill_then_steps_equals_full_pass(stack_cls, num_kv_he
         assert k.names == ("layers", *attentions.CACHE_KV_AXES)
     else:
         k = cache["lm"]["transformer"]["x_layers_1"]["self_attention"]["key"]
-        assert k.value.shape == (2, PROMPT + steps, 4, 4)
+        assert k.value.shape == (2, PROMPT + steps, num_kv_heads or 4, 4)

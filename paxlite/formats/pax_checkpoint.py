@@ -4,7 +4,7 @@ read into a paxlite model's parameters.
 paxml 1.4 saves a step as ``<job>/checkpoints/checkpoint_<8-digit step>/state/`` with one
 tensorstore (zarr) array per variable: ``mdl_vars.params.<dotted Pax path>`` for the model's
 weights, ``opt_states_*`` for the optimizer's (not read here). A :class:`PaxSource` names them
-``params/<Pax path>`` and reads each paxlite leaf through its ``paxlite.pax_layout.Recipe``
+``params/<Pax path>`` and reads each paxlite leaf through its ``paxlite.formats.pax_layout.Recipe``
 (names, transposes, stacking and value conventions), one device slice at a time.
 """
 
@@ -19,7 +19,8 @@ import numpy as np
 import tensorstore as ts
 from etils import epath
 
-from paxlite import checkpoint_sources, pax_layout, storage
+from paxlite import checkpoint_sources, storage
+from paxlite.formats import pax_layout
 
 _PAX_PARAMS = "mdl_vars.params."
 _PAX_STEP = re.compile(r"checkpoint_(\d{8})")
@@ -104,20 +105,16 @@ class PaxSource(checkpoint_sources.Source):
 
     def _read_leaf(self, path: str, recipe: Any, view: ts.TensorStore, target: Any) -> Any:
         """The leaf on ``target``'s sharding: each distinct device slice read once."""
-        read: dict[Any, np.ndarray] = {}
 
-        def slice_of(index: tuple[slice, ...]) -> np.ndarray:
-            key = tuple((s.start, s.stop) for s in index)
-            if key not in read:
-                values = np.asarray(view[index].read().result(), np.float32)
-                if recipe.scale_offset:  # praxis stores a LayerNorm scale minus 1.
-                    values = values + 1.0
-                if self._observer is not None:
-                    self._observer(path, values.size * np.dtype(view.dtype.numpy_dtype).itemsize)
-                read[key] = values.astype(target.dtype)
-            return read[key]
+        def read(index: tuple[slice, ...]) -> np.ndarray:
+            values = np.asarray(view[index].read().result(), np.float32)
+            if recipe.scale_offset:  # praxis stores a LayerNorm scale minus 1.
+                values = values + 1.0
+            if self._observer is not None:
+                self._observer(path, values.size * np.dtype(view.dtype.numpy_dtype).itemsize)
+            return values.astype(target.dtype)
 
-        return jax.make_array_from_callback(target.shape, target.sharding, slice_of)
+        return checkpoint_sources.sharded_array(target, read)
 
 
 def _is_pax_step(path: epath.Path) -> bool:

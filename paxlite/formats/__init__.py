@@ -1,0 +1,6 @@
+"""Other frameworks' checkpoint formats, one module per format and concern.
+
+``pax_layout`` / ``pax_checkpoint``: paxml 1.4's parameter names and checkpoints;
+``hf_models`` / ``hf_checkpoint`` / ``hf_tokenizer``: Hugging Face model directories.
+Each registers its checkpoint kinds with ``paxlite.checkpoint_sources``.
+"""

@@ -1,0 +1,235 @@
+"""Hugging Face model directories: safetensors read onto a run's shardings, and written.
+
+A directory is recognised by its ``config.json`` beside ``model.safetensors`` or
+``model.safetensors.index.json`` (sharded: the index maps each tensor to its file). Its
+variables are named as Hugging Face names them (``params/model.layers.0.self_attn.
+q_proj.weight``); the family's table (``paxlite.formats.hf_models``) names a run's
+parameters the same way. Each device's slice is read by itself with safetensors'
+``get_slice``, in the layout ``hf_layout.read_slice`` works out, and cast to the run's
+dtype: never a whole array on one host.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+from etils import epath
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from paxlite import checkpoint_sources
+from paxlite.checkpoint_sources import PARAMS, Variable
+from paxlite.formats import hf_layout, hf_models
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+GENERATION_CONFIG_FILE = "generation_config.json"
+#: transformers' ``save_pretrained`` default ``max_shard_size`` (5 GB): above it, shards.
+DEFAULT_MAX_SHARD_BYTES = 5 * 10**9
+
+_DTYPES = {
+    "F64": np.dtype(np.float64),
+    "F32": np.dtype(np.float32),
+    "F16": np.dtype(np.float16),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "I64": np.dtype(np.int64),
+    "I32": np.dtype(np.int32),
+}
+
+
+class HfSource(checkpoint_sources.Source):
+    """A Hugging Face model directory opened for reading (its config.json and safetensors).
+
+    Attributes:
+      config: the model's config.json; family: its family (names and layouts).
+    """
+
+    kind = "hugging face model"
+
+    def __init__(self, directory: epath.Path, observer: checkpoint_sources.ReadObserver | None):
+        self.path, self.step, self._observer = directory, 0, observer
+        self.config = hf_models.HfConfig.load(directory)
+        self.family = hf_models.family_of(self.config)
+        self._file_of = _tensor_files(directory)
+        self._open: dict[str, Any] = {}
+
+    def variables(self) -> dict[str, Variable]:
+        out = {}
+        for name in self._file_of:
+            tensor = self._tensor(name)
+            out[PARAMS + name] = Variable(tuple(tensor.get_shape()), _dtype(tensor.get_dtype()))
+        return out
+
+    def run_names(self, run_params: Mapping[str, Any]) -> dict[str, Variable]:
+        named = hf_layout.their_names(self.family.table, list(run_params))
+        return {
+            PARAMS + theirs: Variable(
+                hf_layout.their_shape(layout, tuple(run_params[path].shape)),
+                np.dtype(run_params[path].dtype),
+            )
+            for path, (theirs, layout) in named.items()
+        }
+
+    def unreadable(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> list[str]:
+        return []  # Each of our arrays is one of theirs.
+
+    def loaded_leaves(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> set[str]:
+        named = hf_layout.their_names(self.family.table, list(run_params))
+        return {path for path, (theirs, _) in named.items() if PARAMS + theirs in assigned}
+
+    def read(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> dict[str, Any]:
+        named = hf_layout.their_names(self.family.table, list(run_params))
+        out = {}
+        for path in sorted(self.loaded_leaves(assigned, run_params)):
+            theirs, layout = named[path]
+            source_name = assigned[PARAMS + theirs][len(PARAMS) :]
+            out[path] = self._read_leaf(path, source_name, layout, run_params[path])
+        return out
+
+    def close(self) -> None:
+        self._open.clear()
+
+    def _tensor(self, name: str) -> Any:
+        """safetensors' lazy slice of tensor ``name`` (its file opened once)."""
+        file = self._file_of[name]
+        if file not in self._open:
+            self._open[file] = safe_open(os.fspath(self.path / file), framework="numpy")
+        return self._open[file].get_slice(name)
+
+    def _read_leaf(self, path: str, name: str, layout: hf_layout.Layout, target: Any) -> Any:
+        """Our leaf ``path`` on ``target``'s sharding and dtype, from their tensor ``name``."""
+        tensor = self._tensor(name)
+        itemsize = _dtype(tensor.get_dtype()).itemsize
+
+        def read(index: tuple[slice, ...]) -> np.ndarray:
+            values = tensor[index]
+            if self._observer is not None:
+                self._observer(path, values.size * itemsize)
+            return values
+
+        def read_ours(index: tuple[slice, ...]) -> np.ndarray:
+            values = hf_layout.read_slice(layout, tuple(target.shape), index, read)
+            return values.astype(target.dtype)
+
+        return checkpoint_sources.sharded_array(target, read_ours)
+
+
+def _dtype(name: str) -> np.dtype:
+    if name not in _DTYPES:
+        raise checkpoint_sources.CheckpointSourceError(
+            f"safetensors dtype {name} is not supported (supported: {', '.join(_DTYPES)})."
+        )
+    return _DTYPES[name]
+
+
+def _tensor_files(directory: epath.Path) -> dict[str, str]:
+    """``{tensor name: file}`` from the index, or of the single file."""
+    index = directory / INDEX_FILE
+    if index.is_file():
+        try:
+            return dict(json.loads(index.read_text())["weight_map"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise checkpoint_sources.CheckpointSourceError(
+                f"{index} is not a safetensors index ({e!r}); re-save the model."
+            ) from None
+    with safe_open(os.fspath(directory / SINGLE_FILE), framework="numpy") as f:
+        return {name: SINGLE_FILE for name in f.keys()}  # noqa: SIM118 (no __iter__)
+
+
+def is_hf_model_dir(path: epath.Path) -> bool:
+    """Whether ``path`` holds a Hugging Face model: config.json beside its safetensors."""
+    return (path / hf_models.CONFIG_FILE).is_file() and (
+        (path / SINGLE_FILE).is_file() or (path / INDEX_FILE).is_file()
+    )
+
+
+def _open(path: epath.Path, step: int | None, layout: Any, observer: Any) -> HfSource:
+    if step is not None:
+        raise checkpoint_sources.CheckpointSourceError(
+            f"{path} is a Hugging Face model (one set of weights, no steps); leave the step unset."
+        )
+    return HfSource(path, observer)
+
+
+checkpoint_sources.register(
+    checkpoint_sources.Kind(
+        HfSource.kind,
+        f"{hf_models.CONFIG_FILE} beside {SINGLE_FILE} or {INDEX_FILE}",
+        is_hf_model_dir,
+        _open,
+    )
+)
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+def save(
+    directory: epath.PathLike,
+    params: Mapping[str, np.ndarray],
+    family: hf_models.Family,
+    config: Mapping[str, Any],
+    *,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+) -> list[str]:
+    """Writes ``params`` (our flat paths -> host arrays) as the family's safetensors and
+    ``config`` as config.json (the family's ``model_type`` and ``architectures``, the
+    arrays' dtype). Above ``max_shard_bytes`` the tensors go to numbered shards and an
+    index, as transformers writes them. Returns the files written.
+
+    Raises:
+      ValueError: a parameter the family's table does not name.
+    """
+    directory = epath.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    named = hf_layout.their_names(family.table, list(params))
+    unnamed = sorted(set(params) - set(named))
+    if unnamed:
+        raise ValueError(f"{family.model_type} has no Hugging Face name for {', '.join(unnamed)}.")
+    tensors = {
+        theirs: np.ascontiguousarray(hf_layout.to_theirs(layout, np.asarray(params[path])))
+        for path, (theirs, layout) in named.items()
+    }
+    written = _write_tensors(directory, tensors, max_shard_bytes)
+    dtype = np.dtype(next(iter(tensors.values())).dtype).name
+    fields = {**config, "model_type": family.model_type, "architectures": [family.architecture]}
+    fields.pop("torch_dtype", None)
+    fields["dtype"] = dtype
+    (directory / hf_models.CONFIG_FILE).write_text(json.dumps(fields, indent=2) + "\n")
+    return [*written, hf_models.CONFIG_FILE]
+
+
+def _write_tensors(
+    directory: epath.Path, tensors: dict[str, np.ndarray], max_shard_bytes: int
+) -> list[str]:
+    """One file, or shards of at most ``max_shard_bytes`` (a bigger tensor alone) + index."""
+    shards: list[dict[str, np.ndarray]] = [{}]
+    size = 0
+    for name in sorted(tensors):
+        nbytes = tensors[name].nbytes
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensors[name]
+        size += nbytes
+    metadata = {"format": "pt"}  # transformers refuses safetensors without it.
+    if len(shards) == 1:
+        save_file(tensors, os.fspath(directory / SINGLE_FILE), metadata=metadata)
+        (directory / INDEX_FILE).unlink(missing_ok=True)
+        return [SINGLE_FILE]
+    files = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    weight_map = {}
+    for file, shard in zip(files, shards, strict=True):
+        save_file(shard, os.fspath(directory / file), metadata=metadata)
+        weight_map.update(dict.fromkeys(shard, file))
+    total = sum(math.prod(t.shape) * t.dtype.itemsize for t in tensors.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (directory / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+    (directory / SINGLE_FILE).unlink(missing_ok=True)
+    return [*files, INDEX_FILE]

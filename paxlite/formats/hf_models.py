@@ -1,0 +1,269 @@
+"""Hugging Face's decoder-only families as configurations of our layers.
+
+A :class:`Family` reads a model's ``config.json`` into our layers' Fiddle config (a
+``LanguageModel`` over a ``TransformerLm``) and names its tensors with a table of
+``paxlite.formats.hf_layout``. Each family says which config fields change the math:
+one it reads (:class:`HfConfig` tracks them), one known to be inert (ignored), and any
+other field gives one warning. A value a family cannot honour (a ``rope_scaling`` type
+it lacks, say) is an :class:`HfConfigError` naming it and what is supported.
+
+Both spellings of RoPE's settings are read: transformers 4.x's ``rope_theta`` and
+``rope_scaling``, and 5.x's ``rope_parameters``.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import json
+import logging
+from collections.abc import Callable
+from typing import Any
+
+from etils import epath
+
+from paxlite.formats import hf_layout
+from praxis_lite import config as config_lib
+from praxis_lite.layers.activations import SiLU
+from praxis_lite.layers.attentions import DotProductAttention
+from praxis_lite.layers.embedding_softmax import (
+    Embedding,
+    FullSoftmax,
+    RopeScaling,
+    RotaryPositionalEmbedding,
+    SharedEmbeddingSoftmax,
+)
+from praxis_lite.layers.normalizations import RmsNorm
+from praxis_lite.layers.transformer_models import TransformerLm
+from praxis_lite.layers.transformers import StackedTransformer, Transformer, TransformerFeedForward
+from praxis_lite.models import LanguageModel
+
+CONFIG_FILE = "config.json"
+
+#: Fields of every config.json that never change the model's numbers (ids of special
+#: tokens, training-time settings, bookkeeping; ``max_position_embeddings`` bounds
+#: nothing here: RoPE extends to any position).
+_INERT = frozenset(
+    {
+        "architectures", "model_type", "transformers_version", "torch_dtype", "dtype",
+        "_name_or_path", "bos_token_id", "eos_token_id", "pad_token_id", "use_cache",
+        "initializer_range", "max_position_embeddings", "output_attentions",
+        "output_hidden_states", "return_dict", "tokenizer_class", "id2label", "label2id",
+        "problem_type", "is_encoder_decoder", "tie_encoder_decoder",
+    }
+)  # fmt: skip
+
+
+class HfConfigError(ValueError):
+    """A config.json paxlite cannot build: the field, its value and what is supported."""
+
+
+class HfConfig:
+    """A model's config.json, remembering which fields were read.
+
+    Attributes:
+      fields: the JSON object; path: where it was read (for messages).
+    """
+
+    def __init__(self, fields: dict[str, Any], path: str):
+        self.fields, self.path = fields, path
+        self._read: set[str] = set()
+
+    @classmethod
+    def load(cls, directory: epath.Path) -> HfConfig:
+        """The config.json of ``directory``, or an HfConfigError saying what is wrong."""
+        path = directory / CONFIG_FILE
+        try:
+            fields = json.loads(path.read_text())
+        except (OSError, ValueError) as e:
+            raise HfConfigError(f"{path} is not a readable JSON config ({e}).") from None
+        if not isinstance(fields, dict):
+            raise HfConfigError(f"{path} holds {type(fields).__name__}, not a JSON object.")
+        return cls(fields, str(path))
+
+    def get(self, name: str, default: Any = None) -> Any:
+        """The field ``name`` (``default`` when absent or null)."""
+        self._read.add(name)
+        value = self.fields.get(name)
+        return default if value is None else value
+
+    def require(self, name: str) -> Any:
+        """The field ``name``, or an HfConfigError that it is missing."""
+        value = self.get(name)
+        if value is None:
+            raise HfConfigError(f"{self.path} has no {name!r}, which the model needs.")
+        return value
+
+    def refuse(self, name: str, value: Any, supported: str) -> HfConfigError:
+        """The error for a ``name`` whose ``value`` this family cannot honour."""
+        return HfConfigError(
+            f"{self.path}: {name}={json.dumps(value)} is not supported ({supported})."
+        )
+
+    def unknown(self, inert: frozenset[str] = frozenset()) -> list[str]:
+        """Fields neither read nor known to be inert (``_INERT`` or ``inert``)."""
+        return sorted(set(self.fields) - self._read - _INERT - inert)
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """A Hugging Face model family.
+
+    Attributes:
+      model_type: config.json's ``model_type``; architecture: its ``architectures``
+        entry (written when saving); build: HfConfig -> our model's Fiddle config;
+      table: Hugging Face's names of our parameters; inert: the family's own fields that
+        never change the numbers (beyond every family's).
+    """
+
+    model_type: str
+    architecture: str
+    build: Callable[[HfConfig], config_lib.Config]
+    table: hf_layout.Table
+    inert: frozenset[str] = frozenset()
+
+
+def rope_settings(cfg: HfConfig) -> dict[str, Any]:
+    """RotaryPositionalEmbedding's fields from either spelling of RoPE's settings."""
+    params = dict(cfg.get("rope_parameters") or {})
+    scaling = cfg.get("rope_scaling")
+    if scaling:
+        params.update(scaling)
+    theta = params.get("rope_theta", cfg.get("rope_theta", 10_000.0))
+    kind = params.get("rope_type", params.get("type", "default"))
+    fields: dict[str, Any] = {"max_timescale": float(theta)}
+    if kind == "default":
+        return fields
+    if kind not in ("linear", "llama3"):
+        raise cfg.refuse("rope type", kind, "supported: default, linear, llama3")
+    fields.update(scaling=RopeScaling(kind), scaling_factor=float(params["factor"]))
+    if kind == "llama3":
+        fields.update(
+            low_freq_factor=float(params["low_freq_factor"]),
+            high_freq_factor=float(params["high_freq_factor"]),
+            original_max_position=int(params["original_max_position_embeddings"]),
+        )
+    return fields
+
+
+@dataclasses.dataclass(frozen=True)
+class _Options:
+    """What sets the Llama-like families apart."""
+
+    qkv_bias: bool = False
+    qk_norm: bool = False
+    sliding_window: int | None = None
+
+
+def _llama_like(cfg: HfConfig, options: _Options) -> config_lib.Config:
+    """A LanguageModel config of Llama's shape: RMSNorm pre-norm blocks, RoPE, SwiGLU."""
+    d, heads = cfg.require("hidden_size"), cfg.require("num_attention_heads")
+    if cfg.get("hidden_act", "silu") != "silu":
+        raise cfg.refuse("hidden_act", cfg.get("hidden_act"), "supported: silu")
+    if cfg.get("mlp_bias", False):
+        raise cfg.refuse("mlp_bias", True, "supported: false")
+    if cfg.get("pretraining_tp", 1) != 1:
+        raise cfg.refuse("pretraining_tp", cfg.get("pretraining_tp"), "supported: 1")
+    norm = RmsNorm.HParams.config(epsilon=float(cfg.get("rms_norm_eps", 1e-6)))
+    bias = options.qkv_bias or cfg.get("attention_bias", False)
+    attention = DotProductAttention.HParams.config(
+        use_bias=bias,
+        use_post_bias=cfg.get("attention_bias", False),
+        rotary_tpl=RotaryPositionalEmbedding.HParams.config(**rope_settings(cfg)),
+        qk_norm_tpl=norm if options.qk_norm else None,
+        sliding_window=options.sliding_window,
+        atten_dropout_prob=float(cfg.get("attention_dropout", 0.0)),
+    )
+    feed_forward = TransformerFeedForward.HParams.config(
+        use_bias=False, use_gated_activation=True, activation_tpl=SiLU.HParams.config(), ln_tpl=norm
+    )
+    block = Transformer.HParams.config(
+        input_dims=d,
+        hidden_dims=cfg.require("intermediate_size"),
+        num_heads=heads,
+        num_kv_heads=cfg.get("num_key_value_heads", heads),
+        dims_per_head=cfg.get("head_dim", d // heads),
+        ln_tpl=norm,
+        tr_atten_tpl=attention,
+        tr_fflayer_tpl=feed_forward,
+    )
+    tied = cfg.get("tie_word_embeddings", False)
+    lm = TransformerLm.HParams.config(
+        model_dims=d,
+        vocab_size=cfg.require("vocab_size"),
+        softmax_tpl=(
+            SharedEmbeddingSoftmax.HParams.config(scale_sqrt_depth=False)
+            if tied
+            else FullSoftmax.HParams.config(use_bias=False)
+        ),
+        embedding_tpl=None if tied else Embedding.HParams.config(),
+        stacked_transformer_tpl=StackedTransformer.HParams.config(
+            num_layers=cfg.require("num_hidden_layers"), block_tpl=block
+        ),
+        final_ln_tpl=norm,
+    )
+    return LanguageModel.HParams.config(lm_tpl=lm)
+
+
+def _no_sliding_window(cfg: HfConfig) -> None:
+    """Qwen's optional per-layer sliding window: refused when on."""
+    if cfg.get("use_sliding_window", False):
+        raise cfg.refuse("use_sliding_window", True, "supported: false")
+    layer_types = set(cfg.get("layer_types", ["full_attention"]))
+    if layer_types != {"full_attention"}:
+        raise cfg.refuse("layer_types", sorted(layer_types), 'supported: all "full_attention"')
+
+
+def _llama(cfg: HfConfig) -> config_lib.Config:
+    return _llama_like(cfg, _Options())
+
+
+def _mistral(cfg: HfConfig) -> config_lib.Config:
+    return _llama_like(cfg, _Options(sliding_window=cfg.get("sliding_window")))
+
+
+#: Qwen's sliding-window settings, read only while use_sliding_window is on (refused).
+_QWEN_INERT = frozenset({"sliding_window", "max_window_layers"})
+
+
+def _qwen2(cfg: HfConfig) -> config_lib.Config:
+    _no_sliding_window(cfg)
+    return _llama_like(cfg, _Options(qkv_bias=True))
+
+
+def _qwen3(cfg: HfConfig) -> config_lib.Config:
+    _no_sliding_window(cfg)
+    return _llama_like(cfg, _Options(qk_norm=True))
+
+
+FAMILIES: dict[str, Family] = {
+    f.model_type: f
+    for f in (
+        Family("llama", "LlamaForCausalLM", _llama, hf_layout.LLAMA_TABLE),
+        Family("mistral", "MistralForCausalLM", _mistral, hf_layout.LLAMA_TABLE),
+        Family("qwen2", "Qwen2ForCausalLM", _qwen2, hf_layout.LLAMA_TABLE, _QWEN_INERT),
+        Family("qwen3", "Qwen3ForCausalLM", _qwen3, hf_layout.LLAMA_TABLE, _QWEN_INERT),
+    )
+}
+
+
+def family_of(cfg: HfConfig) -> Family:
+    """The family of ``cfg``'s ``model_type``, or an HfConfigError listing the supported."""
+    model_type = cfg.get("model_type")
+    if model_type not in FAMILIES:
+        raise cfg.refuse("model_type", model_type, f"supported: {', '.join(sorted(FAMILIES))}")
+    return FAMILIES[model_type]
+
+
+def build_model(cfg: HfConfig) -> tuple[Family, config_lib.Config]:
+    """The family and our model's config for ``cfg``; warns once of fields it does not know."""
+    family = family_of(cfg)
+    model = family.build(cfg)
+    unknown = cfg.unknown(family.inert)
+    if unknown:
+        logging.warning(
+            "%s: ignoring fields paxlite does not know for %s: %s.",
+            cfg.path,
+            family.model_type,
+            ", ".join(unknown),
+        )
+    return family, model

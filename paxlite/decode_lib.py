@@ -78,7 +78,7 @@ def check_decode_input(inp: BaseInput) -> None:
     check_decode_batch(batch, inp)
 
 
-def make_decode_fn(task: SingleTask, params: DecoderParams, max_decode_steps: int) -> DecodeFn:
+def make_decode_fn(task: SingleTask, params: DecoderParams, max_new_tokens: int) -> DecodeFn:
     """``decode(model_params, batch, key) -> outputs`` (a pure function; jit it).
 
     Outputs: ``tokens [B, N]``, ``lengths [B]``, ``log_probs [B, N]``, ``scores [B]``
@@ -96,7 +96,7 @@ def make_decode_fn(task: SingleTask, params: DecoderParams, max_decode_steps: in
             batch["prefix_lengths"],
             key,
             params,
-            max_decode_steps,
+            max_new_tokens,
         )
         return {**out, **{k: batch[k] for k in _PASSED_THROUGH}}
 
@@ -117,14 +117,14 @@ def check_decode_batch(batch: NestedMap, inp: BaseInput) -> None:
         )
 
 
-def example_rows(out: dict[str, np.ndarray], inp: BaseInput, eos_id: int | None) -> list[dict]:
+def example_rows(
+    out: dict[str, np.ndarray], inp: BaseInput, eos_token_id: int | tuple[int, ...] | None
+) -> list[dict]:
     """One JSON-ready dict per real example (prompt length > 0) of a decoded batch."""
     real = np.flatnonzero(out["prefix_lengths"] > 0)
     tokens, lengths = out["tokens"][real], out["lengths"][real]
-    ended = np.zeros(len(real), bool)
-    if eos_id is not None:
-        last = tokens[np.arange(len(real)), np.maximum(lengths - 1, 0)]
-        ended = (lengths > 0) & (last == eos_id)
+    last = tokens[np.arange(len(real)), np.maximum(lengths - 1, 0)]
+    ended = (lengths > 0) & decoding.is_eos(last, eos_token_id)
     prompts = inp.ids_to_strings(out["prefix_ids"][real], out["prefix_lengths"][real].tolist())
     targets = inp.ids_to_strings(out["target_ids"][real], out["target_lengths"][real].tolist())
     decoded = inp.ids_to_strings(tokens, (lengths - ended).tolist())
@@ -156,7 +156,7 @@ def run_decode_pass(
 ) -> tuple[list[dict], dict[str, float]]:
     """Decodes one pass of ``inp``: ``(rows, metrics)``.
 
-    ``decode_fn(model_params, global_batch, key, max_decode_steps)`` returns
+    ``decode_fn(model_params, global_batch, key, max_new_tokens)`` returns
     replicated numpy-gettable outputs (see :func:`make_decode_fn`). The pass reads
     until the input is exhausted (then rewinds it) with ``reset_for_eval``, else
     ``eval_loop_num_batches`` batches.
@@ -171,10 +171,10 @@ def run_decode_pass(
         except StopIteration:
             break
         check_decode_batch(batch, inp)
-        steps = params.max_decode_steps or int(batch["target_ids"].shape[1])
+        steps = params.max_new_tokens or int(batch["target_ids"].shape[1])
         key = jax.random.fold_in(base_key, num_batches)
         out = jax.device_get(decode_fn(model_params, to_global(batch), key, steps))
-        rows += example_rows({k: np.asarray(v) for k, v in out.items()}, inp, params.eos_id)
+        rows += example_rows({k: np.asarray(v) for k, v in out.items()}, inp, params.eos_token_id)
         num_batches += 1
     if inp.reset_for_eval:
         inp.reset()

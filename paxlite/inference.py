@@ -1,26 +1,37 @@
-"""A trained language model from Python: ``from_pretrained(path)``, ``.logits``, ``.generate``.
+"""A trained model from Python: ``from_pretrained(path)``, ``.logits``, ``.generate``,
+``.save_pretrained``.
 
-``path`` is a paxlite job directory (its newest checkpoint), one of its step directories
+``path`` is a Hugging Face model directory (config.json, safetensors, a tokenizer), a
+paxlite job directory (its newest checkpoint), one of its step directories
 (``<job>/checkpoints/<step>``), or a paxml checkpoint step (``<job>/checkpoints/
 checkpoint_00001000``) together with the experiment it was trained with::
 
     from paxlite.inference import from_pretrained
 
+    lm = from_pretrained("/models/Llama-3.2-1B")                   # Hugging Face directory
+    lm.generate(["The capital of France is"], max_new_tokens=8)    # -> [' Paris, ...']
+    lm.save_pretrained("/tmp/llama-copy")                          # transformers loads it
     lm = from_pretrained("/tmp/paxlite_tiny")                      # paxlite job dir
     lm = from_pretrained("gs_copy/checkpoints/checkpoint_00000300",   # Pax checkpoint
                          exp="tasks.lm.params.lm_cloud.LmCloudSpmd2B")
     logits = lm.logits(ids)                      # ids [B, T] int -> [B, T, V] float32
-    new = lm.generate(ids, max_new_tokens=16)    # [B, 16]; pad id after a row's EOS
+    new = lm.generate(ids, max_new_tokens=16)    # [B, 16]; pad after a row's EOS
 
-The weights are placed as training places them (the experiment's mesh and logical-axis
-rules, on the first devices of this process), each array straight onto its devices. Any
-number of prompts ``B`` works on any mesh: the batch is padded with zero rows to what the
-mesh's batch axes divide, and the padded rows are dropped from the results.
+A Hugging Face model needs no experiment: its family (``paxlite.formats.hf_models``) builds
+it from config.json on all of this process's devices, its weights split over them (FSDP),
+each device reading its own slice of the safetensors, in their dtype unless ``dtype`` says
+otherwise. A paxlite or paxml checkpoint is placed as training placed it (the experiment's
+mesh and logical-axis rules, on the first devices of this process). Any number of prompts
+``B`` works on any mesh: the batch is padded with zero rows to what the mesh's batch axes
+divide, and the padded rows are dropped from the results.
 """
 
 from __future__ import annotations
 
 import dataclasses
+import json
+import math
+import re
 from collections.abc import Sequence
 from typing import Any
 
@@ -30,37 +41,100 @@ import jax.numpy as jnp
 import numpy as np
 from etils import epath
 from flax import traverse_util
+from jax.sharding import NamedSharding, PartitionSpec
 
 from paxlite import checkpoint_sources, init_from, partitioning, storage
+from paxlite.formats import hf_checkpoint, hf_models
 from paxlite.mesh import create_mesh, mesh_size
 from paxlite.overrides import resolve_experiment
 from paxlite.tasks_lib import CheckpointLoadingRules
 from praxis_lite import config as config_lib
 from praxis_lite import decoding
 from praxis_lite.py_utils import NestedMap
-from praxis_lite.sharding import filter_rules_for_mesh, logical_shardings, strip_boxes
+from praxis_lite.sharding import (
+    FSDP_RULES,
+    filter_rules_for_mesh,
+    logical_shardings,
+    strip_boxes,
+)
 
 
 class PretrainedError(ValueError):
     """The path holds no checkpoint paxlite can load, or needs the experiment named."""
 
 
-@dataclasses.dataclass
-class PretrainedLm:
-    """A language model with its weights on devices.
+@dataclasses.dataclass(frozen=True)
+class HfOrigin:
+    """Where a Hugging Face model came from: what ``save_pretrained`` writes back.
 
     Attributes:
-      model: the built model (``praxis_lite.models.LanguageModel``).
+      family: its family (names and layouts); config: its config.json's fields;
+      generation_config: its generation_config.json's fields ({} when it had none).
+    """
+
+    family: hf_models.Family
+    config: dict[str, Any]
+    generation_config: dict[str, Any]
+
+
+@dataclasses.dataclass
+class Pretrained:
+    """A model with its weights on devices: what every kind of model ``from_pretrained``
+    returns shares (a decoder-only :class:`PretrainedLm`; encoder-decoders to come).
+
+    Attributes:
+      model: the built model (a ``praxis_lite.models.BaseModel``).
       params: its weights, sharded over ``mesh``.
-      decoder: the experiment's decoder settings (greedy unless they say otherwise).
+      generation: the defaults of ``generate`` (a Hugging Face model's
+        generation_config.json, or the experiment's decoder settings).
       mesh, rules: where the weights live and the logical-axis rules used.
+      tokenizer: the model's tokenizer (``praxis_lite.hf_tokenizer.HfTokenizer``), or None.
+      origin: a Hugging Face model's family and config; None for paxlite and paxml ones.
     """
 
     model: Any
     params: Any
-    decoder: decoding.DecoderParams
+    generation: decoding.DecoderParams
     mesh: Any
     rules: Any
+    tokenizer: Any = None
+    origin: HfOrigin | None = None
+
+    def save_pretrained(
+        self,
+        directory: epath.PathLike,
+        max_shard_bytes: int = hf_checkpoint.DEFAULT_MAX_SHARD_BYTES,
+    ) -> list[str]:
+        """Writes a Hugging Face model directory transformers loads to the same logits:
+        config.json, model.safetensors (or shards over ``max_shard_bytes`` and an
+        index), generation_config.json and the tokenizer's files. Returns the files.
+
+        Raises:
+          PretrainedError: the model did not come from a Hugging Face directory.
+        """
+        if self.origin is None:
+            raise PretrainedError(
+                "save_pretrained writes Hugging Face families (llama, mistral, qwen2, qwen3); "
+                "this model was loaded from a paxlite or paxml checkpoint."
+            )
+        directory = epath.Path(directory)
+        flat = traverse_util.flatten_dict(self.params, sep="/")
+        host = {path: np.asarray(jax.device_get(value)) for path, value in flat.items()}
+        files = hf_checkpoint.save(
+            directory, host, self.origin.family, self.origin.config, max_shard_bytes=max_shard_bytes
+        )
+        generation = {**self.origin.generation_config, **_generation_fields(self.generation)}
+        path = directory / hf_checkpoint.GENERATION_CONFIG_FILE
+        path.write_text(json.dumps(generation, indent=2) + "\n")
+        files.append(hf_checkpoint.GENERATION_CONFIG_FILE)
+        if self.tokenizer is not None:
+            files += self.tokenizer.save(directory)
+        return files
+
+
+@dataclasses.dataclass
+class PretrainedLm(Pretrained):
+    """A decoder-only language model: ``logits`` and ``generate``."""
 
     def logits(self, input_ids: Any) -> np.ndarray:
         """``input_ids [B, T]`` int -> next-token logits ``[B, T, V]`` float32 (any ``B``)."""
@@ -70,28 +144,99 @@ class PretrainedLm:
             out = _jit_logits(self.model)(self.params, jnp.asarray(padded))
         return np.asarray(out, np.float32)[: len(ids)]
 
-    def generate(self, input_ids: Any, max_new_tokens: int, **decoder_fields: Any) -> np.ndarray:
-        """``max_new_tokens`` new tokens after each row of ``input_ids [B, T]`` -> ``[B, N]``.
+    def generate(
+        self, inputs: Any, max_new_tokens: int | None = None, **settings: Any
+    ) -> np.ndarray | list[str] | str:
+        """New tokens after each prompt, with Hugging Face's names and defaults.
 
-        Decoding follows the experiment's decoder settings (``temperature``, ``top_k``,
-        ``top_p``, ``eos_id``, ``pad_id``, ``seed``), overridable here as keywords. After a
-        row emits ``eos_id`` the rest of it holds ``pad_id``.
+        Args:
+          inputs: token ids ``[B, T]``, or a list of prompts of any lengths (lists of
+            ids); or a string or list of strings, encoded with the model's tokenizer (its
+            special tokens added, as transformers does).
+          max_new_tokens: ``N``; default the generation config's.
+          **settings: ``do_sample`` (False: greedy, whatever the temperature),
+            ``temperature``, ``top_k``, ``top_p``, ``eos_token_id`` (an int or a list),
+            ``pad_token_id``, ``seed``; defaults: :attr:`generation`.
+
+        Returns:
+          ``[B, N]`` new token ids (``pad_token_id`` after a row's EOS); for strings, the
+          decoded new text of each (special tokens dropped), a string for a string.
         """
-        params = dataclasses.replace(self.decoder, **decoder_fields)
-        ids = _token_ids(input_ids)
-        lengths = np.full((len(ids),), ids.shape[1], np.int32)
+        texts = [inputs] if isinstance(inputs, str) else inputs
+        as_text = isinstance(texts, list) and bool(texts) and isinstance(texts[0], str)
+        if as_text:
+            ids, lengths = _right_padded([self._encoded(text) for text in texts])
+        elif isinstance(inputs, list) and inputs and isinstance(inputs[0], list):
+            ids, lengths = _right_padded(inputs)
+        else:
+            ids = _token_ids(inputs)
+            lengths = np.full((len(ids),), ids.shape[1], np.int32)
+        params = dataclasses.replace(self.generation, **settings)
+        steps = max_new_tokens or params.max_new_tokens
+        if steps is None:
+            raise ValueError("generate: pass max_new_tokens (the generation config has none).")
         padded_ids, padded_lengths = self._padded((ids, lengths))
         key = jax.random.key(params.seed)
         with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
-            out = _jit_decode(self.model, params, max_new_tokens)(
+            out = _jit_decode(self.model, params, steps)(
                 self.params, jnp.asarray(padded_ids), jnp.asarray(padded_lengths), key
             )
-        return np.asarray(out["tokens"])[: len(ids)]
+        tokens = np.asarray(out["tokens"])[: len(ids)]
+        if not as_text:
+            return tokens
+        decoded = [self.tokenizer.decode(_until_eos(row, params)) for row in tokens]
+        return decoded[0] if isinstance(inputs, str) else decoded
+
+    def _encoded(self, text: str) -> list[int]:
+        """``text``'s token ids, with the special tokens the tokenizer adds."""
+        if self.tokenizer is None:
+            raise ValueError("generate: this model has no tokenizer; pass token ids [B, T].")
+        return self.tokenizer.encode(text)
 
     def _padded(self, rows: Any) -> Any:
         """``rows`` (arrays ``[B, ...]``) with zero rows appended so that the batch splits
         over the mesh's batch axes (``partitioning.pad_rows``); callers keep the first B."""
         return partitioning.pad_rows(rows, partitioning.batch_sharding(self.mesh, self.rules))
+
+
+def _right_padded(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
+    """Prompts of any lengths as ids ``[B, T]`` (right-padded with 0) and lengths ``[B]``."""
+    if not all(rows):
+        raise ValueError("generate: every prompt needs at least one token.")
+    ids = np.zeros((len(rows), max(len(r) for r in rows)), np.int32)
+    for i, row in enumerate(rows):
+        ids[i, : len(row)] = row
+    return ids, np.array([len(r) for r in rows], np.int32)
+
+
+def _until_eos(row: np.ndarray, params: decoding.DecoderParams) -> list[int]:
+    """``row``'s tokens before its first EOS."""
+    eos = params.eos_token_id
+    stops = set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
+    out = []
+    for token in row.tolist():
+        if token in stops:
+            break
+        out.append(token)
+    return out
+
+
+def _generation_fields(params: decoding.DecoderParams) -> dict[str, Any]:
+    """generation_config.json's fields of ``params`` (transformers' names)."""
+    fields = {
+        "do_sample": params.do_sample,
+        "temperature": params.temperature,
+        "top_p": params.top_p,
+        "pad_token_id": params.pad_token_id,
+    }
+    if params.top_k:
+        fields["top_k"] = params.top_k
+    if params.eos_token_id is not None:
+        eos = params.eos_token_id
+        fields["eos_token_id"] = eos if isinstance(eos, int) else list(eos)
+    if params.max_new_tokens is not None:
+        fields["max_new_tokens"] = params.max_new_tokens
+    return fields
 
 
 def _token_ids(input_ids: Any) -> np.ndarray:
@@ -124,28 +269,43 @@ def _batch(ids: jax.Array) -> NestedMap:
 
 
 def from_pretrained(
-    path: epath.PathLike, exp: str | None = None, overrides: Sequence[str] = ()
+    path: epath.PathLike,
+    exp: str | None = None,
+    overrides: Sequence[str] = (),
+    dtype: Any = None,
 ) -> PretrainedLm:
-    """Loads any checkpoint ``paxlite.checkpoint_sources`` reads (a paxlite job, checkpoints
-    or step dir; a paxml checkpoint step with ``exp``).
+    """Loads any checkpoint ``paxlite.checkpoint_sources`` reads (a Hugging Face model
+    directory; a paxlite job, checkpoints or step dir; a paxml checkpoint step with ``exp``).
 
     Args:
-      path: see the module docstring.
+      path: see the module docstring (a local path or gs://...; never a hub id: nothing
+        is downloaded).
       exp: the experiment name (as ``--exp``); required for a paxml checkpoint, else read
-        from the job's config.txt.
+        from the job's config.txt; not for a Hugging Face model.
       overrides: ``KNOB=VALUE`` strings, as for ``--set``; for a paxlite job they win over
         the placement knobs read from its config.txt (e.g. ``ICI_MESH_SHAPE=1,1,1``: one
         device).
+      dtype: a Hugging Face model's weights and compute dtype (e.g. ``jnp.float32``);
+        None: the checkpoint's.
 
     Raises:
-      PretrainedError: a paxml checkpoint without ``exp``, or a paxlite one whose job has
-        no config files.
+      PretrainedError: a hub id, a paxml checkpoint without ``exp``, a paxlite one whose
+        job has no config files, ``exp``/``overrides`` with a Hugging Face model.
       checkpoint_sources.CheckpointSourceError: nothing loadable at ``path``.
+      hf_models.HfConfigError: a config.json paxlite cannot build.
       init_from.InitFromError: the weights are another model's (each difference named).
     """
     storage.configure()
+    _refuse_hub_id(path)
     path = storage.job_path(path)  # A local path or gs://...
     kind = checkpoint_sources.identify(path)
+    if kind.name == hf_checkpoint.HfSource.kind:
+        if exp is not None or overrides:
+            raise PretrainedError(
+                f"{path} is a Hugging Face model: its config.json says what to build; "
+                "call from_pretrained(path) without exp= or overrides=."
+            )
+        return _from_hf(path, dtype)
     task_cfg = None
     if exp is None:
         if kind.name not in _JOB_DIR_OF:
@@ -161,8 +321,102 @@ def from_pretrained(
     experiment = resolve_experiment(exp, list(overrides), ("tasks",))
     task = config_lib.instantiate(task_cfg if task_cfg is not None else experiment.task())
     mesh, rules = _mesh_and_rules(experiment)
-    params = _load_params(task.model, path, experiment, mesh, rules)
+    layout = (getattr(experiment, "NUM_STAGES", 1), getattr(experiment, "CIRCULAR_REPEAT", 1))
+    params = _load_params(task.model, path, layout, mesh, rules)
     return PretrainedLm(task.model, params, task.decoder_params(), mesh, rules)
+
+
+_HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")
+
+
+def _refuse_hub_id(path: epath.PathLike) -> None:
+    """A PretrainedError for ``org/name`` that is no local path (paxlite downloads nothing)."""
+    text = str(path)
+    if _HUB_ID.fullmatch(text) and not epath.Path(text).exists():
+        raise PretrainedError(
+            f"{text!r} looks like a Hugging Face hub id and is no local directory; paxlite "
+            f"downloads nothing: fetch it first (huggingface-cli download {text} --local-dir "
+            "DIR) and pass DIR."
+        )
+
+
+def _from_hf(path: epath.Path, dtype: Any) -> PretrainedLm:
+    """A Hugging Face model directory on all devices, its weights split over them (FSDP)."""
+    config = hf_models.HfConfig.load(path)
+    family, model_cfg = hf_models.build_model(config)
+    if dtype is None:
+        source = hf_checkpoint.HfSource(path, None)
+        dtype = max((v.dtype for v in source.variables().values()), key=lambda d: d.itemsize)
+    config_lib.set_dtypes(model_cfg, dtype=jnp.dtype(dtype), fprop_dtype=jnp.dtype(dtype))
+    model = config_lib.instantiate(model_cfg)
+    devices = jax.devices()
+    mesh = create_mesh((1, len(devices), 1), None, ("replica", "data", "mdl"), devices)
+    rules = filter_rules_for_mesh(FSDP_RULES, mesh)
+    params = _load_params(model, path, (1, 1), mesh, rules)
+    _check_all_used(path, params)
+    generation_config = _json_fields(path / hf_checkpoint.GENERATION_CONFIG_FILE)
+    tokenizer = _tokenizer_of(path)
+    generation = _hf_generation(generation_config, config.fields, tokenizer)
+    origin = HfOrigin(family, config.fields, generation_config)
+    return PretrainedLm(model, params, generation, mesh, rules, tokenizer, origin)
+
+
+def _check_all_used(path: epath.Path, params: Any) -> None:
+    """An InitFromError when the directory holds tensors the built model has no place for
+    (a config field the family misread would leave some unread)."""
+    source = hf_checkpoint.HfSource(path, None)
+    flat = traverse_util.flatten_dict(params, sep="/")
+    used = source.run_names({k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in flat.items()})
+    unused = sorted(set(source.variables()) - set(used))
+    if unused:
+        raise init_from.InitFromError(
+            f"{path} holds {len(unused)} tensors this model has no place for "
+            f"({', '.join(unused[:8])}{' ...' if len(unused) > 8 else ''}); its config.json "
+            "describes another model."
+        )
+
+
+def _json_fields(path: epath.Path) -> dict[str, Any]:
+    """A JSON object file's fields; {} when there is no such file."""
+    return json.loads(path.read_text()) if path.is_file() else {}
+
+
+def _tokenizer_of(path: epath.Path) -> Any:
+    """The directory's tokenizer, or None when it has none."""
+    from praxis_lite import hf_tokenizer
+
+    if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer.model")):
+        return None
+    return hf_tokenizer.HfTokenizer.from_dir(path)
+
+
+def _hf_generation(
+    fields: dict[str, Any], config: dict[str, Any], tokenizer: Any
+) -> decoding.DecoderParams:
+    """generate's defaults as transformers takes them: generation_config.json, then
+    config.json and the tokenizer for the special ids; ``top_k`` 50 when unset (it applies
+    when sampling), the pad id falling back to the first EOS id."""
+
+    def first(name: str) -> Any:
+        for value in (fields.get(name), config.get(name), getattr(tokenizer, name, None)):
+            if value is not None:
+                return value
+        return None
+
+    eos = first("eos_token_id")
+    eos = tuple(eos) if isinstance(eos, list) else eos
+    pad = first("pad_token_id")
+    if pad is None:
+        pad = eos[0] if isinstance(eos, tuple) else (eos if eos is not None else 0)
+    return decoding.DecoderParams(
+        max_new_tokens=fields.get("max_new_tokens"),
+        do_sample=bool(fields.get("do_sample", False)),
+        temperature=float(fields.get("temperature", 1.0)),
+        top_k=int(fields.get("top_k", 50)),
+        top_p=float(fields.get("top_p", 1.0)),
+        eos_token_id=eos,
+        pad_token_id=int(pad),
+    )
 
 
 #: A paxlite kind's path -> its job dir (where config.txt and config.json are).
@@ -173,8 +427,12 @@ _JOB_DIR_OF = {
 }
 
 
-def _load_params(model: Any, path: epath.Path, experiment: Any, mesh: Any, rules: Any) -> Any:
-    """The model's parameters from ``path``, each read onto its sharding; all must be there."""
+def _load_params(
+    model: Any, path: epath.Path, layout: tuple[int, int], mesh: Any, rules: Any
+) -> Any:
+    """The model's parameters from ``path``, each read onto its sharding; all must be there.
+
+    ``layout``: the pipeline's ``(stages, circular repeats)`` of a paxml checkpoint."""
     abstract, shardings = _abstract_params(model, mesh, rules)
     run_params = traverse_util.flatten_dict(
         jax.tree_util.tree_map(
@@ -182,7 +440,6 @@ def _load_params(model: Any, path: epath.Path, experiment: Any, mesh: Any, rules
         ),
         sep="/",
     )
-    layout = (getattr(experiment, "NUM_STAGES", 1), getattr(experiment, "CIRCULAR_REPEAT", 1))
     load = {str(path): CheckpointLoadingRules()}
     with jax.set_mesh(mesh), init_from.opened(load, {str(path): layout}) as entries:
         params = init_from.read_params(entries, run_params)
@@ -243,5 +500,18 @@ def _abstract_params(model: Any, mesh: Any, rules: Any) -> tuple[Any, Any]:
     """``(params as ShapeDtypeStructs, their NamedShardings)``, allocating nothing."""
     ids = jax.ShapeDtypeStruct((1, 8), jnp.int32)
     boxed = jax.eval_shape(lambda b: model.init(jax.random.key(0), b), _batch(ids))["params"]
-    shardings = strip_boxes(logical_shardings(boxed, mesh, rules))
-    return nn.unbox(boxed), shardings
+    abstract = nn.unbox(boxed)
+    shardings = jax.tree_util.tree_map(
+        _fitting, abstract, strip_boxes(logical_shardings(boxed, mesh, rules))
+    )
+    return abstract, shardings
+
+
+def _fitting(leaf: Any, sharding: NamedSharding) -> NamedSharding:
+    """``sharding``, or replicated when a split dim does not divide by its devices (a
+    Hugging Face model's sizes are its own: 2 KV heads do not split over 8 devices)."""
+    for size, axes in zip(leaf.shape, sharding.spec, strict=False):
+        names = (axes,) if isinstance(axes, str) else tuple(axes or ())
+        if size % math.prod(sharding.mesh.shape[n] for n in names):
+            return NamedSharding(sharding.mesh, PartitionSpec())
+    return sharding

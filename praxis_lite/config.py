@@ -3,7 +3,8 @@
 A layer's fields are its hyperparameters. ``Linear.HParams.config(input_dims=8)``
 returns a :class:`Config` (a ``fdl.Config`` subclass) that:
 
-* raises at once on an unknown field, naming the valid ones and the closest match;
+* raises at once on an unknown field, naming the valid ones and the closest match
+  (or, for an old name declared with :func:`renamed_fields`, the new one);
 * pre-fills every template field (``template_field(Linear)``) with a fresh config
   of its default class, so ``ff.linear_tpl.input_dims = 4`` works with no setup.
 
@@ -18,6 +19,8 @@ from __future__ import annotations
 import copy
 import dataclasses
 import difflib
+import functools
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import fiddle as fdl
@@ -25,6 +28,7 @@ from fiddle import daglish
 from fiddle.experimental import serialization
 
 _TEMPLATE_METADATA_KEY = "praxis_lite_template"
+_RENAMED_FIELDS_ATTR = "__renamed_fields__"
 
 
 def _did_you_mean(name: str, candidates: list[str]) -> str:
@@ -38,12 +42,46 @@ def _public_param_names(fn_or_cls: Any) -> list[str]:
 
 
 def _unknown_field_error(fn_or_cls: Any, name: str) -> AttributeError:
+    renamed = _renamed_field_message(fn_or_cls, name)
+    if renamed:
+        return AttributeError(renamed)
     valid = _public_param_names(fn_or_cls)
     qualname = getattr(fn_or_cls, "__qualname__", repr(fn_or_cls))
     return AttributeError(
         f"{qualname} has no field {name!r}.{_did_you_mean(name, valid)} "
         f"Valid fields: {', '.join(valid)}."
     )
+
+
+def renamed_fields(renames: Mapping[str, str], why: str) -> Callable[[type], type]:
+    """Class decorator: old field names (``{old: new}``) that fail naming the new one.
+
+    ``Cls(old=...)`` raises TypeError, and setting, reading or passing ``old`` on a
+    :class:`Config` of ``Cls`` AttributeError, both with the one line
+    ``"Cls: old is now new (why)."``.
+    """
+
+    def decorate(cls: type) -> type:
+        init = cls.__init__
+
+        @functools.wraps(init)  # Keeps the signature that Fiddle reads.
+        def __init__(self, *args: Any, **kwargs: Any) -> None:
+            for name in kwargs:
+                if name in renames:
+                    raise TypeError(_renamed_field_message(cls, name))
+            init(self, *args, **kwargs)
+
+        cls.__init__ = __init__
+        setattr(cls, _RENAMED_FIELDS_ATTR, {old: f"{new} ({why})" for old, new in renames.items()})
+        return cls
+
+    return decorate
+
+
+def _renamed_field_message(fn_or_cls: Any, name: str) -> str | None:
+    new = getattr(fn_or_cls, _RENAMED_FIELDS_ATTR, {}).get(name)
+    qualname = getattr(fn_or_cls, "__qualname__", repr(fn_or_cls))
+    return f"{qualname}: {name} is now {new}." if new else None
 
 
 def template_fields(fn_or_cls: Any) -> list[dataclasses.Field]:

@@ -8,11 +8,12 @@ token sits in slot ``P - 1`` and all rows write each new token into the same cac
 slot; the left padding is masked out of attention and positions restart at 0 at
 each row's first real token, so a row decodes exactly as it would alone.
 
-Sampling (:class:`DecoderParams`): greedy at ``temperature == 0``; otherwise the
-logits are divided by the temperature, cut to the ``top_k`` largest and/or the
-smallest set whose probability reaches ``top_p``, and sampled. A row stops at its
-first ``eos_id`` (kept in the output); later slots hold ``pad_id``. The loop ends
-after ``max_decode_steps`` or when every row has stopped.
+Sampling (:class:`DecoderParams`, Hugging Face's ``generate`` names): greedy (argmax)
+unless ``do_sample``; then the logits are divided by the temperature, cut to the
+``top_k`` largest and/or the smallest set whose probability reaches ``top_p``, and
+sampled. A row stops at its first token in ``eos_token_id`` (kept in the output);
+later slots hold ``pad_token_id``. The loop ends after ``max_new_tokens`` or when
+every row has stopped.
 """
 
 from __future__ import annotations
@@ -25,6 +26,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from praxis_lite import config as config_lib
 from praxis_lite.layers.attentions import CACHE
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import strip_boxes
@@ -35,47 +37,80 @@ PrefillFn = Callable[[jax.Array, jax.Array, jax.Array, int], tuple[jax.Array, An
 StepFn = Callable[[Any, jax.Array, jax.Array], tuple[jax.Array, Any]]
 
 
+#: Pax's names of the decoder fields, now Hugging Face's (one error names the new name).
+_RENAMED = {
+    "max_decode_steps": "max_new_tokens",
+    "eos_id": "eos_token_id",
+    "pad_id": "pad_token_id",
+}
+
+
+@config_lib.renamed_fields(_RENAMED, why="Hugging Face's name")
 @dataclasses.dataclass(frozen=True)
 class DecoderParams:
-    """How to decode (Pax's decoder hparams).
+    """How to decode (Hugging Face's ``generate`` names and defaults).
 
     Attributes:
-      max_decode_steps: new tokens per prompt; ``None``: the decoder input's
-        target length.
-      temperature: 0 for greedy (argmax); > 0 divides the logits before sampling.
+      max_new_tokens: new tokens per prompt; ``None``: the decoder input's target
+        length.
+      do_sample: False: greedy (argmax), whatever ``temperature``, ``top_k`` and
+        ``top_p`` say; True: sample with them.
+      temperature: the logits are divided by it before sampling (> 0; used only when
+        ``do_sample``).
       top_k: sample among the ``top_k`` most likely tokens (0: all).
       top_p: sample among the most likely tokens whose probabilities sum to at
         least ``top_p`` (1.0: all).
-      eos_id: a row stops after this token; ``None``: never stops early.
-      pad_id: written after a row stopped.
+      eos_token_id: a row stops after this token, or after any of these tokens (a
+        list is kept as a tuple); ``None``: never stops early.
+      pad_token_id: written after a row stopped.
       seed: seed of the sampling RNG (the step and batch are folded in).
     """
 
-    max_decode_steps: int | None = None
-    temperature: float = 0.0
+    max_new_tokens: int | None = None
+    do_sample: bool = False
+    temperature: float = 1.0
     top_k: int = 0
     top_p: float = 1.0
-    eos_id: int | None = None
-    pad_id: int = 0
+    eos_token_id: int | tuple[int, ...] | None = None
+    pad_token_id: int = 0
     seed: int = 0
 
     def __post_init__(self) -> None:
-        if self.max_decode_steps is not None and self.max_decode_steps < 1:
+        if self.max_new_tokens is not None and self.max_new_tokens < 1:
             raise ValueError(
-                f"DecoderParams.max_decode_steps must be >= 1, got {self.max_decode_steps}."
+                f"DecoderParams.max_new_tokens must be >= 1, got {self.max_new_tokens}."
             )
         if self.temperature < 0:
             raise ValueError(f"DecoderParams.temperature must be >= 0, got {self.temperature}.")
+        if self.do_sample and self.temperature == 0:
+            raise ValueError(
+                "DecoderParams: do_sample=True needs temperature > 0 (got 0); set "
+                "temperature > 0 to sample, or do_sample=False for greedy decoding."
+            )
         if self.top_k < 0:
             raise ValueError(f"DecoderParams.top_k must be >= 0 (0 = off), got {self.top_k}.")
         if not 0.0 < self.top_p <= 1.0:
             raise ValueError(f"DecoderParams.top_p must be in (0, 1], got {self.top_p}.")
+        if isinstance(self.eos_token_id, (list, tuple)):  # Hashable: jit takes it as static.
+            if not self.eos_token_id:
+                raise ValueError("DecoderParams.eos_token_id is empty; use None for no EOS.")
+            object.__setattr__(self, "eos_token_id", tuple(int(i) for i in self.eos_token_id))
+
+
+def is_eos(tokens: Any, eos_token_id: int | tuple[int, ...] | None) -> Any:
+    """Elementwise ``tokens`` (a numpy or jax array) in ``eos_token_id``; all False for None."""
+    ids = eos_token_id if isinstance(eos_token_id, tuple) else (eos_token_id,)
+    hit = tokens != tokens
+    for i in ids:
+        if i is not None:
+            hit = hit | (tokens == i)
+    return hit
 
 
 def sample_logits(logits: jax.Array, key: jax.Array, params: DecoderParams) -> jax.Array:
     """One token per row from ``logits [B, V]`` -> ``[B]`` int32 (see DecoderParams)."""
     logits = logits.astype(jnp.float32)
-    if params.temperature == 0.0:
+    if not params.do_sample:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
     logits = logits / params.temperature
     neg_inf = jnp.finfo(jnp.float32).min
@@ -110,9 +145,9 @@ def decode(
     prompt_lengths: jax.Array,
     key: jax.Array,
     params: DecoderParams,
-    max_decode_steps: int,
+    max_new_tokens: int,
 ) -> NestedMap:
-    """Decodes ``max_decode_steps`` tokens after each prompt (call it inside jit).
+    """Decodes ``max_new_tokens`` tokens after each prompt (call it inside jit).
 
     Args:
       prefill: runs the prompts and returns their logits and a fresh cache.
@@ -121,34 +156,33 @@ def decode(
       prompt_lengths: ``[B]`` real tokens per prompt (>= 1; 0 is taken as 1).
       key: the sampling RNG (unused when greedy).
       params: sampling settings.
-      max_decode_steps: ``N``.
+      max_new_tokens: ``N``.
 
     Returns:
-      NestedMap of ``tokens [B, N]`` int32 (``pad_id`` after a row stopped),
+      NestedMap of ``tokens [B, N]`` int32 (``pad_token_id`` after a row stopped),
       ``lengths [B]`` tokens generated (an EOS included), ``log_probs [B, N]``
       float32 log-probability of each token under the model (temperature 1, no
       top-k/p cut; 0 after the end), ``scores [B]`` their sum.
     """
     b, p = prompt_ids.shape
-    n = max_decode_steps
+    n = max_new_tokens
     prompt_lengths = jnp.clip(prompt_lengths.astype(jnp.int32), 1, p)
     ids, paddings, positions = left_align(prompt_ids, prompt_lengths)
     logits, cache = prefill(ids, paddings, positions, p + n - 1)
 
     def choose(i, logits, done, state):
         token = sample_logits(logits, jax.random.fold_in(key, i), params)
-        token = jnp.where(done, params.pad_id, token)
+        token = jnp.where(done, params.pad_token_id, token)
         log_prob = jnp.take_along_axis(jax.nn.log_softmax(logits), token[:, None], axis=1)[:, 0]
         log_prob = jnp.where(done, 0.0, log_prob)
         state.tokens = state.tokens.at[:, i].set(token)
         state.log_probs = state.log_probs.at[:, i].set(log_prob)
         state.lengths = state.lengths + (~done).astype(jnp.int32)
-        if params.eos_id is not None:
-            done = done | (token == params.eos_id)
+        done = done | is_eos(token, params.eos_token_id)
         return token, done, state
 
     state = NestedMap(
-        tokens=jnp.full((b, n), params.pad_id, jnp.int32),
+        tokens=jnp.full((b, n), params.pad_token_id, jnp.int32),
         log_probs=jnp.zeros((b, n), jnp.float32),
         lengths=jnp.zeros((b,), jnp.int32),
     )
@@ -205,8 +239,8 @@ def decode_lm(
     prompt_lengths: jax.Array,
     key: jax.Array,
     params: DecoderParams,
-    max_decode_steps: int,
+    max_new_tokens: int,
 ) -> NestedMap:
     """:func:`decode` with a ``LanguageModel`` (``variables`` holds its ``params``)."""
     prefill, step = lm_decode_fns(model, variables)
-    return decode(prefill, step, prompt_ids, prompt_lengths, key, params, max_decode_steps)
+    return decode(prefill, step, prompt_ids, prompt_lengths, key, params, max_new_tokens)

@@ -2,11 +2,12 @@
 
 A directory is recognised by its ``config.json`` beside ``model.safetensors`` or
 ``model.safetensors.index.json`` (sharded: the index maps each tensor to its file). Its
-variables are named as Hugging Face names them (``params/model.layers.0.self_attn.
-q_proj.weight``); the family's table (``paxlite.formats.hf_models``) names a run's
-parameters the same way. Each device's slice is read by itself with safetensors'
-``get_slice``, in the layout ``hf_layout.read_slice`` works out, and cast to the run's
-dtype: never a whole array on one host.
+variables are Hugging Face's names, ``/`` for ``.`` as loading rules read names
+(``params/model/layers/0/self_attn/q_proj/weight``); the family's table
+(``paxlite.formats.hf_layout``) names a run's parameters the same way. Each device's
+slice is read by itself with safetensors' ``get_slice``, in the layout
+``hf_layout.read_slice`` works out, and cast to the run's dtype: never a whole array on
+one host.
 """
 
 from __future__ import annotations
@@ -30,8 +31,9 @@ from paxlite.formats import hf_layout, hf_models
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
 GENERATION_CONFIG_FILE = "generation_config.json"
-#: transformers' ``save_pretrained`` default ``max_shard_size`` (5 GB): above it, shards.
-DEFAULT_MAX_SHARD_BYTES = 5 * 10**9
+#: transformers 5's ``save_pretrained`` default ``max_shard_size`` ("50GB"; 4.x's was
+#: "5GB"): above it, shards.
+DEFAULT_MAX_SHARD_BYTES = 50 * 10**9
 
 _DTYPES = {
     "F64": np.dtype(np.float64),
@@ -57,19 +59,21 @@ class HfSource(checkpoint_sources.Source):
         self.config = hf_models.HfConfig.load(directory)
         self.family = hf_models.family_of(self.config)
         self._file_of = _tensor_files(directory)
+        self._name_of = {_variable_name(name): name for name in self._file_of}
         self._open: dict[str, Any] = {}
 
     def variables(self) -> dict[str, Variable]:
         out = {}
         for name in self._file_of:
             tensor = self._tensor(name)
-            out[PARAMS + name] = Variable(tuple(tensor.get_shape()), _dtype(tensor.get_dtype()))
+            shape, dtype = tuple(tensor.get_shape()), _dtype(tensor.get_dtype())
+            out[_variable_name(name)] = Variable(shape, dtype)
         return out
 
     def run_names(self, run_params: Mapping[str, Any]) -> dict[str, Variable]:
         named = hf_layout.their_names(self.family.table, list(run_params))
         return {
-            PARAMS + theirs: Variable(
+            _variable_name(theirs): Variable(
                 hf_layout.their_shape(layout, tuple(run_params[path].shape)),
                 np.dtype(run_params[path].dtype),
             )
@@ -81,14 +85,14 @@ class HfSource(checkpoint_sources.Source):
 
     def loaded_leaves(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> set[str]:
         named = hf_layout.their_names(self.family.table, list(run_params))
-        return {path for path, (theirs, _) in named.items() if PARAMS + theirs in assigned}
+        return {path for path, (theirs, _) in named.items() if _variable_name(theirs) in assigned}
 
     def read(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> dict[str, Any]:
         named = hf_layout.their_names(self.family.table, list(run_params))
         out = {}
         for path in sorted(self.loaded_leaves(assigned, run_params)):
             theirs, layout = named[path]
-            source_name = assigned[PARAMS + theirs][len(PARAMS) :]
+            source_name = self._name_of[assigned[_variable_name(theirs)]]
             out[path] = self._read_leaf(path, source_name, layout, run_params[path])
         return out
 
@@ -118,6 +122,11 @@ class HfSource(checkpoint_sources.Source):
             return values.astype(target.dtype)
 
         return checkpoint_sources.sharded_array(target, read_ours)
+
+
+def _variable_name(name: str) -> str:
+    """Hugging Face's tensor ``name`` as a variable name (``params/``, ``/`` for ``.``)."""
+    return PARAMS + name.replace(".", "/")
 
 
 def _dtype(name: str) -> np.dtype:

@@ -163,18 +163,25 @@ def _llama_like(cfg: HfConfig, options: _Options) -> config_lib.Config:
         raise cfg.refuse("mlp_bias", True, "supported: false")
     if cfg.get("pretraining_tp", 1) != 1:
         raise cfg.refuse("pretraining_tp", cfg.get("pretraining_tp"), "supported: 1")
-    norm = RmsNorm.HParams.config(epsilon=float(cfg.get("rms_norm_eps", 1e-6)))
+    epsilon = float(cfg.get("rms_norm_eps", 1e-6))
+
+    def norm() -> config_lib.Config:  # A new config each time: a shared one shares weights.
+        return RmsNorm.HParams.config(epsilon=epsilon)
+
     bias = options.qkv_bias or cfg.get("attention_bias", False)
     attention = DotProductAttention.HParams.config(
         use_bias=bias,
         use_post_bias=cfg.get("attention_bias", False),
         rotary_tpl=RotaryPositionalEmbedding.HParams.config(**rope_settings(cfg)),
-        qk_norm_tpl=norm if options.qk_norm else None,
+        qk_norm_tpl=norm() if options.qk_norm else None,
         sliding_window=options.sliding_window,
         atten_dropout_prob=float(cfg.get("attention_dropout", 0.0)),
     )
     feed_forward = TransformerFeedForward.HParams.config(
-        use_bias=False, use_gated_activation=True, activation_tpl=SiLU.HParams.config(), ln_tpl=norm
+        use_bias=False,
+        use_gated_activation=True,
+        activation_tpl=SiLU.HParams.config(),
+        ln_tpl=norm(),
     )
     block = Transformer.HParams.config(
         input_dims=d,
@@ -182,7 +189,7 @@ def _llama_like(cfg: HfConfig, options: _Options) -> config_lib.Config:
         num_heads=heads,
         num_kv_heads=cfg.get("num_key_value_heads", heads),
         dims_per_head=cfg.get("head_dim", d // heads),
-        ln_tpl=norm,
+        ln_tpl=norm(),
         tr_atten_tpl=attention,
         tr_fflayer_tpl=feed_forward,
     )
@@ -199,7 +206,7 @@ def _llama_like(cfg: HfConfig, options: _Options) -> config_lib.Config:
         stacked_transformer_tpl=StackedTransformer.HParams.config(
             num_layers=cfg.require("num_hidden_layers"), block_tpl=block
         ),
-        final_ln_tpl=norm,
+        final_ln_tpl=norm(),
     )
     return LanguageModel.HParams.config(lm_tpl=lm)
 

@@ -376,7 +376,7 @@ class LmTextTiny(LmSyntheticTiny):
     def task(self) -> Any:
         """LmSyntheticTiny's task; decoding stops at SeqIO's EOS id (1)."""
         task = super().task()
-        task.decoder.eos_id = 1
+        task.decoder.eos_token_id = 1
         return task
 
     def register_task(self) -> None:

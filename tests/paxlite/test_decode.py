@@ -1,8 +1,8 @@
 """The decode program: a trained tiny LM continues progressions; JSONL + TensorBoard through
 main.py; sharded decoding on 8 devices equals 1 device, also for decoder batches of 1, 2 and 3;
 --fdl_set reaches decoder datasets; a bfloat16 run trains and decodes through main.py;
-one-line errors without a checkpoint, for LM batches as a decoder dataset and for a pipelined
-stack.
+one-line errors without a checkpoint, for LM batches as a decoder dataset, for a pipelined
+stack and for Pax's names of decoder fields.
 
 One in-process train_and_eval run of LmSyntheticTiny (150 steps at a higher learning rate,
 decoding at 75 and 150) is shared by the tests of this module.
@@ -26,7 +26,13 @@ from paxlite.job import build_job
 from paxlite.overrides import resolve_configs
 from praxis_lite.decoding import DecoderParams
 from tasks.lm.synthetic import LmSyntheticTiny, LmSyntheticTinyPipeline
-from tests.paxlite.test_main import EXP, restore_params, run_main, scalar_series
+from tests.paxlite.test_main import (
+    EXP,
+    main_in_process,
+    restore_params,
+    run_main,
+    scalar_series,
+)
 
 NAME = "progressions"
 
@@ -129,7 +135,7 @@ def test_sharded_decoding_on_8_devices_matches_1_device(trained, tmp_path):
     _, result = trained
     params = jax.device_get(result.state.params)
     # Temperature sampling with top-k and EOS: the same key gives the same draws on any mesh.
-    dparams = DecoderParams(temperature=1.0, top_k=5, eos_id=7)
+    dparams = DecoderParams(do_sample=True, top_k=5, eos_token_id=7)
     outputs = []
     for devices, ici in ((jax.devices()[:1], (1, 1, 1)), (jax.devices(), (1, 2, 4))):
         job = _job(tmp_path / str(len(devices)), devices, ICI_MESH_SHAPE=ici)
@@ -320,3 +326,26 @@ def test_pipelined_stack_cannot_decode_one_clear_error(tmp_path):
             )
         shapes.append(jax.tree_util.tree_map(lambda x: x.shape, abstract.params))
     assert shapes[0] == shapes[1]
+
+
+def set_pax_eos_id(task_cfg) -> None:
+    """A fiddler (``--fiddler``) that edits the task as an experiment's task() would."""
+    task_cfg.decoder.eos_id = 1
+
+
+@pytest.mark.parametrize(
+    "flag, old, new",
+    [
+        ("--fdl_set=task.decoder.max_decode_steps=4", "max_decode_steps", "max_new_tokens"),
+        ("--fdl_set=task.decoder.eos_id=1", "eos_id", "eos_token_id"),
+        ("--fdl_set=task.decoder.pad_id=0", "pad_id", "pad_token_id"),
+        (f"--fiddler={__name__}.set_pax_eos_id", "eos_id", "eos_token_id"),
+    ],
+)
+def test_pax_names_of_decoder_fields_are_one_error_line(tmp_path, flag, old, new):
+    job = tmp_path / "job"
+    code, stderr = main_in_process(f"--job_log_dir={job}", flag)
+    assert code == 2, stderr[-2000:]
+    assert stderr.startswith("paxlite: error: ") and stderr.count("\n") == 1, stderr
+    assert f"DecoderParams: {old} is now {new} (Hugging Face's name)." in stderr
+    assert not job.exists()

@@ -86,7 +86,7 @@ def test_a_step_dir_and_eos_padding(tiny_job):
     lm = from_pretrained(tiny_job / "checkpoints" / "60")
     prompts = np.array([[3, 5, 7, 9]])
     free = lm.generate(prompts, max_new_tokens=4)
-    stopped = lm.generate(prompts, max_new_tokens=4, eos_id=int(free[0, 0]), pad_id=63)
+    stopped = lm.generate(prompts, max_new_tokens=4, eos_token_id=int(free[0, 0]), pad_token_id=63)
     assert stopped[0, 0] == free[0, 0] and (stopped[0, 1:] == 63).all(), (free, stopped)
 
 

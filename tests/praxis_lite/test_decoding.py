@@ -7,6 +7,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
+from praxis_lite import config as config_lib
 from praxis_lite import decoding
 from praxis_lite.decoding import DecoderParams
 from praxis_lite.layers import embedding_softmax as es
@@ -32,17 +33,25 @@ def test_top_k_1_and_tiny_top_p_equal_greedy():
     greedy = np.argmax(np.asarray(logits), axis=-1)
     np.testing.assert_array_equal(_sampler()(logits, jax.random.key(0), DecoderParams()), greedy)
     for params in (
-        DecoderParams(temperature=1.0, top_k=1),
-        DecoderParams(temperature=1.0, top_p=1e-6),
+        DecoderParams(do_sample=True, top_k=1),
+        DecoderParams(do_sample=True, top_p=1e-6),
     ):
         for seed in range(3):
             tokens = _sampler()(logits, jax.random.key(seed), params)
             np.testing.assert_array_equal(tokens, greedy)
 
 
+def test_do_sample_false_is_greedy_whatever_the_sampling_fields_say():
+    logits = _logits()
+    greedy = np.argmax(np.asarray(logits), axis=-1)
+    params = DecoderParams(temperature=0.7, top_k=3, top_p=0.9)
+    for seed in range(2):
+        np.testing.assert_array_equal(_sampler()(logits, jax.random.key(seed), params), greedy)
+
+
 def test_temperature_sampling_is_reproducible_and_respects_top_k():
     logits = jnp.tile(_logits(1), (512, 1))  # one distribution, many draws
-    params = DecoderParams(temperature=1.0)
+    params = DecoderParams(do_sample=True)
     a = _sampler()(logits, jax.random.key(7), params)
     b = _sampler()(logits, jax.random.key(7), params)
     c = _sampler()(logits, jax.random.key(8), params)
@@ -50,12 +59,12 @@ def test_temperature_sampling_is_reproducible_and_respects_top_k():
     assert np.any(np.asarray(a) != np.asarray(c))
     assert len(np.unique(a)) > 3  # It samples, it is not argmax.
     top3 = set(np.argsort(-np.asarray(logits[0]))[:3].tolist())
-    k3 = _sampler()(logits, jax.random.key(7), DecoderParams(temperature=1.0, top_k=3))
+    k3 = _sampler()(logits, jax.random.key(7), DecoderParams(do_sample=True, top_k=3))
     assert set(np.unique(k3).tolist()) == top3
     # top_p keeps the fewest most-likely tokens whose probability reaches p.
     probs = np.sort(np.asarray(jax.nn.softmax(logits[0])))[::-1]
     need = int(np.searchsorted(np.cumsum(probs), 0.8) + 1)
-    p8 = _sampler()(logits, jax.random.key(7), DecoderParams(temperature=1.0, top_p=0.8))
+    p8 = _sampler()(logits, jax.random.key(7), DecoderParams(do_sample=True, top_p=0.8))
     assert set(np.unique(p8).tolist()) == set(np.argsort(-np.asarray(logits[0]))[:need].tolist())
 
 
@@ -74,11 +83,19 @@ def _counting_model():
     return prefill, step
 
 
+def _count_after(first_ids, params, steps):
+    """:func:`decoding.decode` of the counting model after one-token prompts."""
+    prefill, step = _counting_model()
+    ids, lengths = jnp.asarray(first_ids)[:, None], jnp.ones(len(first_ids), jnp.int32)
+    key = jax.random.key(0)
+    return jax.jit(lambda: decoding.decode(prefill, step, ids, lengths, key, params, steps))()
+
+
 def test_eos_stops_each_row_and_pads_after_it():
     prefill, step = _counting_model()
     prompts = jnp.asarray([[3, 4, 0], [9, 0, 0], [13, 14, 15]], jnp.int32)
     lengths = jnp.asarray([2, 1, 3])
-    params = DecoderParams(eos_id=12, pad_id=0)
+    params = DecoderParams(eos_token_id=12, pad_token_id=0)
     run = jax.jit(lambda p, n: decoding.decode(prefill, step, p, n, jax.random.key(0), params, 6))
     out = run(prompts, lengths)
     tokens = np.asarray(out.tokens)
@@ -91,20 +108,18 @@ def test_eos_stops_each_row_and_pads_after_it():
     np.testing.assert_allclose(out.scores, np.asarray(out.log_probs).sum(-1), rtol=1e-6)
 
     # Every row ends early (the loop's condition stops it); the rest stays padding.
-    early = DecoderParams(eos_id=11)
-    out = jax.jit(
-        lambda: decoding.decode(
-            prefill,
-            step,
-            jnp.asarray([[9], [10]]),
-            jnp.asarray([1, 1]),
-            jax.random.key(0),
-            early,
-            8,
-        )
-    )()
+    out = _count_after([9, 10], DecoderParams(eos_token_id=11), 8)
     np.testing.assert_array_equal(out.tokens, [[10, 11, 0, 0, 0, 0, 0, 0], [11] + [0] * 7])
     np.testing.assert_array_equal(out.lengths, [2, 1])
+
+
+def test_a_list_of_eos_ids_stops_a_row_at_any_of_them():
+    params = DecoderParams(eos_token_id=[6, 11], pad_token_id=15)
+    assert params.eos_token_id == (6, 11)
+    hash(params)  # A tuple: the params stay hashable (static under jit).
+    out = _count_after([3, 9], params, 4)
+    np.testing.assert_array_equal(out.tokens, [[4, 5, 6, 15], [10, 11, 15, 15]])
+    np.testing.assert_array_equal(out.lengths, [3, 2])
 
 
 def test_params_are_validated():
@@ -112,6 +127,25 @@ def test_params_are_validated():
         DecoderParams(top_p=0.0)
     with pytest.raises(ValueError, match="temperature"):
         DecoderParams(temperature=-1.0)
+    with pytest.raises(ValueError, match="set temperature > 0 to sample, or do_sample=False"):
+        DecoderParams(do_sample=True, temperature=0.0)
+    DecoderParams(temperature=0.0)  # Greedy: the temperature is not used.
+
+
+@pytest.mark.parametrize(
+    "old, new",
+    [
+        ("max_decode_steps", "max_new_tokens"),
+        ("eos_id", "eos_token_id"),
+        ("pad_id", "pad_token_id"),
+    ],
+)
+def test_pax_names_fail_naming_hugging_faces(old, new):
+    message = f"^DecoderParams: {old} is now {new} \\(Hugging Face's name\\)\\.$"
+    with pytest.raises(TypeError, match=message):
+        DecoderParams(**{old: 1})
+    with pytest.raises(AttributeError, match=message):
+        setattr(config_lib.Config(DecoderParams), old, 1)
 
 
 def test_greedy_decode_of_an_lm_equals_argmax_of_full_passes():
@@ -154,7 +188,7 @@ def test_greedy_decode_of_an_lm_equals_argmax_of_full_passes():
 
 
 def test_the_loop_stops_once_every_row_has_ended():
-    """A model that says EOS at its k-th step: the loop runs k steps, not max_decode_steps."""
+    """A model that says EOS at its k-th step: the loop runs k steps, not max_new_tokens."""
     eos, vocab, rows = 3, 8, 2
     steps_run = []
 
@@ -176,8 +210,8 @@ def test_the_loop_stops_once_every_row_has_ended():
             ids,
             lengths,
             jax.random.key(0),
-            DecoderParams(eos_id=eos),
-            max_decode_steps=50,
+            DecoderParams(eos_token_id=eos),
+            max_new_tokens=50,
         )
     )(jnp.ones((rows, 3), jnp.int32), jnp.array([3, 2]))
     jax.effects_barrier()

@@ -1,0 +1,760 @@
+"""Builds tiny randomly initialised Hugging Face causal LMs (Llama 2, Llama 3, Mistral, Qwen2,
+Qwen3) with the real ``transformers`` (PyTorch) and stores each, with its tokenizer and its
+outputs, as a test fixture that paxlite's JAX loaders read without torch.
+
+Runs in the venv of make_venv.sh, by hand (never by CI), from the repository root:
+
+    /tmp/hf-venv/bin/python tools/hf_fixtures/make_fixtures.py tests/fixtures/hf
+
+Writes, per family (``FAMILIES``), ``<out>/<name>/``: what ``save_pretrained`` writes for the
+model (config.json, generation_config.json, model.safetensors or shards + index) and for its
+tokenizer (tokenizer.json, tokenizer_config.json; Llama 2 also tokenizer.model and
+special_tokens_map.json), plus
+
+- ``outputs.npz``: ``ids [2, T]`` int32 (two texts, no padding), ``logits [2, T, V]`` float32
+  (``model(ids).logits``, eval, no grad), ``prompt_0``/``prompt_1`` [P_i] int32 and
+  ``greedy_0``/``greedy_1`` [<= 8] int32, the new tokens of ``generate(prompt[None],
+  do_sample=False, max_new_tokens=8)`` (shorter when it stopped at an EOS);
+- ``tokenizer_cases.json``: ``{"cases": [{"text", "ids", "ids_no_special", "decoded"}...],
+  "special": {"bos_token_id", "eos_token_id", "pad_token_id"}}``.
+
+Checks a directory that something else saved (e.g. paxlite's HF export) against a fixture:
+
+    /tmp/hf-venv/bin/python tools/hf_fixtures/make_fixtures.py --check DIR NAME
+
+loads DIR with ``AutoModelForCausalLM``/``AutoTokenizer`` and compares its logits (within 1e-4 of
+the fixture's logit scale), greedy tokens and tokenizer cases with fixture NAME; exits 1 on a
+mismatch.
+"""
+
+import argparse
+import dataclasses
+import io
+import json
+import os
+import pathlib
+import shutil
+import sys
+import tempfile
+
+os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
+
+import numpy as np  # noqa: E402
+import sentencepiece as spm  # noqa: E402
+import tokenizers  # noqa: E402
+import torch  # noqa: E402
+import transformers  # noqa: E402
+from tokenizers import decoders, normalizers, pre_tokenizers, processors  # noqa: E402
+from transformers import (  # noqa: E402
+    AutoModelForCausalLM,
+    AutoTokenizer,
+    LlamaTokenizer,
+    PreTrainedTokenizerBase,
+    PreTrainedTokenizerFast,
+)
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+FIXTURES = REPO / "tests" / "fixtures" / "hf"
+SEQ_LEN = 16  # T of outputs.npz's ids and logits.
+NEW_TOKENS = 8  # max_new_tokens of the greedy decodes.
+TOLERANCE = 1e-4  # --check: max |logits - fixture| / max |fixture logits|.
+MUST_MATTER = 1e-2  # an ablation (Family.must_matter) must move the logits by this, relatively.
+MIN_GREEDY_GAP = 0.02  # top-1 minus top-2 logit at every greedy step (Family.seed is chosen so).
+
+# The training text of every tokenizer (about 4 KB), written for this script.
+CORPUS = """\
+The river runs past the old mill, and the mill has not turned its wheel for forty years.
+Children still come down to the water in the summer. They throw stones, they shout, and they
+count the rings that spread across the surface: one, two, three, four! Their parents sit on the
+bank and talk about the weather, the price of bread, and the train that is always late.
+
+The train leaves the station at 7:15 every morning. It stops at Ashford, at Millbrook and at
+the small halt by the forest, where nobody ever gets on. The driver waves to the farmer, and
+the farmer waves back. On Sundays the train does not run at all, and the line is quiet.
+
+Baking bread is simple if you are patient. Mix 500 grams of flour with 10 grams of salt, 7 grams
+of yeast and 350 grams of warm water. Knead the dough for ten minutes, then let it rest for an
+hour. Shape it, let it rise again, and bake it in a hot oven for thirty-five minutes. The crust
+should be dark and the loaf should sound hollow when you tap it underneath.
+
+What makes a good story? Some say it is the characters; others say it is the plot. A good story
+has a beginning, a middle and an end, but not always in that order. The best stories leave
+something for the reader to imagine. They ask questions and do not answer all of them!
+
+The weather changed quickly that afternoon. The sky was blue at noon, grey at two, and black by
+four. The wind came first, then the rain, then the thunder. People ran for the doorways and the
+shops. The cat on the wall did not move: it watched the storm with calm yellow eyes.
+
+In the library there are books about the sea, about the stars and about the history of the
+town. The librarian knows every shelf. Ask her for a book on ships, and she will find three.
+Ask her for a book on the moon, and she will find five, and a map of the night sky as well.
+
+Numbers are everywhere: 12 eggs in a box, 24 hours in a day, 365 days in a year, and 1000 metres
+in a kilometre. The clock on the tower says 3:45, but it has said 3:45 since the winter of 1987.
+Hello, world! Hello again, world! Goodbye, world!
+
+The market opens early on Saturday. There are apples and pears, cheese and honey, fresh fish
+and warm bread. The man who sells honey talks about his bees as if they were his children. The
+woman who sells cheese gives everyone a small piece to taste, and nobody leaves with nothing.
+
+At night the town is quiet. The lights go out one by one, and the river keeps running past the
+mill. Tomorrow the train will be late again, the children will throw their stones, and the
+clock on the tower will still say a quarter to four.
+"""
+
+# outputs.npz's ids: each text gives the first SEQ_LEN tokens of one row.
+LOGIT_TEXTS = (
+    "Hello, world! The river runs past the old mill, and the children count the rings.",
+    "Mix 500 grams of flour with salt and yeast, then bake the loaf for an hour or more!",
+)
+PROMPT_TEXTS = ("The train leaves the", "Ask her for a book on ships, and she will")
+TOKENIZER_TEXTS = (
+    "Hello world! How are you today?",
+    "!",
+    "naïve café — 日本語 🙂 Ωmega",
+    "  two leading spaces, digits 1234567,\ttabs and\nnew lines.",
+    "The quick brown fox jumps over the lazy dog.",
+)
+
+# A Llama 3 style pre-tokenizer pattern (Qwen2 splits digits one by one: DIGITS="\\p{N}").
+SPLIT_PATTERN = (
+    r"(?i:'s|'t|'re|'ve|'m|'ll|'d)|[^\r\n\p{L}\p{N}]?\p{L}+|DIGITS"
+    r"| ?[^\s\p{L}\p{N}]+[\r\n]*|\s*[\r\n]+|\s+(?!\S)|\s+"
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class ByteLevelSpec:
+    """A byte-level BPE tokenizer trained on CORPUS.
+
+    Attributes:
+      vocab_size: the tokenizer's size, special tokens included (<= the model's vocab_size).
+      specials_first: special tokens at ids 0.. (Mistral's <unk> <s> </s>); else appended after
+        the BPE vocabulary (Llama 3, Qwen), which puts the byte "!" at id 0.
+      special_tokens: all special tokens, in id order.
+      bos, eos, pad, unk: the tokenizer's named special tokens (None: it has none).
+      add_bos: the post-processor prepends bos.
+      digits: the split pattern's digit group (None: GPT-2's ByteLevel regex, no Split).
+      nfc: an NFC normalizer (Qwen).
+    """
+
+    vocab_size: int
+    special_tokens: tuple[str, ...]
+    specials_first: bool
+    bos: str | None
+    eos: str
+    pad: str | None
+    unk: str | None = None
+    add_bos: bool = True
+    digits: str | None = r"\p{N}{1,3}"
+    nfc: bool = False
+
+
+@dataclasses.dataclass(frozen=True)
+class SentencePieceSpec:
+    """A Llama 2 style SentencePiece BPE (byte_fallback, <unk> 0, <s> 1, </s> 2) of vocab_size."""
+
+    vocab_size: int
+
+
+@dataclasses.dataclass(frozen=True)
+class Family:
+    """One fixture: a transformers config and the tokenizer that goes with it.
+
+    Attributes:
+      name: the fixture's directory name.
+      seed: torch's seed for the weights; chosen so that no greedy step is a near tie.
+      config_class: the transformers config class, by name (``"LlamaConfig"``).
+      config: its kwargs, less the special token ids (``bos_token_id``, ``eos_token_id``,
+        ``pad_token_id``), which come from the tokenizer.
+      tokenizer: how to build the tokenizer.
+      generation_eos: tokens whose ids become generation_config's (and config's) eos_token_id
+        list; None: the tokenizer's eos id.
+      must_matter: config overrides (by label) that must change the logits: proves the fixture
+        exercises that feature (e.g. a sliding window shorter than the sequence).
+      max_shard_size: save_pretrained's shard size (None: one model.safetensors).
+    """
+
+    name: str
+    seed: int
+    config_class: str
+    config: dict
+    tokenizer: ByteLevelSpec | SentencePieceSpec
+    generation_eos: tuple[str, ...] | None = None
+    must_matter: dict[str, dict] = dataclasses.field(default_factory=dict)
+    max_shard_size: str | None = None
+
+
+TINY = dict(
+    hidden_size=64,
+    intermediate_size=80,
+    num_hidden_layers=2,
+    num_attention_heads=4,
+    num_key_value_heads=2,
+    max_position_embeddings=64,
+    initializer_range=0.1,
+)
+LLAMA3_TOKENS = ("<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|finetune_right_pad_id|>")
+QWEN_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+FAMILIES = (
+    Family(
+        name="llama2",
+        seed=5,
+        config_class="LlamaConfig",
+        config=dict(
+            TINY,
+            vocab_size=352,
+            rms_norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            tie_word_embeddings=False,
+        ),
+        tokenizer=SentencePieceSpec(vocab_size=352),
+    ),
+    Family(
+        name="llama3",
+        seed=8,
+        config_class="LlamaConfig",
+        config=dict(
+            TINY,
+            vocab_size=320,
+            rms_norm_eps=1e-5,
+            rope_parameters={
+                "rope_type": "llama3",
+                "rope_theta": 500000.0,
+                "factor": 8.0,
+                "low_freq_factor": 1.0,
+                "high_freq_factor": 4.0,
+                "original_max_position_embeddings": 8,
+            },
+            tie_word_embeddings=False,
+        ),
+        tokenizer=ByteLevelSpec(
+            vocab_size=320,
+            special_tokens=LLAMA3_TOKENS,
+            specials_first=False,
+            bos="<|begin_of_text|>",
+            eos="<|end_of_text|>",
+            pad="<|finetune_right_pad_id|>",
+        ),
+        generation_eos=("<|eot_id|>", "<|end_of_text|>"),
+        must_matter={
+            "no rope scaling": {"rope_parameters": {"rope_type": "default", "rope_theta": 500000.0}}
+        },
+    ),
+    Family(
+        name="mistral",
+        seed=10,
+        config_class="MistralConfig",
+        config=dict(
+            TINY,
+            vocab_size=320,
+            head_dim=24,
+            sliding_window=4,
+            rms_norm_eps=1e-3,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            tie_word_embeddings=False,
+        ),
+        tokenizer=ByteLevelSpec(
+            vocab_size=320,
+            special_tokens=("<unk>", "<s>", "</s>"),
+            specials_first=True,
+            bos="<s>",
+            eos="</s>",
+            pad=None,
+            unk="<unk>",
+            digits=None,
+        ),
+        must_matter={
+            "no sliding window": {"sliding_window": None},
+            "rms_norm_eps=1e-6": {"rms_norm_eps": 1e-6},
+        },
+    ),
+    Family(
+        name="qwen2",
+        seed=3,
+        config_class="Qwen2Config",
+        config=dict(
+            TINY,
+            vocab_size=320,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            tie_word_embeddings=True,
+        ),
+        # Fewer tokens than embedding rows, as the real Qwen checkpoints have.
+        tokenizer=ByteLevelSpec(
+            vocab_size=312,
+            special_tokens=QWEN_TOKENS,
+            specials_first=False,
+            bos=None,
+            eos="<|endoftext|>",
+            pad="<|endoftext|>",
+            add_bos=False,
+            digits=r"\p{N}",
+            nfc=True,
+        ),
+    ),
+    Family(
+        name="qwen3",
+        seed=4,
+        config_class="Qwen3Config",
+        config=dict(
+            TINY,
+            vocab_size=320,
+            head_dim=32,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            tie_word_embeddings=False,
+        ),
+        tokenizer=ByteLevelSpec(
+            vocab_size=312,
+            special_tokens=QWEN_TOKENS,
+            specials_first=False,
+            bos=None,
+            eos="<|im_end|>",
+            pad="<|endoftext|>",
+            add_bos=False,
+            digits=r"\p{N}",
+            nfc=True,
+        ),
+        generation_eos=("<|im_end|>", "<|endoftext|>"),
+        max_shard_size="200KB",
+    ),
+)
+
+
+# --- tokenizers -----------------------------------------------------------------------------
+
+
+def sentencepiece_tokenizer(spec: SentencePieceSpec, work: pathlib.Path) -> LlamaTokenizer:
+    """Trains a Llama 2 style tokenizer.model in ``work`` and loads it as transformers does."""
+    model = io.BytesIO()  # Not model_prefix: the proto would record paths of this run.
+    spm.SentencePieceTrainer.train(
+        sentence_iterator=iter(CORPUS.splitlines()),
+        model_writer=model,
+        vocab_size=spec.vocab_size,
+        model_type="bpe",
+        byte_fallback=True,
+        split_digits=True,
+        add_dummy_prefix=True,
+        remove_extra_whitespaces=False,
+        allow_whitespace_only_pieces=True,
+        normalization_rule_name="identity",
+        character_coverage=1.0,
+        unk_id=0,
+        bos_id=1,
+        eos_id=2,
+        pad_id=-1,
+        num_threads=1,
+        minloglevel=2,
+    )
+    (work / "tokenizer.model").write_bytes(model.getvalue())
+    source = work / "source"
+    source.mkdir()
+    shutil.copy(work / "tokenizer.model", source / "tokenizer.model")
+    # transformers 5 converts tokenizer.model to a tokenizers BPE; it adds no BOS by default.
+    return LlamaTokenizer.from_pretrained(str(source), add_bos_token=True, add_eos_token=False)
+
+
+def byte_level_pipeline(spec: ByteLevelSpec) -> tokenizers.Tokenizer:
+    """An untrained byte-level BPE with the family's normalizer, pre-tokenizer and decoder."""
+    tokenizer = tokenizers.Tokenizer(tokenizers.models.BPE())
+    if spec.nfc:
+        tokenizer.normalizer = normalizers.NFC()
+    if spec.digits is None:
+        tokenizer.pre_tokenizer = pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=True)
+    else:
+        pattern = tokenizers.Regex(SPLIT_PATTERN.replace("DIGITS", spec.digits))
+        tokenizer.pre_tokenizer = pre_tokenizers.Sequence(
+            [
+                pre_tokenizers.Split(pattern, behavior="isolated"),
+                pre_tokenizers.ByteLevel(add_prefix_space=False, use_regex=False),
+            ]
+        )
+    tokenizer.decoder = decoders.ByteLevel()
+    return tokenizer
+
+
+def post_processor(
+    spec: ByteLevelSpec, tokenizer: tokenizers.Tokenizer
+) -> processors.PostProcessor:
+    """ByteLevel offsets, then (if spec.add_bos) ``bos $A`` as Llama 3 and Mistral do."""
+    byte_level = processors.ByteLevel(trim_offsets=False)
+    if not spec.add_bos:
+        return byte_level
+    template = processors.TemplateProcessing(
+        single=f"{spec.bos} $A",
+        pair=f"{spec.bos} $A {spec.bos} $B:1",
+        special_tokens=[(spec.bos, tokenizer.token_to_id(spec.bos))],
+    )
+    return processors.Sequence([byte_level, template])
+
+
+def byte_level_tokenizer(spec: ByteLevelSpec) -> PreTrainedTokenizerFast:
+    """Trains a byte-level BPE of spec.vocab_size tokens on CORPUS, wrapped for transformers."""
+    tokenizer = byte_level_pipeline(spec)
+    first = list(spec.special_tokens) if spec.specials_first else []
+    trainer = tokenizers.trainers.BpeTrainer(
+        vocab_size=spec.vocab_size - (0 if spec.specials_first else len(spec.special_tokens)),
+        special_tokens=first,
+        initial_alphabet=pre_tokenizers.ByteLevel.alphabet(),
+        show_progress=False,
+    )
+    tokenizer.train_from_iterator(CORPUS.splitlines(keepends=True), trainer)
+    if not spec.specials_first:
+        tokenizer.add_special_tokens(list(spec.special_tokens))
+    assert tokenizer.get_vocab_size() == spec.vocab_size, tokenizer.get_vocab_size()
+    tokenizer.post_processor = post_processor(spec, tokenizer)
+    return PreTrainedTokenizerFast(
+        tokenizer_object=tokenizer,
+        bos_token=spec.bos,
+        eos_token=spec.eos,
+        pad_token=spec.pad,
+        unk_token=spec.unk,
+    )
+
+
+def make_tokenizer(family: Family, work: pathlib.Path) -> PreTrainedTokenizerBase:
+    """The family's tokenizer, trained here (work: a scratch directory)."""
+    if isinstance(family.tokenizer, SentencePieceSpec):
+        return sentencepiece_tokenizer(family.tokenizer, work)
+    return byte_level_tokenizer(family.tokenizer)
+
+
+def token_ids(
+    tokenizer: PreTrainedTokenizerBase, texts: tuple[str, ...], length: int
+) -> np.ndarray:
+    """The first ``length`` ids (special tokens included) of each text: [len(texts), length]."""
+    rows = [tokenizer(text).input_ids for text in texts]
+    for text, row in zip(texts, rows, strict=True):
+        assert len(row) >= length, f"{text!r} has {len(row)} < {length} tokens"
+    return np.array([row[:length] for row in rows], np.int32)
+
+
+def tokenizer_cases(
+    tokenizer: PreTrainedTokenizerBase, texts: tuple[str, ...] = TOKENIZER_TEXTS
+) -> dict:
+    """tokenizer_cases.json's content: a case for each of ``texts``, and the special token ids."""
+    cases = []
+    for text in texts:
+        ids_no_special = tokenizer(text, add_special_tokens=False).input_ids
+        cases.append(
+            {
+                "text": text,
+                "ids": tokenizer(text).input_ids,
+                "ids_no_special": ids_no_special,
+                "decoded": tokenizer.decode(ids_no_special),
+            }
+        )
+    special = {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": tokenizer.eos_token_id,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+    return {"cases": cases, "special": special}
+
+
+# --- models ---------------------------------------------------------------------------------
+
+
+def special_ids(family: Family, tokenizer: PreTrainedTokenizerBase) -> dict:
+    """config/generation_config ids: bos, eos (a list with generation_eos), pad."""
+    eos = tokenizer.eos_token_id
+    if family.generation_eos is not None:
+        eos = tokenizer.convert_tokens_to_ids(list(family.generation_eos))
+    return {
+        "bos_token_id": tokenizer.bos_token_id,
+        "eos_token_id": eos,
+        "pad_token_id": tokenizer.pad_token_id,
+    }
+
+
+def make_config(family: Family, ids: dict, **overrides) -> transformers.PretrainedConfig:
+    """The family's config with the tokenizer's special ``ids`` and ``overrides``."""
+    config_class = getattr(transformers, family.config_class)
+    return config_class(**{**family.config, **ids, **overrides})
+
+
+def new_model(config: transformers.PretrainedConfig) -> transformers.PreTrainedModel:
+    """An eager-attention float32 model of ``config``, in eval mode, from torch's RNG."""
+    model = AutoModelForCausalLM.from_config(
+        config, attn_implementation="eager", dtype=torch.float32
+    )
+    return model.eval()
+
+
+def perturb_norms_and_biases(model: torch.nn.Module, seed: int) -> None:
+    """Moves every RMSNorm weight to 1 + 0.1 N(0, 1) and every bias to 0.1 N(0, 1).
+
+    transformers initialises them to 1 and 0: a loader that skips one would go unnoticed.
+    Asserts that no other 1-D parameter exists (it would keep its default).
+    """
+    generator = torch.Generator().manual_seed(seed)
+    touched = set()
+    with torch.no_grad():
+        for module_name, module in model.named_modules():
+            is_norm = type(module).__name__.endswith("RMSNorm")
+            for name, param in module.named_parameters(recurse=False):
+                if name != "bias" and not is_norm:
+                    continue
+                noise = 0.1 * torch.randn(param.shape, generator=generator)
+                param.copy_(1.0 + noise if is_norm else noise)
+                touched.add(f"{module_name}.{name}")
+    untouched = [n for n, p in model.named_parameters() if p.ndim == 1 and n not in touched]
+    assert not untouched, f"1-D parameters left at their default: {untouched}"
+
+
+def build_model(family: Family, ids: dict, seed: int) -> transformers.PreTrainedModel:
+    """The family's model: random weights from ``seed``, norms and biases perturbed."""
+    torch.manual_seed(seed)
+    model = new_model(make_config(family, ids))
+    perturb_norms_and_biases(model, seed + 1)
+    model.generation_config.bos_token_id = ids["bos_token_id"]
+    model.generation_config.eos_token_id = ids["eos_token_id"]
+    model.generation_config.pad_token_id = ids["pad_token_id"]
+    return model
+
+
+@torch.no_grad()
+def logits_of(model: transformers.PreTrainedModel, ids: np.ndarray) -> np.ndarray:
+    """``ids [B, T]`` -> logits [B, T, V] float32."""
+    return model(torch.from_numpy(ids).long()).logits.float().numpy()
+
+
+@torch.no_grad()
+def greedy(model: transformers.PreTrainedModel, prompt: np.ndarray) -> np.ndarray:
+    """The new tokens [<= NEW_TOKENS] of greedy ``generate`` from ``prompt [P]`` alone."""
+    inputs = torch.from_numpy(prompt).long()[None]
+    out = model.generate(
+        inputs,
+        attention_mask=torch.ones_like(inputs),
+        do_sample=False,
+        max_new_tokens=NEW_TOKENS,
+    )
+    return out[0, len(prompt) :].numpy().astype(np.int32)
+
+
+@torch.no_grad()
+def greedy_without_cache(
+    model: transformers.PreTrainedModel, prompt: np.ndarray, eos: list[int]
+) -> tuple[np.ndarray, float]:
+    """Greedy decoding by full forward passes: (new tokens [<= NEW_TOKENS], min top-2 gap)."""
+    tokens, gaps = list(prompt), []
+    for _ in range(NEW_TOKENS):
+        last = logits_of(model, np.array([tokens], np.int32))[0, -1]
+        top2 = np.sort(last)[-2:]
+        gaps.append(float(top2[1] - top2[0]))
+        tokens.append(int(last.argmax()))
+        if tokens[-1] in eos:
+            break
+    return np.array(tokens[len(prompt) :], np.int32), min(gaps)
+
+
+def ablation_gaps(
+    family: Family,
+    ids: dict,
+    model: transformers.PreTrainedModel,
+    batch: np.ndarray,
+    logits: np.ndarray,
+) -> dict[str, float]:
+    """Each must_matter override's max |logits change| / max |logits|, same weights.
+
+    ``batch [B, T]`` int32 and its ``logits [B, T, V]`` from ``model``.
+    """
+    gaps = {}
+    scale = float(np.abs(logits).max())
+    for label, overrides in family.must_matter.items():
+        other = new_model(make_config(family, ids, **overrides))
+        other.load_state_dict(model.state_dict(), strict=True)
+        gaps[label] = float(np.abs(logits_of(other, batch) - logits).max()) / scale
+        assert gaps[label] > MUST_MATTER, f"{family.name}: {label} changes logits by {gaps[label]}"
+    return gaps
+
+
+# --- writing --------------------------------------------------------------------------------
+
+
+def save_tokenizer(
+    family: Family, tokenizer: PreTrainedTokenizerBase, out: pathlib.Path, work: pathlib.Path
+) -> None:
+    """save_pretrained; Llama 2 also gets tokenizer.model and special_tokens_map.json, as its repo.
+
+    transformers 5 writes neither of those two files: they are added here.
+    """
+    tokenizer.save_pretrained(str(out))
+    if isinstance(family.tokenizer, SentencePieceSpec):
+        shutil.copy(work / "tokenizer.model", out / "tokenizer.model")
+        special = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
+        (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
+
+
+def eos_list(ids: dict) -> list[int]:
+    """The eos id(s) of ``special_ids`` as a list."""
+    eos = ids["eos_token_id"]
+    return list(eos) if isinstance(eos, (list, tuple)) else [eos]
+
+
+def greedy_outputs(
+    model: transformers.PreTrainedModel, tokenizer: PreTrainedTokenizerBase, ids: dict, name: str
+) -> tuple[dict, float]:
+    """outputs.npz's prompt_i [P_i] and greedy_i [<= NEW_TOKENS], and the smallest top-2 gap.
+
+    Asserts that generate (with its KV cache) equals greedy decoding by full forward passes.
+    """
+    arrays, gaps = {}, []
+    for i, text in enumerate(PROMPT_TEXTS):
+        prompt = np.array(tokenizer(text).input_ids, np.int32)
+        new = greedy(model, prompt)
+        reference, gap = greedy_without_cache(model, prompt, eos_list(ids))
+        assert np.array_equal(new, reference), (name, new, reference)
+        assert gap >= MIN_GREEDY_GAP, f"{name}: greedy top-2 gap {gap}: change its seed"
+        arrays[f"prompt_{i}"], arrays[f"greedy_{i}"] = prompt, new
+        gaps.append(gap)
+    assert len(arrays["prompt_0"]) != len(arrays["prompt_1"])
+    return arrays, min(gaps)
+
+
+def add_sentencepiece_ids(cases: dict, model_file: pathlib.Path) -> None:
+    """Adds ``sentencepiece_ids_no_special`` (the sentencepiece library's ids) to each case.
+
+    transformers 5 encodes with a tokenizers BPE converted from tokenizer.model; where the two
+    differ (leading spaces) the fixture shows it.
+    """
+    processor = spm.SentencePieceProcessor(model_file=str(model_file))
+    for case in cases["cases"]:
+        case["sentencepiece_ids_no_special"] = processor.encode(case["text"])
+
+
+def write_outputs(
+    family: Family,
+    model: transformers.PreTrainedModel,
+    tokenizer: PreTrainedTokenizerBase,
+    ids: dict,
+    out: pathlib.Path,
+) -> dict:
+    """Writes outputs.npz and tokenizer_cases.json; returns the numbers of the summary."""
+    batch = token_ids(tokenizer, LOGIT_TEXTS, SEQ_LEN)
+    if tokenizer.convert_ids_to_tokens(0) == "!":
+        assert (batch == 0).any(), f"{family.name}: id 0 ('!') not in the logit texts"
+    logits = logits_of(model, batch)
+    greedy_arrays, gap = greedy_outputs(model, tokenizer, ids, family.name)
+    np.savez(out / "outputs.npz", ids=batch, logits=logits, **greedy_arrays)
+    cases = tokenizer_cases(tokenizer)
+    if isinstance(family.tokenizer, SentencePieceSpec):
+        add_sentencepiece_ids(cases, out / "tokenizer.model")
+    (out / "tokenizer_cases.json").write_text(
+        json.dumps(cases, indent=1, ensure_ascii=False) + "\n"
+    )
+    return {
+        "params": sum(p.numel() for p in model.parameters()),
+        "KB": round(sum(f.stat().st_size for f in out.iterdir()) / 1024),
+        "max |logit|": round(float(np.abs(logits).max()), 3),
+        "min greedy top-2 gap": round(gap, 3),
+        "relative change": ablation_gaps(family, ids, model, batch, logits),
+    }
+
+
+def write_family(family: Family, out_root: pathlib.Path) -> None:
+    """Builds, checks and writes fixture ``out_root / family.name``; prints its summary."""
+    out = out_root / family.name
+    shutil.rmtree(out, ignore_errors=True)
+    with tempfile.TemporaryDirectory() as scratch:
+        work = pathlib.Path(scratch)
+        tokenizer = make_tokenizer(family, work)
+        ids = special_ids(family, tokenizer)
+        model = build_model(family, ids, family.seed)
+        shard = {"max_shard_size": family.max_shard_size} if family.max_shard_size else {}
+        model.save_pretrained(str(out), safe_serialization=True, **shard)
+        save_tokenizer(family, tokenizer, out, work)
+    for path in out.iterdir():  # transformers 5 writes its safetensors files 0600.
+        path.chmod(0o644)
+    summary = write_outputs(family, model, tokenizer, ids, out)
+    print(family.name, ", ".join(f"{key}: {value}" for key, value in summary.items()), flush=True)
+
+
+def make_all(out_dir: str) -> None:
+    """Writes every family of FAMILIES under out_dir."""
+    out_root = pathlib.Path(out_dir)
+    out_root.mkdir(parents=True, exist_ok=True)
+    for family in FAMILIES:
+        write_family(family, out_root)
+
+
+# --- --check --------------------------------------------------------------------------------
+
+
+def verdict(ok: bool) -> str:
+    """What --check prints after each comparison."""
+    return "ok" if ok else "MISMATCH"
+
+
+def check_logits(model: transformers.PreTrainedModel, fixture: dict) -> bool:
+    """Compares model's logits on fixture ids with the fixture's; prints the relative error."""
+    logits = logits_of(model, fixture["ids"])
+    if logits.shape != fixture["logits"].shape:
+        print(f"logits: shape {logits.shape} vs {fixture['logits'].shape}: MISMATCH")
+        return False
+    scale = float(np.abs(fixture["logits"]).max())
+    error = float(np.abs(logits - fixture["logits"]).max()) / scale
+    ok = error <= TOLERANCE
+    print(f"logits: max |diff| / max |logit| = {error:.2e} (scale {scale:.3f}): {verdict(ok)}")
+    return ok
+
+
+def check_greedy(model: transformers.PreTrainedModel, fixture: dict) -> bool:
+    """Compares greedy decodes from the fixture's prompts."""
+    ok = True
+    for i in range(2):
+        new = greedy(model, fixture[f"prompt_{i}"])
+        same = np.array_equal(new, fixture[f"greedy_{i}"])
+        want = fixture[f"greedy_{i}"].tolist()
+        print(f"greedy_{i}: {new.tolist()} vs {want}: {verdict(same)}")
+        ok &= same
+    return ok
+
+
+def check_tokenizer(tokenizer: PreTrainedTokenizerBase, expected: dict) -> bool:
+    """Compares tokenizer_cases (ids, ids_no_special, decoded, special ids) with ``expected``."""
+    actual = tokenizer_cases(tokenizer, tuple(case["text"] for case in expected["cases"]))
+    ok = actual["special"] == expected["special"]
+    if not ok:
+        print(f"special ids: {actual['special']} vs {expected['special']}: MISMATCH")
+    for got, want in zip(actual["cases"], expected["cases"], strict=True):
+        for key in [key for key in got if got[key] != want[key]]:
+            print(f"tokenizer case {want['text']!r}: {key} {got[key]!r} vs {want[key]!r}: MISMATCH")
+            ok = False
+    print(f"tokenizer: {len(expected['cases'])} cases: {verdict(ok)}")
+    return ok
+
+
+def check(model_dir: str, name: str, fixtures: pathlib.Path) -> bool:
+    """Loads model_dir as transformers does and compares it with fixture ``fixtures / name``."""
+    fixture_dir = fixtures / name
+    fixture = dict(np.load(fixture_dir / "outputs.npz"))
+    expected = json.loads((fixture_dir / "tokenizer_cases.json").read_text())
+    model = AutoModelForCausalLM.from_pretrained(
+        model_dir, attn_implementation="eager", dtype=torch.float32
+    )
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    model.eval()
+    results = [check_logits(model, fixture), check_greedy(model, fixture)]
+    return all(results + [check_tokenizer(tokenizer, expected)])
+
+
+def main() -> None:
+    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+    parser.add_argument("out_dir", nargs="?", help="where to write (tests/fixtures/hf)")
+    parser.add_argument("--check", nargs=2, metavar=("DIR", "NAME"), help="DIR vs fixture NAME")
+    parser.add_argument("--fixtures", default=str(FIXTURES), help="--check's fixture root")
+    args = parser.parse_args()
+    transformers.utils.logging.disable_progress_bar()
+    torch.set_num_threads(1)
+    if args.check:
+        sys.exit(0 if check(args.check[0], args.check[1], pathlib.Path(args.fixtures)) else 1)
+    if not args.out_dir:
+        parser.error("give OUT_DIR or --check DIR NAME")
+    make_all(args.out_dir)
+
+
+if __name__ == "__main__":
+    main()

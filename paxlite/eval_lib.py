@@ -69,7 +69,10 @@ def _scored_examples(per_example: dict[str, Any], eval_input: BaseInput):
     """``(target texts, scores)`` of the real examples (weight > 0) of one batch."""
     real = np.asarray(per_example["weight"]) > 0
     target_ids = np.asarray(per_example["target_ids"])[real]
-    lengths = [int(np.count_nonzero(row)) for row in target_ids]
+    if "target_lengths" in per_example:  # Id 0 may be a real token (Hugging Face vocabularies).
+        lengths = [int(n) for n in np.asarray(per_example["target_lengths"])[real]]
+    else:
+        lengths = [int(np.count_nonzero(row)) for row in target_ids]
     texts = eval_input.ids_to_strings(target_ids, lengths)
     return texts, [float(x) for x in np.asarray(per_example["score"])[real]]
 

@@ -41,7 +41,9 @@ class BaseModel(BaseLayer):
           (the objective), and its weight is what throughput counts (tokens, or
           examples for a model without sequences). Optionally ``per_example``:
           ``score [B]`` (summed log-likelihood of the targets), ``weight [B]`` (0
-          for padded examples) and ``target_ids [B, T]``, for eval score metrics.
+          for padded examples), ``target_ids [B, T]`` and optionally ``target_lengths
+          [B]`` (the targets' ends; else the nonzero ids are counted), for eval score
+          metrics.
           Other fields are the model's own.
         """
         raise NotImplementedError
@@ -105,10 +107,13 @@ class LanguageModel(BaseModel):
             "log_pplx": (out.log_pplx, weight),
         }
         token_weights = _token_weights(batch)
+        weighted = token_weights > 0
+        last = jnp.max(jnp.where(weighted, jnp.arange(weighted.shape[-1]) + 1, 0), axis=-1)
         out.per_example = NestedMap(
             score=-jnp.sum(out.per_token_xent * token_weights, axis=-1),
             weight=jnp.sum(token_weights, axis=-1),
             target_ids=batch["labels"],
+            target_lengths=last,  # After the last weighted target: id 0 may be a token.
         )
         return out
 

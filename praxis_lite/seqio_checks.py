@@ -181,8 +181,8 @@ def split_files(task: seqio.Task, split: str) -> list[str]:
 
 
 _VOCAB_FIX = (
-    "point the task at a SentencePiece .model file; the LM experiments take it from their "
-    "VOCAB_PATH knob (--set VOCAB_PATH=/path/to/spm.model)"
+    "point the task at a SentencePiece .model file or a Hugging Face model directory; the LM "
+    "experiments take it from their VOCAB_PATH knob (--set VOCAB_PATH=/path/to/spm.model)"
 )
 
 

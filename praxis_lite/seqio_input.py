@@ -12,9 +12,21 @@ task_feature_lengths['inputs'] + task_feature_lengths['targets']``; its
     ids          decoder_input_tokens (int32)
     labels       decoder_target_tokens (int32)
     weights      decoder_loss_weights (float32)
-    paddings     1.0 where labels == 0 (float32)
+    paddings     1.0 at padding: where the converter's labels are 0 (float32)
     segment_ids  decoder_segment_ids (int32, packed inputs only)
     segment_pos  decoder_positions (int32, packed inputs only)
+
+Hugging Face vocabularies (``seqio_tasks.HfVocabulary``). seqio's converters and packing
+take id 0 for padding (loss weights, segment ids and packed lengths come from ``ids != 0``)
+and shift 0 in as BOS; in a Hugging Face model's vocabulary id 0 is a real token ("!" for
+Llama 3, Qwen, GPT-2). So, for tasks with such a vocabulary, every token id is raised by 1
+before the converter (its 0s are then only its own padding), the converter shifts in
+``start_id + 1`` (``HfVocabulary.start_id``: BOS, else EOS), and the batch is lowered by 1
+after it: ids and labels are the model's ids, padding is ``paddings`` / ``weights`` (its
+ids and labels are 0, which means nothing there), and each sequence's first input is the
+start id. Packing and the converters are seqio's own, untouched. Decoder prompts start with
+the start id too, and ``ids_to_strings`` keeps 0s (rows are cut by their lengths, and by
+the first EOS). The results with seqio's vocabularies (bytes, SentencePiece) are unchanged.
 
 Pax's eval semantics (see BaseInput): training and rolling-eval inputs repeat and
 drop the last partial batch. A one-epoch eval input (``reset_for_eval=True``)
@@ -34,7 +46,8 @@ state saved with another number of input hosts (each host's stream is its own sh
 Decoder inputs (``decode_form`` set; an experiment's ``decoder_datasets()``)
 yield BaseInput's prompt/target batches instead, from one Task::
 
-    prefix_ids      [B, 1 + P] int32: BOS (0), then the prompt; right-padded with 0
+    prefix_ids      [B, 1 + P] int32: BOS (0; a Hugging Face vocabulary's start id),
+                               then the prompt; right-padded with 0
     prefix_lengths  [B]        int32: 1 + prompt tokens (0 for a padding example)
     target_ids      [B, T]     int32: the reference continuation (with the task's
                                EOS if it adds one); right-padded with 0
@@ -86,6 +99,7 @@ from praxis_lite.seqio_checks import (
     split_files,
     tf_error_message,
 )
+from praxis_lite.seqio_tasks import zero_is_padding
 
 try:  # The input pipeline runs on the host; keep TensorFlow off the accelerators.
     tf.config.set_visible_devices([], "GPU")
@@ -197,6 +211,7 @@ class SeqIOInput(BaseInput):
                 )
         self._check_decode_form(where)
         self._check_prefix_lm(where)
+        self._start_id = self._hf_start_id(where)
         if self.repeats:
             self._check_yields_examples()
         self._eval_batches: int | None = None
@@ -309,13 +324,16 @@ class SeqIOInput(BaseInput):
     def ids_to_strings(self, ids: np.ndarray, lengths: Sequence[int] | None = None) -> list[str]:
         """Detokenizes rows of ``ids [B, T]`` with the task's 'targets' vocabulary.
 
-        Padding ids (0) are dropped; as in Pax, decoding stops after the first EOS.
+        Padding ids (0) are dropped (kept with a Hugging Face vocabulary, whose id 0 is a
+        token: pass ``lengths``); as in Pax, decoding stops after the first EOS.
         """
         vocab = self._vocabulary()
         ids = np.asarray(ids)
         lengths = [ids.shape[1]] * ids.shape[0] if lengths is None else lengths
+        pads = zero_is_padding(vocab)
         rows = [
-            [int(t) for t in row[: int(n)] if t != 0] for row, n in zip(ids, lengths, strict=True)
+            [int(t) for t in row[: int(n)] if t != 0 or not pads]
+            for row, n in zip(ids, lengths, strict=True)
         ]
         return [vocab.decode(row) for row in rows]
 
@@ -406,6 +424,29 @@ class SeqIOInput(BaseInput):
                 f"{self.task_feature_lengths}."
             )
 
+    def _hf_start_id(self, where: str) -> int | None:
+        """The start id of Hugging Face vocabularies (module docstring); None for seqio's.
+
+        Raises unless every task's features use one kind, and one start id.
+        """
+        vocabs = [
+            task.output_features[key].vocabulary
+            for task in seqio.get_subtasks(self._provider)
+            for key in ("inputs", "targets")
+            if key in task.output_features
+        ]
+        hf = [v for v in vocabs if not zero_is_padding(v)]
+        if not hf:
+            return None
+        starts = {v.start_id for v in hf}
+        if len(hf) < len(vocabs) or len(starts) > 1:
+            raise InputConfigError(
+                f"{where}: the tasks of {self.mixture_name!r} mix Hugging Face tokenizers "
+                "with other vocabularies, or tokenizers with different BOS tokens; give "
+                "every task (and feature) of one input the same kind of vocabulary."
+            )
+        return starts.pop()
+
     # ----- pipeline -----
 
     @property
@@ -437,12 +478,17 @@ class SeqIOInput(BaseInput):
         ds = self._provider.get_dataset(**kwargs)
         if self.decode_form is not None:
             return self._decode_examples(ds)
+        bos = 0
+        if self._start_id is not None:  # Ids past 0, which is then padding only (docstring).
+            ds = ds.map(_shift_tokens, num_parallel_calls=_AUTOTUNE)
+            bos = self._start_id + 1
+        pack = self.feature_converter_pack
         if self.prefix_lm:
             converter = seqio.PrefixLMFeatureConverter(
-                pack=self.feature_converter_pack, loss_on_targets_only=True
+                pack=pack, loss_on_targets_only=True, bos_id=bos
             )
         else:
-            converter = seqio.DecoderFeatureConverter(pack=self.feature_converter_pack)
+            converter = seqio.DecoderFeatureConverter(pack=pack, bos_id=bos)
         return converter(ds, self.task_feature_lengths)
 
     def _decode_examples(self, ds: tf.data.Dataset) -> tf.data.Dataset:
@@ -470,7 +516,8 @@ class SeqIOInput(BaseInput):
 
         def to_decode(ex):
             prompt, target = split(ex)
-            prompt = tf.concat([tf.zeros([1], tf.int32), tf.cast(prompt, tf.int32)], 0)
+            start = tf.fill([1], self._start_id or 0)
+            prompt = tf.concat([start, tf.cast(prompt, tf.int32)], 0)
             return {
                 "prefix_ids": pad(prompt, prompt_width + 1),
                 "prefix_lengths": tf.size(prompt, out_type=tf.int32),
@@ -648,11 +695,15 @@ class SeqIOInput(BaseInput):
         if self.decode_form is not None:
             return NestedMap({k: np.asarray(v, np.int32) for k, v in raw.items()})
         labels = raw["decoder_target_tokens"].astype(np.int32)
+        ids = raw["decoder_input_tokens"].astype(np.int32)
+        paddings = (labels == 0).astype(np.float32)
+        if self._start_id is not None:  # Back to the model's ids (module docstring).
+            labels, ids = np.maximum(labels - 1, 0), np.maximum(ids - 1, 0)
         batch = NestedMap(
-            ids=raw["decoder_input_tokens"].astype(np.int32),
+            ids=ids,
             labels=labels,
             weights=raw["decoder_loss_weights"].astype(np.float32),
-            paddings=(labels == 0).astype(np.float32),
+            paddings=paddings,
         )
         if self.feature_converter_pack:
             batch.segment_ids = raw["decoder_segment_ids"].astype(np.int32)
@@ -664,6 +715,11 @@ class SeqIOInput(BaseInput):
 # prompt len)
 # -> (provider, counts per shard).
 _SHARD_COUNTS: dict[tuple, tuple[Any, tuple[int, ...]]] = {}
+
+
+def _shift_tokens(example: dict[str, tf.Tensor]) -> dict[str, tf.Tensor]:
+    """Raises the token ids of 'inputs' and 'targets' by 1 (Hugging Face vocabularies)."""
+    return {k: v + 1 if k in ("inputs", "targets") else v for k, v in example.items()}
 
 
 def _count(ds: tf.data.Dataset) -> int:

@@ -3,7 +3,8 @@
 Formats (TEXT_FORMAT): LINES (one document per line), JSONL (one JSON object per
 line, the document in TEXT_FIELD) or TFRECORD (``tf.train.Example`` records, the
 document in the bytes feature TEXT_FIELD). Tokens are bytes (``seqio.ByteVocabulary``)
-unless VOCAB_PATH names a SentencePiece model. Documents go through Pax's C4
+unless VOCAB_PATH names a SentencePiece model or a Hugging Face model directory (its
+tokenizer). Documents go through Pax's C4
 recipe (concatenate, split to the sequence length, append EOS)::
 
     paxlite --exp=LmTextTiny --job_log_dir=/tmp/text \\
@@ -20,6 +21,7 @@ from __future__ import annotations
 
 import enum
 import json
+import os
 from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
@@ -343,7 +345,8 @@ class LmTextTiny(LmSyntheticTiny):
       TEXT_EVAL_DATA_PATH: files read once per eval; None: no eval input.
       TEXT_FORMAT: LINES, JSONL or TFRECORD.
       TEXT_FIELD: the JSON field / tf.train.Example feature that holds the text.
-      VOCAB_PATH: a SentencePiece model; None: bytes (259 ids). VOCAB_SIZE must
+      VOCAB_PATH: a SentencePiece model, or a Hugging Face model directory (its
+        tokenizer.json or tokenizer.model); None: bytes (259 ids). VOCAB_SIZE must
         be at least the vocabulary's size (checked when the inputs are built).
       TEXT_TASK_NAME: the SeqIO task name the files are registered under (the
         decoder's prompts task: TEXT_TASK_NAME + '_prompts').
@@ -374,9 +377,11 @@ class LmTextTiny(LmSyntheticTiny):
             )
 
     def task(self) -> Any:
-        """LmSyntheticTiny's task; decoding stops at SeqIO's EOS id (1)."""
+        """LmSyntheticTiny's task; decoding stops at SeqIO's EOS id (1), or a Hugging Face
+        tokenizer's."""
         task = super().task()
-        task.decoder.eos_token_id = 1
+        hf_tokenizer = self.VOCAB_PATH is not None and os.path.isdir(self.VOCAB_PATH)
+        task.decoder.eos_token_id = make_vocabulary(self.VOCAB_PATH).eos_id if hf_tokenizer else 1
         return task
 
     def register_task(self) -> None:

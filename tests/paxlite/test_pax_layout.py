@@ -2,8 +2,8 @@
 
 tests/fixtures/pax/param_trees.json was written by tools/pax_fixtures/param_trees.py in a
 paxml 1.4.0 venv (praxis's abstract init of every experiment of c4, c4_multislice and
-lm_cloud). Each of our experiments, mapped to Pax's names by paxlite.formats.pax_layout, must give the
-same names and shapes.
+lm_cloud). Each of our experiments, mapped to Pax's names by paxlite.formats.pax_layout, must
+give the same names and shapes.
 """
 
 import functools

@@ -1,0 +1,226 @@
+"""Hugging Face models in and out: Llama 2/3, Mistral, Qwen2 and Qwen3 directories that
+transformers wrote (tests/fixtures/hf, made by tools/hf_fixtures/make_fixtures.py).
+
+Oracles: the logits and greedy tokens transformers computed for each fixture; the arrays
+of the safetensors files themselves for the per-device reads; a reload of what
+save_pretrained wrote.
+"""
+
+import json
+import logging
+import pathlib
+import shutil
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+from flax import traverse_util
+from jax.sharding import NamedSharding
+from safetensors import safe_open
+
+from paxlite import inference
+from paxlite.formats import hf_checkpoint, hf_layout, hf_models
+from paxlite.inference import PretrainedError, from_pretrained
+from praxis_lite import config as config_lib
+from praxis_lite.sharding import FSDP_AND_TENSOR_PARALLEL_RULES, filter_rules_for_mesh
+
+_HF = pathlib.Path(__file__).parents[1] / "fixtures" / "hf"
+FAMILIES = ["llama2", "llama3", "mistral", "qwen2", "qwen3"]
+
+
+def _outputs(name: str) -> dict[str, np.ndarray]:
+    return dict(np.load(_HF / name / "outputs.npz"))
+
+
+def _assert_logits(got: np.ndarray, want: np.ndarray) -> None:
+    """Within 1e-4 of the logits' scale."""
+    assert got.shape == want.shape
+    np.testing.assert_allclose(got, want, atol=1e-4 * np.abs(want).max(), rtol=0)
+
+
+def _greedy_matches(got: np.ndarray, want: np.ndarray, eos: set[int]) -> None:
+    """Equal up to and including the first EOS (transformers stops there)."""
+    n = len(want)
+    stop = next((i + 1 for i, t in enumerate(want) if int(t) in eos), n)
+    np.testing.assert_array_equal(got[:stop], want[:stop])
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def loaded(request, tmp_path_factory):
+    """(name, the fixture loaded on the 8 fake devices, its resaved copy loaded again)."""
+    name = request.param
+    lm = from_pretrained(_HF / name)
+    saved = tmp_path_factory.mktemp("saved") / name
+    max_shard = 60_000 if name == "qwen3" else hf_checkpoint.DEFAULT_MAX_SHARD_BYTES
+    lm.save_pretrained(saved, max_shard_bytes=max_shard)
+    return name, lm, saved
+
+
+def test_logits_and_greedy_tokens_are_transformers(loaded):
+    name, lm, _ = loaded
+    out = _outputs(name)
+    assert {leaf.sharding.mesh.devices.size for leaf in jax.tree_util.tree_leaves(lm.params)} == {8}
+    _assert_logits(lm.logits(out["ids"]), out["logits"])
+    eos = lm.generation.eos_token_id
+    eos = {eos} if isinstance(eos, int) else set(eos)
+    prompts = [out["prompt_0"].tolist(), out["prompt_1"].tolist()]  # Two lengths: one batch.
+    wants = [out["greedy_0"], out["greedy_1"]]
+    got = lm.generate(prompts, max_new_tokens=max(len(w) for w in wants))
+    for row, want in zip(got, wants, strict=True):
+        _greedy_matches(row, want, eos)
+
+
+def test_save_pretrained_round_trips(loaded):
+    name, lm, saved = loaded
+    files = {p.name for p in saved.iterdir()}
+    assert {"config.json", "generation_config.json"} <= files
+    if name == "qwen3":  # Saved over several shards, with an index.
+        shards = {f for f in files if f.startswith("model-0")}
+        assert hf_checkpoint.INDEX_FILE in files and len(shards) > 1, files
+    else:
+        assert hf_checkpoint.SINGLE_FILE in files
+    config = json.loads((saved / "config.json").read_text())
+    original = json.loads((_HF / name / "config.json").read_text())
+    assert config["model_type"] == original["model_type"]
+    assert config["architectures"] == original["architectures"]
+    again = from_pretrained(saved)
+    out = _outputs(name)
+    _assert_logits(again.logits(out["ids"]), out["logits"])
+    if lm.tokenizer is not None:
+        text = "Hello, world! 123"
+        assert again.tokenizer.encode(text) == lm.tokenizer.encode(text)
+    # The same tensors as transformers wrote, under the same names.
+    with safe_open(str(_HF / name / _first_file(_HF / name)), "numpy") as theirs:
+        names = list(theirs.keys())
+    ours = _tensors(saved)
+    for tensor in names[:6]:
+        with safe_open(str(_HF / name / _file_of(_HF / name, tensor)), "numpy") as f:
+            np.testing.assert_array_equal(ours[tensor], f.get_tensor(tensor))
+
+
+def _first_file(directory: pathlib.Path) -> str:
+    index = directory / hf_checkpoint.INDEX_FILE
+    if index.is_file():
+        return sorted(set(json.loads(index.read_text())["weight_map"].values()))[0]
+    return hf_checkpoint.SINGLE_FILE
+
+
+def _file_of(directory: pathlib.Path, tensor: str) -> str:
+    index = directory / hf_checkpoint.INDEX_FILE
+    if index.is_file():
+        return json.loads(index.read_text())["weight_map"][tensor]
+    return hf_checkpoint.SINGLE_FILE
+
+
+def _tensors(directory: pathlib.Path) -> dict[str, np.ndarray]:
+    out = {}
+    for file in directory.glob("*.safetensors"):
+        with safe_open(str(file), "numpy") as f:
+            out.update({k: f.get_tensor(k) for k in f.keys()})  # noqa: SIM118
+    return out
+
+
+def test_each_device_reads_only_its_slice(tmp_path):
+    """8 devices as 4 (FSDP, 'data') x 2 (tensor, 'mdl'): each read asks for one device
+    slice, together each array once; the arrays are transformers' tensors."""
+    name = "qwen2"  # q/k/v biases and GQA: every layout.
+    config = hf_models.HfConfig.load(_HF / name)
+    family, model_cfg = hf_models.build_model(config)
+    model = config_lib.instantiate(model_cfg)
+    mesh = jax.make_mesh((1, 4, 2), ("replica", "data", "mdl"))
+    rules = filter_rules_for_mesh(FSDP_AND_TENSOR_PARALLEL_RULES, mesh)
+    abstract, shardings = inference._abstract_params(model, mesh, rules)
+    run_params = traverse_util.flatten_dict(
+        jax.tree_util.tree_map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
+        ),
+        sep="/",
+    )
+    reads: list[tuple[str, int]] = []
+    source = hf_checkpoint.HfSource(_HF / name, lambda leaf, n: reads.append((leaf, n)))
+    assigned = {n: n for n in source.run_names(run_params)}
+    arrays = source.read(assigned, run_params)
+    assert set(arrays) == set(run_params)
+    named = hf_layout.their_names(family.table, list(arrays))
+    tensors = _tensors(_HF / name)
+    split = 0
+    for leaf, array in arrays.items():
+        assert isinstance(array.sharding, NamedSharding)
+        asked = [n for path, n in reads if path == leaf]
+        shards = {
+            tuple((s.start, s.stop) for s in idx)
+            for idx in array.sharding.devices_indices_map(array.shape).values()
+        }
+        assert sum(asked) == array.nbytes and len(asked) == len(shards), leaf
+        assert max(asked) == array.nbytes // len(shards), leaf
+        split += len(shards) > 1
+        theirs, layout = named[leaf]
+        np.testing.assert_array_equal(
+            hf_layout.to_theirs(layout, np.asarray(array)), tensors[theirs]
+        )
+    assert split >= 10
+
+
+def test_transformers_4_spelling_of_rope_gives_the_same_model(tmp_path):
+    """Llama 3's rope_parameters (5.x) rewritten as rope_theta + rope_scaling (4.x)."""
+    copy = tmp_path / "llama3"
+    shutil.copytree(_HF / "llama3", copy)
+    config = json.loads((copy / "config.json").read_text())
+    params = dict(config.pop("rope_parameters", None) or config.pop("rope_scaling"))
+    config["rope_theta"] = params.pop("rope_theta", config.get("rope_theta"))
+    params["type"] = params.pop("rope_type")
+    config["rope_scaling"] = params
+    (copy / "config.json").write_text(json.dumps(config))
+    want = hf_models.build_model(hf_models.HfConfig.load(_HF / "llama3"))[1]
+    got = hf_models.build_model(hf_models.HfConfig.load(copy))[1]
+    assert config_lib.to_json(got) == config_lib.to_json(want)
+
+
+@pytest.mark.parametrize(
+    "change, message",
+    [
+        ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}},
+         r'rope type="yarn" is not supported \(supported: default, linear, llama3\)'),
+        ({"model_type": "falcon"}, r'model_type="falcon" is not supported \(supported: llama,'),
+        ({"hidden_act": "gelu"}, r'hidden_act="gelu" is not supported \(supported: silu\)'),
+        ({"mlp_bias": True}, r"mlp_bias=true is not supported"),
+    ],
+    ids=["rope-yarn", "model-type", "activation", "mlp-bias"],
+)  # fmt: skip
+def test_a_config_it_cannot_honour_is_one_line(tmp_path, change, message):
+    copy = tmp_path / "model"
+    copy.mkdir()
+    config = json.loads((_HF / "llama3" / "config.json").read_text())
+    config.pop("rope_scaling", None)
+    (copy / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(hf_models.HfConfigError, match=message) as e:
+        hf_models.build_model(hf_models.HfConfig.load(copy))
+    assert "\n" not in str(e.value)
+
+
+def test_unknown_fields_give_one_warning_and_inert_ones_none(tmp_path, caplog):
+    config = json.loads((_HF / "mistral" / "config.json").read_text())
+    cfg = hf_models.HfConfig({**config, "my_new_knob": 3, "another": True}, "x/config.json")
+    with caplog.at_level(logging.WARNING):
+        hf_models.build_model(cfg)
+    warnings = [r.getMessage() for r in caplog.records if r.levelno == logging.WARNING]
+    assert warnings == [
+        "x/config.json: ignoring fields paxlite does not know for mistral: another, my_new_knob."
+    ]
+
+
+def test_a_hub_id_or_exp_with_a_hf_dir_is_one_line():
+    with pytest.raises(PretrainedError, match="looks like a Hugging Face hub id") as e:
+        from_pretrained("meta-llama/Llama-3.2-1B")
+    assert "\n" not in str(e.value) and "huggingface-cli download" in str(e.value)
+    with pytest.raises(PretrainedError, match="without exp="):
+        from_pretrained(_HF / "qwen2", exp="tasks.lm.synthetic.LmSyntheticTiny")
+
+
+def test_dtype_casts_the_weights():
+    lm = from_pretrained(_HF / "qwen2", dtype=jnp.bfloat16)
+    assert {leaf.dtype for leaf in jax.tree_util.tree_leaves(lm.params)} == {jnp.dtype("bfloat16")}
+    out = _outputs("qwen2")
+    got = lm.logits(out["ids"])
+    assert np.abs(got - out["logits"]).max() < 0.05 * np.abs(out["logits"]).max()

@@ -8,9 +8,9 @@ checkpoint_00001000``) together with the experiment it was trained with::
 
     from paxlite.inference import from_pretrained
 
-    lm = from_pretrained("/models/Llama-3.2-1B")                   # Hugging Face directory
+    lm = from_pretrained("/models/my-hf-model")                    # Hugging Face directory
     lm.generate(["The capital of France is"], max_new_tokens=8)    # -> [' Paris, ...']
-    lm.save_pretrained("/tmp/llama-copy")                          # transformers loads it
+    lm.save_pretrained("/tmp/my-hf-copy")                          # transformers loads it
     lm = from_pretrained("/tmp/paxlite_tiny")                      # paxlite job dir
     lm = from_pretrained("gs_copy/checkpoints/checkpoint_00000300",   # Pax checkpoint
                          exp="tasks.lm.params.lm_cloud.LmCloudSpmd2B")
@@ -114,8 +114,9 @@ class Pretrained:
         """
         if self.origin is None:
             raise PretrainedError(
-                "save_pretrained writes Hugging Face families (llama, mistral, qwen2, qwen3); "
-                "this model was loaded from a paxlite or paxml checkpoint."
+                "save_pretrained writes Hugging Face families "
+                f"({', '.join(sorted(hf_models.FAMILIES))}); this model was loaded from a "
+                "paxlite or paxml checkpoint."
             )
         directory = epath.Path(directory)
         flat = traverse_util.flatten_dict(self.params, sep="/")
@@ -128,7 +129,7 @@ class Pretrained:
         path.write_text(json.dumps(generation, indent=2) + "\n")
         files.append(hf_checkpoint.GENERATION_CONFIG_FILE)
         if self.tokenizer is not None:
-            files += self.tokenizer.save(directory)
+            files += [epath.Path(p).name for p in self.tokenizer.save(directory)]
         return files
 
 

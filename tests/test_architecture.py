@@ -6,6 +6,7 @@ functions: a lazy import is still a dependency).
 
 import ast
 import pathlib
+import re
 
 import pytest
 
@@ -53,6 +54,21 @@ def test_layering():
         for target in targets
         if (module.startswith("praxis_lite") and target.startswith(("paxlite", "tasks")))
         or (module.startswith("paxlite") and target.startswith("tasks"))
+    ]
+    assert bad == []
+
+
+def test_no_trainer_module_names_a_model_family():
+    """Hugging Face's families are configurations in paxlite/formats, never branches elsewhere."""
+    from paxlite.formats import hf_models
+
+    families = set(hf_models.FAMILIES) | {"llama", "mistral", "qwen", "gemma", "gpt2", "t5"}
+    bad = [
+        f"{path.relative_to(ROOT)} names {family}"
+        for path in (ROOT / "paxlite").rglob("*.py")
+        if "formats" not in path.parts
+        for family in sorted(families)
+        if re.search(rf"\b{family}\b", path.read_text(), re.IGNORECASE)
     ]
     assert bad == []
 

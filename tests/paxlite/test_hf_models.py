@@ -224,3 +224,23 @@ def test_dtype_casts_the_weights():
     out = _outputs("qwen2")
     got = lm.logits(out["ids"])
     assert np.abs(got - out["logits"]).max() < 0.05 * np.abs(out["logits"]).max()
+
+
+def test_strings_in_strings_out_with_the_generation_configs_defaults():
+    """Llama 3: BOS added to each prompt, generation stops at either EOS id of its list;
+    the defaults are generation_config.json's (and transformers' top_k=50 when unset)."""
+    lm = from_pretrained(_HF / "llama3")
+    assert lm.generation.eos_token_id == (318, 317) and lm.generation.pad_token_id == 319
+    assert lm.generation.top_k == 50 and not lm.generation.do_sample
+    texts = ["Hello, world!", "The cat sat"]
+    ids = [lm.tokenizer.encode(t) for t in texts]
+    assert all(row[0] == lm.tokenizer.bos_token_id for row in ids)
+    tokens = lm.generate(ids, max_new_tokens=6)
+    want = []
+    for row in tokens.tolist():
+        kept = row[: next((i for i, t in enumerate(row) if t in (318, 317)), len(row))]
+        want.append(lm.tokenizer.decode(kept))
+    assert lm.generate(texts, max_new_tokens=6) == want
+    assert lm.generate(texts[0], max_new_tokens=6) == want[0]
+    sampled = lm.generate(ids, max_new_tokens=6, do_sample=True, temperature=0.7, seed=1)
+    assert sampled.shape == (2, 6) and not np.array_equal(sampled, tokens)

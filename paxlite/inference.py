@@ -28,6 +28,7 @@ divide, and the padded rows are dropped from the results.
 
 from __future__ import annotations
 
+import abc
 import dataclasses
 import json
 import math
@@ -78,7 +79,7 @@ class HfOrigin:
 
 
 @dataclasses.dataclass
-class Pretrained:
+class Pretrained(abc.ABC):
     """A model with its weights on devices: what every kind of model ``from_pretrained``
     returns shares (a decoder-only :class:`PretrainedLm`; encoder-decoders to come).
 
@@ -131,6 +132,14 @@ class Pretrained:
         if self.tokenizer is not None:
             files += [epath.Path(p).name for p in self.tokenizer.save(directory)]
         return files
+
+    @abc.abstractmethod
+    def logits(self, input_ids: Any) -> np.ndarray:
+        """The model's output scores for token ids (float32 numpy)."""
+
+    @abc.abstractmethod
+    def generate(self, inputs: Any, max_new_tokens: int | None = None, **settings: Any) -> Any:
+        """New tokens (or texts) after each prompt; see :meth:`PretrainedLm.generate`."""
 
 
 @dataclasses.dataclass

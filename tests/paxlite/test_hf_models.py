@@ -8,8 +8,11 @@ save_pretrained wrote.
 
 import json
 import logging
+import os
 import pathlib
 import shutil
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -244,3 +247,15 @@ def test_strings_in_strings_out_with_the_generation_configs_defaults():
     assert lm.generate(texts[0], max_new_tokens=6) == want[0]
     sampled = lm.generate(ids, max_new_tokens=6, do_sample=True, temperature=0.7, seed=1)
     assert sampled.shape == (2, 6) and not np.array_equal(sampled, tokens)
+
+
+def test_loading_and_generating_imports_neither_seqio_nor_tensorflow():
+    """The GPU machines have neither: a Hugging Face model must load and generate without."""
+    code = (
+        "import sys; from paxlite.inference import from_pretrained; "
+        f"lm = from_pretrained({str(_HF / 'qwen2')!r}); lm.generate('Hi', max_new_tokens=2); "
+        "assert not {'seqio', 'tensorflow'} & set(sys.modules), sorted(sys.modules)"
+    )
+    env = {**os.environ, "JAX_PLATFORMS": "cpu"}
+    done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
+    assert done.returncode == 0, done.stderr[-2000:]

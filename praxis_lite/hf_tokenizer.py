@@ -33,7 +33,8 @@ module follows (it runs SentencePiece on the text after doing these steps itself
      with a space (raw SentencePiece adds it there too: " hi" is [▁, ▁hi] there, [▁hi]
      here), and only at the start of the text (``legacy: false``, transformers' default;
      ``legacy: true``: before every stretch of text between special tokens;
-     ``add_prefix_space: false``: never);
+     ``add_prefix_space: false``, or a model without SentencePiece's dummy prefix as
+     Gemma's: never);
   3. the model's normalizer (``remove_extra_whitespaces``, NFKC rules) is not applied.
 (Without a tokenizer_config.json, transformers 5 follows the model's own settings between
 special tokens, as raw SentencePiece; so does this.)
@@ -249,6 +250,8 @@ class _SentencePieceBackend:
         self._prepend = "never" if not s.add_prefix_space else "always" if s.legacy else "first"
         if not s.has_config:  # Not a LlamaTokenizer: transformers follows the model's settings.
             self._prepend = "model"
+        elif not self._dummy_prefix:  # Gemma's model adds no "▁" before the text; nor does HF.
+            self._prepend = "never"
         self._pattern: re.Pattern | None = None
         self._bos: int | None = None
         self._eos: int | None = None

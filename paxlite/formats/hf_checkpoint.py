@@ -73,11 +73,11 @@ class HfSource(checkpoint_sources.Source):
     def run_names(self, run_params: Mapping[str, Any]) -> dict[str, Variable]:
         named = hf_layout.their_names(self.family.table, list(run_params))
         return {
-            _variable_name(theirs): Variable(
-                hf_layout.their_shape(layout, tuple(run_params[path].shape)),
+            _variable_name(where.theirs): Variable(
+                hf_layout.their_shape(where, tuple(run_params[path].shape)),
                 np.dtype(run_params[path].dtype),
             )
-            for path, (theirs, layout) in named.items()
+            for path, where in named.items()
         }
 
     def unreadable(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> list[str]:
@@ -85,15 +85,15 @@ class HfSource(checkpoint_sources.Source):
 
     def loaded_leaves(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> set[str]:
         named = hf_layout.their_names(self.family.table, list(run_params))
-        return {path for path, (theirs, _) in named.items() if _variable_name(theirs) in assigned}
+        return {path for path, where in named.items() if _variable_name(where.theirs) in assigned}
 
     def read(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> dict[str, Any]:
         named = hf_layout.their_names(self.family.table, list(run_params))
         out = {}
         for path in sorted(self.loaded_leaves(assigned, run_params)):
-            theirs, layout = named[path]
-            source_name = self._name_of[assigned[_variable_name(theirs)]]
-            out[path] = self._read_leaf(path, source_name, layout, run_params[path])
+            where = named[path]
+            source_name = self._name_of[assigned[_variable_name(where.theirs)]]
+            out[path] = self._read_leaf(path, source_name, where, run_params[path])
         return out
 
     def close(self) -> None:
@@ -106,7 +106,7 @@ class HfSource(checkpoint_sources.Source):
             self._open[file] = safe_open(os.fspath(self.path / file), framework="numpy")
         return self._open[file].get_slice(name)
 
-    def _read_leaf(self, path: str, name: str, layout: hf_layout.Layout, target: Any) -> Any:
+    def _read_leaf(self, path: str, name: str, where: hf_layout.Named, target: Any) -> Any:
         """Our leaf ``path`` on ``target``'s sharding and dtype, from their tensor ``name``."""
         tensor = self._tensor(name)
         itemsize = _dtype(tensor.get_dtype()).itemsize
@@ -118,7 +118,7 @@ class HfSource(checkpoint_sources.Source):
             return values
 
         def read_ours(index: tuple[slice, ...]) -> np.ndarray:
-            values = hf_layout.read_slice(layout, tuple(target.shape), index, read)
+            values = hf_layout.read_slice(where, tuple(target.shape), index, read)
             return values.astype(target.dtype)
 
         return checkpoint_sources.sharded_array(target, read_ours)
@@ -201,10 +201,11 @@ def save(
     unnamed = sorted(set(params) - set(named))
     if unnamed:
         raise ValueError(f"{family.model_type} has no Hugging Face name for {', '.join(unnamed)}.")
-    tensors = {
-        theirs: np.ascontiguousarray(hf_layout.to_theirs(layout, np.asarray(params[path])))
-        for path, (theirs, layout) in named.items()
-    }
+    parts: dict[str, list[tuple[hf_layout.Named, np.ndarray]]] = {}
+    for path, where in named.items():
+        array = hf_layout.to_theirs(where.layout, np.asarray(params[path]))
+        parts.setdefault(where.theirs, []).append((where, array))
+    tensors = {name: np.ascontiguousarray(hf_layout.fused(p)) for name, p in parts.items()}
     written = _write_tensors(directory, tensors, max_shard_bytes)
     dtype = np.dtype(next(iter(tensors.values())).dtype).name
     fields = {**config, "model_type": family.model_type, "architectures": [family.architecture]}

@@ -1,11 +1,13 @@
-"""Hugging Face's tensor names and layouts for our parameters: the name-and-layout table.
+"""Hugging Face's tensor names and layouts for our parameters: the name-and-layout tables.
 
-A row of a :data:`Table` pairs a regex on our parameter paths (flat, ``/`` between keys,
-without ``params/``) with the name of Hugging Face's tensor (``{}`` takes the regex's
-group: the layer number) and the :class:`Layout` between the two arrays. Layouts need no
-model sizes: each follows from our array's shape. Shapes: ``D`` model dims, ``N`` heads,
-``H`` dims per head, ``F`` hidden dims, ``V`` vocabulary; torch's ``Linear.weight`` is
-``[out, in]``.
+A :class:`Row` of a :data:`Table` pairs a regex on our parameter paths (flat, ``/`` between
+keys, without ``params/``) with the name of Hugging Face's tensor (``{}`` takes the
+regex's group: the layer number) and the :class:`Layout` between the two arrays. A fused
+tensor (GPT-2's ``c_attn``: q, k and v side by side) holds ``parts`` of our arrays, ours
+being ``part``. Layouts need no model sizes: each follows from our array's shape. Shapes:
+``D`` model dims, ``N`` heads, ``H`` dims per head, ``F`` hidden dims, ``V`` vocabulary,
+``P`` positions; torch's ``Linear.weight`` is ``[out, in]``, GPT-2's ``Conv1D.weight``
+``[in, out]``.
 
 A device's slice of one of our arrays is read from the matching slice of Hugging Face's
 tensor (:func:`read_slice`): nothing outside it is read, except whole heads' dims when
@@ -28,117 +30,212 @@ SliceReader = Callable[[tuple[slice, ...]], np.ndarray]
 class Layout(enum.Enum):
     """How one of our arrays is stored in Hugging Face's tensor."""
 
-    COPY = "same shape"  # norms' scales, embedding tables [V, D], biases [D]
-    TRANSPOSE = "[out, in] of our [in, out]"  # feed-forward and lm_head weights
-    HEADS_IN = "[N*H, D] of our [D, N, H]"  # q/k/v projections
-    HEADS_OUT = "[D, N*H] of our [N, H, D]"  # the attention output projection
+    COPY = "same shape"  # norms, embedding tables [V, D] and [P, D], biases [D], Conv1D [in, out]
+    TRANSPOSE = "[out, in] of our [in, out]"  # Linear feed-forward and lm_head weights
+    HEADS_IN = "[N*H, D] of our [D, N, H]"  # Linear q/k/v projections
+    HEADS_OUT = "[D, N*H] of our [N, H, D]"  # the Linear attention output projection
     HEADS_BIAS = "[N*H] of our [N, H]"  # q/k/v biases
+    CONV_HEADS_IN = "[D, N*H] of our [D, N, H]"  # Conv1D q/k/v projections
+    CONV_HEADS_OUT = "[N*H, D] of our [N, H, D]"  # the Conv1D attention output projection
 
 
 @dataclasses.dataclass(frozen=True)
 class Row:
-    """Our parameter paths matching ``ours`` (a regex) are Hugging Face's ``theirs``."""
+    """Our parameter paths matching ``ours`` (a regex) are Hugging Face's ``theirs`` (part
+    ``part`` of ``parts`` along its heads' axis)."""
 
     ours: str
     theirs: str
     layout: Layout
+    part: int = 0
+    parts: int = 1
+
+
+@dataclasses.dataclass(frozen=True)
+class Named:
+    """One of our parameters in Hugging Face's tensor ``theirs`` (see :class:`Row`)."""
+
+    theirs: str
+    layout: Layout
+    part: int = 0
+    parts: int = 1
 
 
 Table = tuple[Row, ...]
 
 
-def _in_block(ours: str, theirs: str, layout: Layout) -> Row:
-    """A row of each Transformer block's parameters."""
+def _llama_block(ours: str, theirs: str, layout: Layout) -> Row:
+    """A row of each Transformer block's parameters, in Llama's names."""
     return Row(r"lm/transformer/x_layers_(\d+)/" + ours, "model.layers.{}." + theirs, layout)
 
 
-#: Llama and the families built like it (Mistral, Qwen2, Qwen3): a row whose parameter
-#: a model lacks (biases, q/k norms, a tied lm_head) is simply not used.
+_QKV_LINEAR = (
+    *(
+        _llama_block(f"self_attention/w_{x}", f"self_attn.{x}_proj.weight", Layout.HEADS_IN)
+        for x in "qkv"
+    ),
+    *(
+        _llama_block(f"self_attention/b_{x}", f"self_attn.{x}_proj.bias", Layout.HEADS_BIAS)
+        for x in "qkv"
+    ),
+)
+
+#: Llama and the families built like it (Mistral, Qwen2, Qwen3, Gemma): a row whose
+#: parameter a model lacks (biases, q/k norms, a tied lm_head) is simply not used.
 LLAMA_TABLE: Table = (
     Row("lm/embedding/emb_var", "model.embed_tokens.weight", Layout.COPY),
     Row("lm/softmax/emb_var", "model.embed_tokens.weight", Layout.COPY),  # Tied.
     Row("lm/softmax/w", "lm_head.weight", Layout.TRANSPOSE),
     Row("lm/final_ln/scale", "model.norm.weight", Layout.COPY),
-    _in_block("layer_norm/scale", "input_layernorm.weight", Layout.COPY),
-    *(_in_block(f"self_attention/w_{x}", f"self_attn.{x}_proj.weight", Layout.HEADS_IN)
-      for x in "qkv"),
-    *(_in_block(f"self_attention/b_{x}", f"self_attn.{x}_proj.bias", Layout.HEADS_BIAS)
-      for x in "qkv"),
-    _in_block("self_attention/w_post", "self_attn.o_proj.weight", Layout.HEADS_OUT),
-    _in_block("self_attention/b_post", "self_attn.o_proj.bias", Layout.COPY),
-    _in_block("self_attention/query_norm/scale", "self_attn.q_norm.weight", Layout.COPY),
-    _in_block("self_attention/key_norm/scale", "self_attn.k_norm.weight", Layout.COPY),
-    _in_block("ff_layer/layer_norm/scale", "post_attention_layernorm.weight", Layout.COPY),
-    _in_block("ff_layer/ffn_layer1/w", "mlp.gate_proj.weight", Layout.TRANSPOSE),
-    _in_block("ff_layer/ffn_layer1_gate/w", "mlp.up_proj.weight", Layout.TRANSPOSE),
-    _in_block("ff_layer/ffn_layer2/w", "mlp.down_proj.weight", Layout.TRANSPOSE),
-)  # fmt: skip
+    _llama_block("layer_norm/scale", "input_layernorm.weight", Layout.COPY),
+    *_QKV_LINEAR,
+    _llama_block("self_attention/w_post", "self_attn.o_proj.weight", Layout.HEADS_OUT),
+    _llama_block("self_attention/b_post", "self_attn.o_proj.bias", Layout.COPY),
+    _llama_block("self_attention/query_norm/scale", "self_attn.q_norm.weight", Layout.COPY),
+    _llama_block("self_attention/key_norm/scale", "self_attn.k_norm.weight", Layout.COPY),
+    _llama_block("ff_layer/layer_norm/scale", "post_attention_layernorm.weight", Layout.COPY),
+    _llama_block("ff_layer/ffn_layer1/w", "mlp.gate_proj.weight", Layout.TRANSPOSE),
+    _llama_block("ff_layer/ffn_layer1_gate/w", "mlp.up_proj.weight", Layout.TRANSPOSE),
+    _llama_block("ff_layer/ffn_layer2/w", "mlp.down_proj.weight", Layout.TRANSPOSE),
+)
+
+#: Gemma 2: Llama's, with a norm after the attention (its ``post_attention_layernorm``),
+#: and before and after the feed-forward. The first row that matches wins.
+GEMMA2_TABLE: Table = (
+    _llama_block("post_layer_norm/scale", "post_attention_layernorm.weight", Layout.COPY),
+    _llama_block("ff_layer/layer_norm/scale", "pre_feedforward_layernorm.weight", Layout.COPY),
+    _llama_block(
+        "ff_layer/post_layer_norm/scale", "post_feedforward_layernorm.weight", Layout.COPY
+    ),
+    *LLAMA_TABLE,
+)
 
 
-def their_names(table: Table, ours: list[str]) -> dict[str, tuple[str, Layout]]:
-    """``{our path: (Hugging Face's name, layout)}`` for each of ``ours`` the table names
-    (the first row that matches wins)."""
+def _gpt2_block(ours: str, theirs: str, layout: Layout = Layout.COPY, part: int = 0) -> Row:
+    parts = 3 if theirs.startswith("attn.c_attn") else 1
+    return Row(
+        r"lm/transformer/x_layers_(\d+)/" + ours, "transformer.h.{}." + theirs, layout, part, parts
+    )
+
+
+#: GPT-2: Conv1D weights ([in, out], as ours), q/k/v fused in ``c_attn``, biases everywhere.
+GPT2_TABLE: Table = (
+    Row("lm/softmax/emb_var", "transformer.wte.weight", Layout.COPY),  # Tied.
+    Row("lm/position_emb/emb_var", "transformer.wpe.weight", Layout.COPY),
+    Row("lm/final_ln/scale", "transformer.ln_f.weight", Layout.COPY),
+    Row("lm/final_ln/bias", "transformer.ln_f.bias", Layout.COPY),
+    *(
+        _gpt2_block(f"layer_norm/{ours}", f"ln_1.{theirs}")
+        for ours, theirs in (("scale", "weight"), ("bias", "bias"))
+    ),
+    *(
+        _gpt2_block(f"self_attention/w_{x}", "attn.c_attn.weight", Layout.CONV_HEADS_IN, i)
+        for i, x in enumerate("qkv")
+    ),
+    *(
+        _gpt2_block(f"self_attention/b_{x}", "attn.c_attn.bias", Layout.HEADS_BIAS, i)
+        for i, x in enumerate("qkv")
+    ),
+    _gpt2_block("self_attention/w_post", "attn.c_proj.weight", Layout.CONV_HEADS_OUT),
+    _gpt2_block("self_attention/b_post", "attn.c_proj.bias"),
+    *(
+        _gpt2_block(f"ff_layer/layer_norm/{ours}", f"ln_2.{theirs}")
+        for ours, theirs in (("scale", "weight"), ("bias", "bias"))
+    ),
+    _gpt2_block("ff_layer/ffn_layer1/w", "mlp.c_fc.weight"),
+    _gpt2_block("ff_layer/bias1/b", "mlp.c_fc.bias"),
+    _gpt2_block("ff_layer/ffn_layer2/w", "mlp.c_proj.weight"),
+    _gpt2_block("ff_layer/bias2/b", "mlp.c_proj.bias"),
+)
+
+
+def their_names(table: Table, ours: list[str]) -> dict[str, Named]:
+    """``{our path: where Hugging Face keeps it}`` for each of ``ours`` the table names
+    (the first row that matches wins; the layer number fills ``{}``)."""
     named = {}
     for path in ours:
         for row in table:
             match = re.fullmatch(row.ours, path)
             if match:
-                named[path] = (row.theirs.format(*match.groups()), row.layout)
+                theirs = row.theirs.format(*match.groups())
+                named[path] = Named(theirs, row.layout, row.part, row.parts)
                 break
     return named
 
 
-def their_shape(layout: Layout, shape: tuple[int, ...]) -> tuple[int, ...]:
-    """The shape Hugging Face stores our array of ``shape`` in."""
+def their_shape(named: Named, shape: tuple[int, ...]) -> tuple[int, ...]:
+    """The shape of the Hugging Face tensor that holds our array of ``shape``."""
+    layout, parts = named.layout, named.parts
     if layout is Layout.COPY:
         return shape
     if layout is Layout.TRANSPOSE:
         return shape[::-1]
-    if layout is Layout.HEADS_IN:
+    if layout in (Layout.HEADS_IN, Layout.CONV_HEADS_IN):
         d, n, h = shape
-        return (n * h, d)
+        return (parts * n * h, d) if layout is Layout.HEADS_IN else (d, parts * n * h)
     if layout is Layout.HEADS_OUT:
         n, h, d = shape
         return (d, n * h)
+    if layout is Layout.CONV_HEADS_OUT:
+        n, h, d = shape
+        return (n * h, d)
     n, h = shape
-    return (n * h,)
+    return (parts * n * h,)
 
 
 def to_theirs(layout: Layout, array: np.ndarray) -> np.ndarray:
-    """Our whole ``array`` in Hugging Face's layout (for saving)."""
-    shape = their_shape(layout, array.shape)
+    """Our whole ``array`` in Hugging Face's layout (one part of a fused tensor: see
+    :func:`fused`)."""
     if layout in (Layout.COPY, Layout.HEADS_BIAS):
-        return array.reshape(shape)
+        return array.reshape(-1) if layout is Layout.HEADS_BIAS else array
     if layout is Layout.TRANSPOSE:
         return array.T
     if layout is Layout.HEADS_IN:
-        return array.reshape(shape[1], shape[0]).T
+        d = array.shape[0]
+        return array.reshape(d, -1).T
+    if layout is Layout.CONV_HEADS_IN:
+        return array.reshape(array.shape[0], -1)
     n, h, d = array.shape
-    return array.reshape(n * h, d).T
+    out = array.reshape(n * h, d)
+    return out.T if layout is Layout.HEADS_OUT else out
+
+
+def fused(parts: list[tuple[Named, np.ndarray]]) -> np.ndarray:
+    """Hugging Face's tensor from our arrays (in its layout) of each of its parts."""
+    ordered = [array for named, array in sorted(parts, key=lambda p: p[0].part)]
+    if len(ordered) == 1:
+        return ordered[0]
+    axis = 0 if parts[0][0].layout in (Layout.HEADS_IN, Layout.HEADS_BIAS) else -1
+    return np.concatenate(ordered, axis=axis)
 
 
 def read_slice(
-    layout: Layout, shape: tuple[int, ...], index: tuple[slice, ...], read: SliceReader
+    named: Named, shape: tuple[int, ...], index: tuple[slice, ...], read: SliceReader
 ) -> np.ndarray:
     """Our array's ``index`` (a device's slice of our ``shape``), read from Hugging Face's
     tensor through ``read`` (which gets slices of their layout)."""
+    layout = named.layout
     index = tuple(slice(*s.indices(size)) for s, size in zip(index, shape, strict=True))
     if layout is Layout.COPY:
         return read(index)
     if layout is Layout.TRANSPOSE:
         return read(index[::-1]).T
-    if layout is Layout.HEADS_IN:
+    if layout in (Layout.HEADS_IN, Layout.CONV_HEADS_IN):
         d, n, h = index
-        rows = read((_head_rows(n, shape[2]), d))  # [n*H, d]
-        return rows.T.reshape(d.stop - d.start, n.stop - n.start, shape[2])[:, :, h]
-    if layout is Layout.HEADS_OUT:
+        heads = _head_rows(named, n, shape[1], shape[2])
+        cols = read((heads, d)).T if layout is Layout.HEADS_IN else read((d, heads))  # [d, n*H]
+        return cols.reshape(d.stop - d.start, n.stop - n.start, shape[2])[:, :, h]
+    if layout in (Layout.HEADS_OUT, Layout.CONV_HEADS_OUT):
         n, h, d = index
-        cols = read((d, _head_rows(n, shape[1])))  # [d, n*H]
-        return cols.T.reshape(n.stop - n.start, shape[1], d.stop - d.start)[:, h, :]
+        heads = _head_rows(named, n, shape[0], shape[1])
+        rows = read((d, heads)).T if layout is Layout.HEADS_OUT else read((heads, d))  # [n*H, d]
+        return rows.reshape(n.stop - n.start, shape[1], d.stop - d.start)[:, h, :]
     n, h = index
-    return read((_head_rows(n, shape[1]),)).reshape(n.stop - n.start, shape[1])[:, h]
+    heads = _head_rows(named, n, shape[0], shape[1])
+    return read((heads,)).reshape(n.stop - n.start, shape[1])[:, h]
 
 
-def _head_rows(heads: slice, head_dim: int) -> slice:
-    """The rows of Hugging Face's ``[N*H, ...]`` that hold ``heads``."""
-    return slice(heads.start * head_dim, heads.stop * head_dim)
+def _head_rows(named: Named, heads: slice, num_heads: int, head_dim: int) -> slice:
+    """Where ``heads`` are along the heads' axis of Hugging Face's (maybe fused) tensor."""
+    start = named.part * num_heads * head_dim
+    return slice(start + heads.start * head_dim, start + heads.stop * head_dim)

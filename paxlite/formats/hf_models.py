@@ -23,7 +23,7 @@ from etils import epath
 
 from paxlite.formats import hf_layout
 from praxis_lite import config as config_lib
-from praxis_lite.layers.activations import SiLU
+from praxis_lite.layers.activations import GELU, SiLU
 from praxis_lite.layers.attentions import DotProductAttention
 from praxis_lite.layers.embedding_softmax import (
     Embedding,
@@ -31,8 +31,9 @@ from praxis_lite.layers.embedding_softmax import (
     RopeScaling,
     RotaryPositionalEmbedding,
     SharedEmbeddingSoftmax,
+    TrainablePositionalEmbedding,
 )
-from praxis_lite.layers.normalizations import RmsNorm
+from praxis_lite.layers.normalizations import LayerNorm, RmsNorm
 from praxis_lite.layers.transformer_models import TransformerLm
 from praxis_lite.layers.transformers import StackedTransformer, Transformer, TransformerFeedForward
 from praxis_lite.models import LanguageModel
@@ -145,20 +146,44 @@ def rope_settings(cfg: HfConfig) -> dict[str, Any]:
     return fields
 
 
+#: Hugging Face's ``hidden_act`` / ``hidden_activation`` / ``activation_function`` names.
+_ACTIVATIONS = {
+    "silu": lambda: SiLU.HParams.config(),
+    "gelu_pytorch_tanh": lambda: GELU.HParams.config(approximate=True),
+    "gelu_new": lambda: GELU.HParams.config(approximate=True),
+    "gelu": lambda: GELU.HParams.config(approximate=False),
+}
+
+
+def _activation(cfg: HfConfig, field: str, default: str) -> config_lib.Config:
+    name = cfg.get(field, default)
+    if name not in _ACTIVATIONS:
+        raise cfg.refuse(field, name, f"supported: {', '.join(_ACTIVATIONS)}")
+    return _ACTIVATIONS[name]()
+
+
 @dataclasses.dataclass(frozen=True)
 class _Options:
-    """What sets the Llama-like families apart."""
+    """What sets the Llama-like families apart.
+
+    Attributes:
+      qkv_bias: q/k/v biases (Qwen2). qk_norm: per-head q/k RMSNorm (Qwen3).
+      sliding_windows: each layer's attention window (Mistral: all; Gemma 2: alternate).
+      gemma: norms scaling by ``1 + w``, embeddings by ``sqrt(D)``, ``hidden_activation``.
+      gemma2: norms after the attention and the feed-forward too, logit soft caps, the
+        query scaled by ``query_pre_attn_scalar ** -0.5``.
+    """
 
     qkv_bias: bool = False
     qk_norm: bool = False
-    sliding_window: int | None = None
+    sliding_windows: tuple[int | None, ...] = ()
+    gemma: bool = False
+    gemma2: bool = False
 
 
 def _llama_like(cfg: HfConfig, options: _Options) -> config_lib.Config:
-    """A LanguageModel config of Llama's shape: RMSNorm pre-norm blocks, RoPE, SwiGLU."""
+    """A LanguageModel config of Llama's shape: RMSNorm pre-norm blocks, RoPE, a gated MLP."""
     d, heads = cfg.require("hidden_size"), cfg.require("num_attention_heads")
-    if cfg.get("hidden_act", "silu") != "silu":
-        raise cfg.refuse("hidden_act", cfg.get("hidden_act"), "supported: silu")
     if cfg.get("mlp_bias", False):
         raise cfg.refuse("mlp_bias", True, "supported: false")
     if cfg.get("pretraining_tp", 1) != 1:
@@ -166,22 +191,22 @@ def _llama_like(cfg: HfConfig, options: _Options) -> config_lib.Config:
     epsilon = float(cfg.get("rms_norm_eps", 1e-6))
 
     def norm() -> config_lib.Config:  # A new config each time: a shared one shares weights.
-        return RmsNorm.HParams.config(epsilon=epsilon)
+        return RmsNorm.HParams.config(epsilon=epsilon, direct_scale=not options.gemma)
 
-    bias = options.qkv_bias or cfg.get("attention_bias", False)
+    activation = (
+        _activation(cfg, "hidden_activation", "gelu_pytorch_tanh")
+        if options.gemma
+        else _activation(cfg, "hidden_act", "silu")
+    )
     attention = DotProductAttention.HParams.config(
-        use_bias=bias,
+        use_bias=options.qkv_bias or cfg.get("attention_bias", False),
         use_post_bias=cfg.get("attention_bias", False),
         rotary_tpl=RotaryPositionalEmbedding.HParams.config(**rope_settings(cfg)),
         qk_norm_tpl=norm() if options.qk_norm else None,
-        sliding_window=options.sliding_window,
         atten_dropout_prob=float(cfg.get("attention_dropout", 0.0)),
     )
     feed_forward = TransformerFeedForward.HParams.config(
-        use_bias=False,
-        use_gated_activation=True,
-        activation_tpl=SiLU.HParams.config(),
-        ln_tpl=norm(),
+        use_bias=False, use_gated_activation=True, activation_tpl=activation, ln_tpl=norm()
     )
     block = Transformer.HParams.config(
         input_dims=d,
@@ -193,22 +218,55 @@ def _llama_like(cfg: HfConfig, options: _Options) -> config_lib.Config:
         tr_atten_tpl=attention,
         tr_fflayer_tpl=feed_forward,
     )
-    tied = cfg.get("tie_word_embeddings", False)
+    tied = cfg.get("tie_word_embeddings", options.gemma)
+    softmax = (
+        SharedEmbeddingSoftmax.HParams.config(scale_sqrt_depth=options.gemma)
+        if tied
+        else FullSoftmax.HParams.config(use_bias=False)
+    )
+    if options.gemma2:
+        _gemma2_extras(cfg, block, feed_forward, softmax, norm)
     lm = TransformerLm.HParams.config(
         model_dims=d,
         vocab_size=cfg.require("vocab_size"),
-        softmax_tpl=(
-            SharedEmbeddingSoftmax.HParams.config(scale_sqrt_depth=False)
-            if tied
-            else FullSoftmax.HParams.config(use_bias=False)
-        ),
-        embedding_tpl=None if tied else Embedding.HParams.config(),
+        softmax_tpl=softmax,
+        embedding_tpl=None if tied else Embedding.HParams.config(scale_sqrt_depth=options.gemma),
         stacked_transformer_tpl=StackedTransformer.HParams.config(
-            num_layers=cfg.require("num_hidden_layers"), block_tpl=block
+            num_layers=cfg.require("num_hidden_layers"),
+            block_tpl=block,
+            sliding_windows=options.sliding_windows,
         ),
         final_ln_tpl=norm(),
     )
     return LanguageModel.HParams.config(lm_tpl=lm)
+
+
+def _gemma2_extras(
+    cfg: HfConfig,
+    block: config_lib.Config,
+    feed_forward: config_lib.Config,
+    softmax: config_lib.Config,
+    norm: Callable[[], config_lib.Config],
+) -> None:
+    """Gemma 2's post-norms, soft caps and query scaling, set on the configs in place."""
+    block.post_ln_tpl, feed_forward.post_ln_tpl = norm(), norm()
+    block.tr_atten_tpl.atten_logit_cap = float(cfg.get("attn_logit_softcapping", 0.0))
+    block.tr_atten_tpl.query_scale = float(cfg.require("query_pre_attn_scalar")) ** -0.5
+    softmax.soft_cap_logits = float(cfg.get("final_logit_softcapping", 0.0))
+
+
+def _layer_windows(cfg: HfConfig, default_pattern: Callable[[int], str]) -> tuple[int | None, ...]:
+    """Each layer's window from ``layer_types`` ('sliding_attention': ``sliding_window``;
+    'full_attention': none), or from ``default_pattern(layer)`` when it is absent."""
+    layers = cfg.require("num_hidden_layers")
+    types = cfg.get("layer_types") or [default_pattern(i) for i in range(layers)]
+    unknown = set(types) - {"sliding_attention", "full_attention"}
+    if unknown or len(types) != layers:
+        raise cfg.refuse(
+            "layer_types", types, f"supported: {layers} of sliding_attention, full_attention"
+        )
+    window = cfg.get("sliding_window")
+    return tuple(window if t == "sliding_attention" else None for t in types)
 
 
 def _no_sliding_window(cfg: HfConfig) -> None:
@@ -225,7 +283,8 @@ def _llama(cfg: HfConfig) -> config_lib.Config:
 
 
 def _mistral(cfg: HfConfig) -> config_lib.Config:
-    return _llama_like(cfg, _Options(sliding_window=cfg.get("sliding_window")))
+    window = cfg.get("sliding_window")
+    return _llama_like(cfg, _Options(sliding_windows=(window,) * cfg.require("num_hidden_layers")))
 
 
 #: Qwen's sliding-window settings, read only while use_sliding_window is on (refused).
@@ -242,6 +301,83 @@ def _qwen3(cfg: HfConfig) -> config_lib.Config:
     return _llama_like(cfg, _Options(qk_norm=True))
 
 
+#: Gemma's ``hidden_act`` is superseded by ``hidden_activation`` (transformers reads that).
+_GEMMA_INERT = frozenset({"hidden_act"})
+
+
+def _causal_only(cfg: HfConfig) -> None:
+    """Gemma's ``use_bidirectional_attention`` (an embedding model's): refused when on."""
+    if cfg.get("use_bidirectional_attention", False):
+        raise cfg.refuse("use_bidirectional_attention", True, "supported: false")
+
+
+def _gemma(cfg: HfConfig) -> config_lib.Config:
+    _causal_only(cfg)
+    return _llama_like(cfg, _Options(gemma=True))
+
+
+def _gemma2(cfg: HfConfig) -> config_lib.Config:
+    _causal_only(cfg)
+    windows = _layer_windows(  # transformers' default: even layers windowed, odd ones global.
+        cfg, lambda i: "sliding_attention" if (i + 1) % 2 else "full_attention"
+    )
+    return _llama_like(cfg, _Options(gemma=True, gemma2=True, sliding_windows=windows))
+
+
+def _gpt2(cfg: HfConfig) -> config_lib.Config:
+    """GPT-2: learned positions, LayerNorm with biases, biases everywhere, tied embeddings."""
+    d, heads = cfg.require("n_embd"), cfg.require("n_head")
+    if cfg.get("scale_attn_by_inverse_layer_idx", False):
+        raise cfg.refuse("scale_attn_by_inverse_layer_idx", True, "supported: false")
+    if not cfg.get("scale_attn_weights", True):
+        raise cfg.refuse("scale_attn_weights", False, "supported: true")
+    epsilon = float(cfg.get("layer_norm_epsilon", 1e-5))
+
+    def norm() -> config_lib.Config:
+        return LayerNorm.HParams.config(epsilon=epsilon)
+
+    block = Transformer.HParams.config(
+        input_dims=d,
+        hidden_dims=cfg.get("n_inner") or 4 * d,
+        num_heads=heads,
+        ln_tpl=norm(),
+        tr_atten_tpl=DotProductAttention.HParams.config(
+            use_bias=True, atten_dropout_prob=float(cfg.get("attn_pdrop", 0.0))
+        ),
+        tr_fflayer_tpl=TransformerFeedForward.HParams.config(
+            use_bias=True,
+            activation_tpl=_activation(cfg, "activation_function", "gelu_new"),
+            ln_tpl=norm(),
+        ),
+    )
+    lm = TransformerLm.HParams.config(
+        model_dims=d,
+        vocab_size=cfg.require("vocab_size"),
+        softmax_tpl=SharedEmbeddingSoftmax.HParams.config(scale_sqrt_depth=False),
+        position_emb_tpl=TrainablePositionalEmbedding.HParams.config(
+            max_seq_length=cfg.require("n_positions")
+        ),
+        stacked_transformer_tpl=StackedTransformer.HParams.config(
+            num_layers=cfg.require("n_layer"), block_tpl=block
+        ),
+        final_ln_tpl=norm(),
+    )
+    if not cfg.get("tie_word_embeddings", True):
+        raise cfg.refuse("tie_word_embeddings", False, "supported: true")
+    return LanguageModel.HParams.config(lm_tpl=lm)
+
+
+#: GPT-2's training-time and bookkeeping fields (dropouts other than attention's, the
+#: summary head of its double-heads variant, the attention kernel's upcast choice).
+_GPT2_INERT = frozenset(
+    {
+        "resid_pdrop", "embd_pdrop", "reorder_and_upcast_attn", "n_ctx", "summary_type",
+        "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+        "summary_first_dropout", "add_cross_attention", "task_specific_params",
+    }
+)  # fmt: skip
+
+
 FAMILIES: dict[str, Family] = {
     f.model_type: f
     for f in (
@@ -249,6 +385,9 @@ FAMILIES: dict[str, Family] = {
         Family("mistral", "MistralForCausalLM", _mistral, hf_layout.LLAMA_TABLE),
         Family("qwen2", "Qwen2ForCausalLM", _qwen2, hf_layout.LLAMA_TABLE, _QWEN_INERT),
         Family("qwen3", "Qwen3ForCausalLM", _qwen3, hf_layout.LLAMA_TABLE, _QWEN_INERT),
+        Family("gemma", "GemmaForCausalLM", _gemma, hf_layout.LLAMA_TABLE, _GEMMA_INERT),
+        Family("gemma2", "Gemma2ForCausalLM", _gemma2, hf_layout.GEMMA2_TABLE, _GEMMA_INERT),
+        Family("gpt2", "GPT2LMHeadModel", _gpt2, hf_layout.GPT2_TABLE, _GPT2_INERT),
     )
 }
 

@@ -88,6 +88,8 @@ class DotProductAttention(BaseLayer):
       atten_dropout_prob: dropout on the attention probabilities (when training).
       atten_logit_cap: if > 0, logits become ``cap * tanh(logits / cap)``.
       rotary_tpl: template of a RoPE layer applied to q and k; ``None`` for none.
+      query_scale: what the queries are multiplied by; ``None``: ``1 / sqrt(H)`` (Gemma 2
+        uses ``query_pre_attn_scalar ** -0.5``). Not with ``per_dim_scale``.
       per_dim_scale: learn a scale per head dim for the queries (praxis's ``PerDimScale``,
         on by default in Pax's attention): ``q * 1.442695041 / sqrt(H) * softplus(s)``
         with ``s [H]`` (variable ``per_dim_scale``) starting at 0, i.e. at ``1 / sqrt(H)``.
@@ -106,6 +108,7 @@ class DotProductAttention(BaseLayer):
     atten_dropout_prob: float = 0.0
     atten_logit_cap: float = 0.0
     rotary_tpl: LayerTpl = template_field(None)
+    query_scale: float | None = None
     per_dim_scale: bool = False
 
     @property
@@ -132,6 +135,8 @@ class DotProductAttention(BaseLayer):
             raise ValueError(f"num_heads={n} must be a multiple of num_kv_heads={k}.")
         if self.combine_qkv and k != n:
             raise ValueError("combine_qkv needs num_kv_heads == num_heads (or None).")
+        if self.query_scale is not None and self.per_dim_scale:
+            raise ValueError("query_scale and per_dim_scale both scale the queries; set one.")
         if self.sliding_window is not None and self.sliding_window < 1:
             raise ValueError(f"sliding_window must be >= 1 or None, got {self.sliding_window}.")
         init = nn.initializers.lecun_normal(in_axis=0, out_axis=(1, 2))
@@ -163,7 +168,7 @@ class DotProductAttention(BaseLayer):
             self.query_norm = self.create_child(self.qk_norm_tpl, input_dims=h)
             self.key_norm = self.create_child(self.qk_norm_tpl, input_dims=h)
         if self.per_dim_scale:
-            self.query_scale = self.create_variable(
+            self.dim_scale = self.create_variable(
                 "per_dim_scale", (h,), (HEAD_DIM,), nn.initializers.zeros
             )
         self.rotary = self.create_child(self.rotary_tpl, input_dims=h) if self.rotary_tpl else None
@@ -190,11 +195,14 @@ class DotProductAttention(BaseLayer):
         return q, k, v
 
     def query_scaling(self, h: int) -> jax.Array:
-        """What the queries are multiplied by: ``1 / sqrt(H)``, or per head dim ``[H]`` with
-        ``per_dim_scale`` (praxis's: ``1 / softplus(0) = 1.442695041`` makes it start equal)."""
+        """What the queries are multiplied by: ``query_scale``, ``1 / sqrt(H)``, or per head
+        dim ``[H]`` with ``per_dim_scale`` (praxis's: ``1 / softplus(0) = 1.442695041`` makes
+        it start equal)."""
+        if self.query_scale is not None:
+            return jnp.asarray(self.query_scale, jnp.float32)
         if not self.per_dim_scale:
             return jnp.asarray(1.0 / math.sqrt(h), jnp.float32)
-        scale = jax.nn.softplus(self.query_scale.astype(jnp.float32))
+        scale = jax.nn.softplus(self.dim_scale.astype(jnp.float32))
         return scale * jnp.asarray(1.442695041 / math.sqrt(h), jnp.float32)
 
     def attend(

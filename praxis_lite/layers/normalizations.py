@@ -52,14 +52,22 @@ class RmsNorm(BaseLayer):
     Attributes:
       input_dims: size of the normalized (last) dimension.
       epsilon: added to the mean square.
+      direct_scale: the weight is the scale (initialised to 1; the product is taken in the
+        compute dtype, as Llama's); False: the scale is ``1 + weight`` (initialised to 0;
+        the product taken in float32 before the cast, as Gemma's).
     """
 
     input_dims: int
     epsilon: float = 1e-6
+    direct_scale: bool = True
 
     @nn.compact
     def __call__(self, x: jax.Array) -> jax.Array:
         x32 = x.astype(jnp.float32)
         ms = jnp.mean(jnp.square(x32), axis=-1, keepdims=True)
-        y = (x32 * jax.lax.rsqrt(ms + self.epsilon)).astype(self.fprop_dtype)
-        return y * self.create_variable("scale", (self.input_dims,), (EMBED,), nn.initializers.ones)
+        normalized = x32 * jax.lax.rsqrt(ms + self.epsilon)
+        init = nn.initializers.ones if self.direct_scale else nn.initializers.zeros
+        scale = self.create_variable("scale", (self.input_dims,), (EMBED,), init)
+        if not self.direct_scale:
+            return (normalized * (1.0 + scale.astype(jnp.float32))).astype(self.fprop_dtype)
+        return normalized.astype(self.fprop_dtype) * scale

@@ -6,6 +6,9 @@ All blocks are pre-norm: ``x + dropout(sublayer(norm(x)))``.
 
 from __future__ import annotations
 
+import copy
+from typing import Any
+
 import flax.linen as nn
 import jax
 from jax.ad_checkpoint import checkpoint_name
@@ -37,6 +40,8 @@ class TransformerFeedForward(BaseLayer):
       bias_tpl: the biases' template (given ``input_dims`` and axes).
       activation_tpl: the activation template.
       ln_tpl: the pre-norm template (given ``input_dims``).
+      post_ln_tpl: a norm of the branch's output before the residual add (Gemma 2's
+        post-feedforward norm); ``None`` for none.
       relu_dropout_prob: dropout after the activation.
       residual_dropout_prob: dropout on the branch before the residual add.
     """
@@ -49,12 +54,14 @@ class TransformerFeedForward(BaseLayer):
     bias_tpl: LayerTpl = template_field(Bias)
     activation_tpl: LayerTpl = template_field(ReLU)
     ln_tpl: LayerTpl = template_field(LayerNorm)
+    post_ln_tpl: LayerTpl = template_field(None)
     relu_dropout_prob: float = 0.0
     residual_dropout_prob: float = 0.0
 
     def setup(self) -> None:
         d, f = self.input_dims, self.hidden_dims
         self.layer_norm = self.create_child(self.ln_tpl, input_dims=d)
+        self.post_layer_norm = self.create_child(self.post_ln_tpl, input_dims=d)
         self.ffn_layer1 = self._projection(d, f, (EMBED, MLP))
         if self.use_gated_activation:
             self.ffn_layer1_gate = self._projection(d, f, (EMBED, MLP))
@@ -88,6 +95,8 @@ class TransformerFeedForward(BaseLayer):
         if self.use_bias:
             out = self.bias2(out)
         out = checkpoint_name(self.constrain(out, (BATCH, LENGTH, ACTIVATION_EMBED)), "ffn2")
+        if self.post_layer_norm is not None:
+            out = self.post_layer_norm(out)
         out = self.residual_dropout(out, deterministic=not train)
         return self.constrain(x + out, (BATCH, LENGTH, ACTIVATION_EMBED))
 
@@ -103,6 +112,8 @@ class Transformer(BaseLayer):
       dims_per_head: ``None`` = ``D // num_heads``.
       residual_dropout_prob: dropout on each branch before the residual add.
       ln_tpl: the pre-attention norm (given ``input_dims``).
+      post_ln_tpl: a norm of the attention's output before the residual add (Gemma 2's
+        post-attention norm); ``None`` for none.
       tr_atten_tpl: attention template (given dims, heads).
       tr_fflayer_tpl: feed-forward template (given dims; it holds its own norm).
     """
@@ -114,11 +125,13 @@ class Transformer(BaseLayer):
     dims_per_head: int | None = None
     residual_dropout_prob: float = 0.0
     ln_tpl: LayerTpl = template_field(LayerNorm)
+    post_ln_tpl: LayerTpl = template_field(None)
     tr_atten_tpl: LayerTpl = template_field(DotProductAttention)
     tr_fflayer_tpl: LayerTpl = template_field(TransformerFeedForward)
 
     def setup(self) -> None:
         self.layer_norm = self.create_child(self.ln_tpl, input_dims=self.input_dims)
+        self.post_layer_norm = self.create_child(self.post_ln_tpl, input_dims=self.input_dims)
         self.self_attention = self.create_child(
             self.tr_atten_tpl,
             input_dims=self.input_dims,
@@ -163,6 +176,8 @@ class Transformer(BaseLayer):
             positions=positions,
             train=train,
         )
+        if self.post_layer_norm is not None:
+            atten = self.post_layer_norm(atten)
         x = x + self.residual_dropout(atten, deterministic=not train)
         return checkpoint_name(self.ff_layer(x, train=train), "transformer_layer_out")
 
@@ -179,6 +194,8 @@ class Transformer(BaseLayer):
         atten = self.self_attention.extend(
             self.layer_norm(x), positions=positions, paddings=paddings, max_len=max_len
         )
+        if self.post_layer_norm is not None:
+            atten = self.post_layer_norm(atten)
         return self.ff_layer(x + atten)
 
 
@@ -191,13 +208,29 @@ class StackedTransformer(BaseLayer):
     Attributes:
       num_layers: number of blocks.
       block_tpl: the block template (its dims are the blocks' dims).
+      sliding_windows: per block, its attention's ``sliding_window`` (Gemma 2 alternates
+        windowed and global layers); empty: the block template's own for every block.
     """
 
     num_layers: int
     block_tpl: LayerTpl = template_field(Transformer)
+    sliding_windows: tuple[int | None, ...] = ()
 
     def setup(self) -> None:
-        self.x_layers = [self.stamp_child(self.block_tpl) for _ in range(self.num_layers)]
+        if self.sliding_windows and len(self.sliding_windows) != self.num_layers:
+            raise ValueError(
+                f"sliding_windows has {len(self.sliding_windows)} entries for "
+                f"{self.num_layers} layers; give one per layer (None: no window)."
+            )
+        self.x_layers = [self.stamp_child(self._block(i)) for i in range(self.num_layers)]
+
+    def _block(self, i: int) -> Any:
+        """Block ``i``'s template: ``block_tpl``, with its window when ``sliding_windows``."""
+        if not self.sliding_windows:
+            return self.block_tpl
+        block = copy.deepcopy(self.block_tpl.value)
+        block.tr_atten_tpl.sliding_window = self.sliding_windows[i]
+        return block
 
     def layout(self) -> StackLayout:
         """``num_layers`` blocks, one after another (no loop XLA counts once)."""

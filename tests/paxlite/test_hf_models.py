@@ -29,7 +29,7 @@ from praxis_lite import config as config_lib
 from praxis_lite.sharding import FSDP_AND_TENSOR_PARALLEL_RULES, filter_rules_for_mesh
 
 _HF = pathlib.Path(__file__).parents[1] / "fixtures" / "hf"
-FAMILIES = ["llama2", "llama3", "mistral", "qwen2", "qwen3"]
+FAMILIES = ["llama2", "llama3", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gpt2"]
 
 
 def _outputs(name: str) -> dict[str, np.ndarray]:
@@ -158,9 +158,9 @@ def test_each_device_reads_only_its_slice(tmp_path):
         assert sum(asked) == array.nbytes and len(asked) == len(shards), leaf
         assert max(asked) == array.nbytes // len(shards), leaf
         split += len(shards) > 1
-        theirs, layout = named[leaf]
+        where = named[leaf]
         np.testing.assert_array_equal(
-            hf_layout.to_theirs(layout, np.asarray(array)), tensors[theirs]
+            hf_layout.to_theirs(where.layout, np.asarray(array)), tensors[where.theirs]
         )
     assert split >= 10
 
@@ -185,8 +185,10 @@ def test_transformers_4_spelling_of_rope_gives_the_same_model(tmp_path):
     [
         ({"rope_parameters": {"rope_type": "yarn", "factor": 4.0, "rope_theta": 1e4}},
          r'rope type="yarn" is not supported \(supported: default, linear, llama3\)'),
-        ({"model_type": "falcon"}, r'model_type="falcon" is not supported \(supported: llama,'),
-        ({"hidden_act": "gelu"}, r'hidden_act="gelu" is not supported \(supported: silu\)'),
+        ({"model_type": "falcon"},
+         r'model_type="falcon" is not supported \(supported: gemma, gemma2, gpt2, llama,'),
+        ({"hidden_act": "quick_gelu"},
+         r'hidden_act="quick_gelu" is not supported \(supported: silu, gelu_pytorch_tanh,'),
         ({"mlp_bias": True}, r"mlp_bias=true is not supported"),
     ],
     ids=["rope-yarn", "model-type", "activation", "mlp-bias"],

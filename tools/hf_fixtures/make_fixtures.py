@@ -1,15 +1,16 @@
 """Builds tiny randomly initialised Hugging Face causal LMs (Llama 2, Llama 3, Mistral, Qwen2,
-Qwen3) with the real ``transformers`` (PyTorch) and stores each, with its tokenizer and its
-outputs, as a test fixture that paxlite's JAX loaders read without torch.
+Qwen3, Gemma, Gemma 2, GPT-2) with the real ``transformers`` (PyTorch) and stores each, with its
+tokenizer and its outputs, as a test fixture that paxlite's JAX loaders read without torch.
 
 Runs in the venv of make_venv.sh, by hand (never by CI), from the repository root:
 
     /tmp/hf-venv/bin/python tools/hf_fixtures/make_fixtures.py tests/fixtures/hf
+    /tmp/hf-venv/bin/python tools/hf_fixtures/make_fixtures.py tests/fixtures/hf --only gemma,gpt2
 
 Writes, per family (``FAMILIES``), ``<out>/<name>/``: what ``save_pretrained`` writes for the
 model (config.json, generation_config.json, model.safetensors or shards + index) and for its
-tokenizer (tokenizer.json, tokenizer_config.json; Llama 2 also tokenizer.model and
-special_tokens_map.json), plus
+tokenizer (tokenizer.json, tokenizer_config.json; Llama 2, Gemma and Gemma 2 also
+tokenizer.model and special_tokens_map.json), plus
 
 - ``outputs.npz``: ``ids [2, T]`` int32 (two texts, no padding), ``logits [2, T, V]`` float32
   (``model(ids).logits``, eval, no grad), ``prompt_0``/``prompt_1`` [P_i] int32 and
@@ -48,7 +49,6 @@ from tokenizers import decoders, normalizers, pre_tokenizers, processors  # noqa
 from transformers import (  # noqa: E402
     AutoModelForCausalLM,
     AutoTokenizer,
-    LlamaTokenizer,
     PreTrainedTokenizerBase,
     PreTrainedTokenizerFast,
 )
@@ -152,9 +152,25 @@ class ByteLevelSpec:
 
 @dataclasses.dataclass(frozen=True)
 class SentencePieceSpec:
-    """A Llama 2 style SentencePiece BPE (byte_fallback, <unk> 0, <s> 1, </s> 2) of vocab_size."""
+    """A SentencePiece BPE (byte_fallback, digits split) trained on CORPUS.
+
+    Attributes:
+      vocab_size: the tokenizer's size.
+      specials: (role, piece) at ids 0, 1, ...; role is SentencePiece's unk, bos, eos or pad.
+        Llama 2: <unk> <s> </s>; Gemma: <pad> <eos> <bos> <unk>.
+      user_symbols: user-defined pieces right after the specials (Gemma: <mask>, then the turn
+        markers <start_of_turn> <end_of_turn>).
+      additional_special_tokens: special_tokens_map.json's additional_special_tokens.
+      add_dummy_prefix: a "▁" before the text (Llama 2; not Gemma).
+      tokenizer_class: the transformers class (by name) that converts tokenizer.model; it adds BOS.
+    """
 
     vocab_size: int
+    specials: tuple[tuple[str, str], ...] = (("unk", "<unk>"), ("bos", "<s>"), ("eos", "</s>"))
+    user_symbols: tuple[str, ...] = ()
+    additional_special_tokens: tuple[str, ...] = ()
+    add_dummy_prefix: bool = True
+    tokenizer_class: str = "LlamaTokenizer"
 
 
 @dataclasses.dataclass(frozen=True)
@@ -196,6 +212,16 @@ TINY = dict(
 )
 LLAMA3_TOKENS = ("<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|finetune_right_pad_id|>")
 QWEN_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+# Gemma's SentencePiece layout: <pad> <eos> <bos> <unk> <mask> at 0-4 (as in Google's
+# tokenizer.model), then the turn markers (106 and 107 there), no dummy prefix.
+GEMMA_TOKENIZER = SentencePieceSpec(
+    vocab_size=352,
+    specials=(("pad", "<pad>"), ("eos", "<eos>"), ("bos", "<bos>"), ("unk", "<unk>")),
+    user_symbols=("<mask>", "<start_of_turn>", "<end_of_turn>"),
+    additional_special_tokens=("<start_of_turn>", "<end_of_turn>"),
+    add_dummy_prefix=False,
+    tokenizer_class="GemmaTokenizer",
+)
 
 FAMILIES = (
     Family(
@@ -320,15 +346,108 @@ FAMILIES = (
         generation_eos=("<|im_end|>", "<|endoftext|>"),
         max_shard_size="200KB",
     ),
+    Family(
+        name="gemma",
+        seed=7,
+        config_class="GemmaConfig",
+        config=dict(
+            TINY,
+            # Tied embeddings scaled by sqrt(64) = 8: at 0.1 the residual stream is mostly the
+            # input's embedding and every greedy decode repeats the prompt's last token.
+            initializer_range=0.3,
+            vocab_size=352,
+            head_dim=32,
+            hidden_act="gelu_pytorch_tanh",
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            tie_word_embeddings=True,
+        ),
+        tokenizer=GEMMA_TOKENIZER,
+    ),
+    Family(
+        name="gemma2",
+        seed=6,
+        config_class="Gemma2Config",
+        config=dict(
+            TINY,
+            # The post-norms hold each block's output near RMS 1, so the scaled tied embedding
+            # must be small (not 0.3 as Gemma's) for the layers, not the input, to decide.
+            initializer_range=0.05,
+            num_hidden_layers=3,  # layer_types: sliding, full, sliding.
+            vocab_size=352,
+            head_dim=32,
+            query_pre_attn_scalar=4,  # scores * 1/2, not 1/sqrt(32).
+            hidden_activation="gelu_pytorch_tanh",
+            sliding_window=4,
+            # Small enough to bite on these weights (raw scores reach 1.6, raw logits 1.65).
+            attn_logit_softcapping=1.0,
+            final_logit_softcapping=1.5,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 10000.0},
+            tie_word_embeddings=True,
+        ),
+        tokenizer=GEMMA_TOKENIZER,
+        generation_eos=("<eos>", "<end_of_turn>"),
+        must_matter={
+            "no sliding window": {"layer_types": ["full_attention"] * 3},
+            "no attn_logit_softcapping": {"attn_logit_softcapping": None},
+            "no final_logit_softcapping": {"final_logit_softcapping": None},
+            "query_pre_attn_scalar=head_dim": {"query_pre_attn_scalar": 32},
+        },
+    ),
+    Family(
+        name="gpt2",
+        seed=3,
+        config_class="GPT2Config",
+        config=dict(
+            vocab_size=320,
+            n_embd=64,
+            n_layer=2,
+            n_head=4,
+            n_inner=None,
+            n_positions=32,
+            activation_function="gelu_new",
+            layer_norm_epsilon=1e-5,
+            initializer_range=0.1,
+            tie_word_embeddings=True,
+        ),
+        tokenizer=ByteLevelSpec(
+            vocab_size=320,
+            special_tokens=("<|endoftext|>",),
+            specials_first=False,
+            bos="<|endoftext|>",
+            eos="<|endoftext|>",
+            pad=None,
+            unk="<|endoftext|>",
+            add_bos=False,
+            digits=None,
+        ),
+    ),
 )
 
 
 # --- tokenizers -----------------------------------------------------------------------------
 
 
-def sentencepiece_tokenizer(spec: SentencePieceSpec, work: pathlib.Path) -> LlamaTokenizer:
-    """Trains a Llama 2 style tokenizer.model in ``work`` and loads it as transformers does."""
+def sentencepiece_specials(spec: SentencePieceSpec) -> dict:
+    """The trainer's ``<role>_id`` (-1: none) and ``<role>_piece`` options of spec.specials.
+
+    Pieces are only given where they differ from SentencePiece's defaults, so that Llama 2's
+    tokenizer.model stays as it was.
+    """
+    defaults = {"unk": "<unk>", "bos": "<s>", "eos": "</s>", "pad": "<pad>"}
+    options = {f"{role}_id": -1 for role in defaults}
+    for index, (role, piece) in enumerate(spec.specials):
+        options[f"{role}_id"] = index
+        if piece != defaults[role]:
+            options[f"{role}_piece"] = piece
+    return options
+
+
+def sentencepiece_tokenizer(spec: SentencePieceSpec, work: pathlib.Path) -> PreTrainedTokenizerBase:
+    """Trains a tokenizer.model in ``work`` and loads it as transformers does."""
     model = io.BytesIO()  # Not model_prefix: the proto would record paths of this run.
+    extra = {"user_defined_symbols": list(spec.user_symbols)} if spec.user_symbols else {}
     spm.SentencePieceTrainer.train(
         sentence_iterator=iter(CORPUS.splitlines()),
         model_writer=model,
@@ -336,15 +455,13 @@ def sentencepiece_tokenizer(spec: SentencePieceSpec, work: pathlib.Path) -> Llam
         model_type="bpe",
         byte_fallback=True,
         split_digits=True,
-        add_dummy_prefix=True,
+        add_dummy_prefix=spec.add_dummy_prefix,
         remove_extra_whitespaces=False,
         allow_whitespace_only_pieces=True,
         normalization_rule_name="identity",
         character_coverage=1.0,
-        unk_id=0,
-        bos_id=1,
-        eos_id=2,
-        pad_id=-1,
+        **sentencepiece_specials(spec),
+        **extra,
         num_threads=1,
         minloglevel=2,
     )
@@ -353,7 +470,13 @@ def sentencepiece_tokenizer(spec: SentencePieceSpec, work: pathlib.Path) -> Llam
     source.mkdir()
     shutil.copy(work / "tokenizer.model", source / "tokenizer.model")
     # transformers 5 converts tokenizer.model to a tokenizers BPE; it adds no BOS by default.
-    return LlamaTokenizer.from_pretrained(str(source), add_bos_token=True, add_eos_token=False)
+    tokenizer_class = getattr(transformers, spec.tokenizer_class)
+    tokenizer = tokenizer_class.from_pretrained(
+        str(source), add_bos_token=True, add_eos_token=False
+    )
+    # GemmaTokenizer keeps the path it read as vocab_file; tokenizer_config.json would record it.
+    tokenizer.init_kwargs.pop("vocab_file", None)
+    return tokenizer
 
 
 def byte_level_pipeline(spec: ByteLevelSpec) -> tokenizers.Tokenizer:
@@ -484,21 +607,29 @@ def new_model(config: transformers.PretrainedConfig) -> transformers.PreTrainedM
 
 
 def perturb_norms_and_biases(model: torch.nn.Module, seed: int) -> None:
-    """Moves every RMSNorm weight to 1 + 0.1 N(0, 1) and every bias to 0.1 N(0, 1).
+    """Moves every norm weight (RMSNorm, LayerNorm) to 1 + 0.1 N(0, 1) and every bias (LayerNorm's
+    too) to 0.1 N(0, 1).
 
-    transformers initialises them to 1 and 0: a loader that skips one would go unnoticed.
-    Asserts that no other 1-D parameter exists (it would keep its default).
+    transformers initialises them to 1 and 0: a loader that skips one would go unnoticed. Gemma's
+    RMSNorm stores w and scales by 1 + w; its w starts at 0 and becomes 0.1 N(0, 1) (the same
+    scale). Asserts that no other 1-D parameter exists (it would keep its default).
     """
     generator = torch.Generator().manual_seed(seed)
     touched = set()
     with torch.no_grad():
         for module_name, module in model.named_modules():
-            is_norm = type(module).__name__.endswith("RMSNorm")
+            is_norm = type(module).__name__.endswith("RMSNorm") or isinstance(
+                module, torch.nn.LayerNorm
+            )
             for name, param in module.named_parameters(recurse=False):
                 if name != "bias" and not is_norm:
                     continue
                 noise = 0.1 * torch.randn(param.shape, generator=generator)
-                param.copy_(1.0 + noise if is_norm else noise)
+                base = 0.0
+                if name != "bias":  # A norm's scale: 1, or 0 where the norm adds the 1 (Gemma).
+                    base = 0.0 if not param.any() else 1.0
+                    assert bool((param == base).all()), f"{module_name}.{name}: not all {base}"
+                param.copy_(base + noise)
                 touched.add(f"{module_name}.{name}")
     untouched = [n for n, p in model.named_parameters() if p.ndim == 1 and n not in touched]
     assert not untouched, f"1-D parameters left at their default: {untouched}"
@@ -577,15 +708,20 @@ def ablation_gaps(
 def save_tokenizer(
     family: Family, tokenizer: PreTrainedTokenizerBase, out: pathlib.Path, work: pathlib.Path
 ) -> None:
-    """save_pretrained; Llama 2 also gets tokenizer.model and special_tokens_map.json, as its repo.
+    """save_pretrained; a SentencePiece family (Llama 2, Gemma) also gets tokenizer.model and
+    special_tokens_map.json, as its repo has.
 
     transformers 5 writes neither of those two files: they are added here.
     """
     tokenizer.save_pretrained(str(out))
-    if isinstance(family.tokenizer, SentencePieceSpec):
+    spec = family.tokenizer
+    if isinstance(spec, SentencePieceSpec):
         shutil.copy(work / "tokenizer.model", out / "tokenizer.model")
-        special = {"bos_token": "<s>", "eos_token": "</s>", "unk_token": "<unk>"}
-        (out / "special_tokens_map.json").write_text(json.dumps(special, indent=2) + "\n")
+        special = {f"{role}_token": piece for role, piece in spec.specials}
+        if spec.additional_special_tokens:
+            special["additional_special_tokens"] = list(spec.additional_special_tokens)
+        text = json.dumps(special, indent=2, sort_keys=True)
+        (out / "special_tokens_map.json").write_text(text + "\n")
 
 
 def eos_list(ids: dict) -> list[int]:
@@ -604,10 +740,14 @@ def greedy_outputs(
     arrays, gaps = {}, []
     for i, text in enumerate(PROMPT_TEXTS):
         prompt = np.array(tokenizer(text).input_ids, np.int32)
+        positions = model.config.max_position_embeddings  # GPT-2: n_positions.
+        assert len(prompt) + NEW_TOKENS <= positions, f"{name}: prompt {len(prompt)} too long"
         new = greedy(model, prompt)
         reference, gap = greedy_without_cache(model, prompt, eos_list(ids))
         assert np.array_equal(new, reference), (name, new, reference)
         assert gap >= MIN_GREEDY_GAP, f"{name}: greedy top-2 gap {gap}: change its seed"
+        # Tied embeddings can make a random model echo its input; the layers would not matter.
+        assert not (new == prompt[-1]).all(), f"{name}: greedy repeats the prompt's last token"
         arrays[f"prompt_{i}"], arrays[f"greedy_{i}"] = prompt, new
         gaps.append(gap)
     assert len(arrays["prompt_0"]) != len(arrays["prompt_1"])
@@ -672,12 +812,18 @@ def write_family(family: Family, out_root: pathlib.Path) -> None:
     print(family.name, ", ".join(f"{key}: {value}" for key, value in summary.items()), flush=True)
 
 
-def make_all(out_dir: str) -> None:
-    """Writes every family of FAMILIES under out_dir."""
+def make_all(out_dir: str, only: str | None = None) -> None:
+    """Writes every family of FAMILIES (only: those of a comma-separated list) under out_dir."""
+    names = [family.name for family in FAMILIES]
+    wanted = names if only is None else [name.strip() for name in only.split(",")]
+    unknown = sorted(set(wanted) - set(names))
+    if unknown:
+        raise SystemExit(f"--only: unknown families {unknown}; known: {names}")
     out_root = pathlib.Path(out_dir)
     out_root.mkdir(parents=True, exist_ok=True)
     for family in FAMILIES:
-        write_family(family, out_root)
+        if family.name in wanted:
+            write_family(family, out_root)
 
 
 # --- --check --------------------------------------------------------------------------------
@@ -746,6 +892,7 @@ def main() -> None:
     parser.add_argument("out_dir", nargs="?", help="where to write (tests/fixtures/hf)")
     parser.add_argument("--check", nargs=2, metavar=("DIR", "NAME"), help="DIR vs fixture NAME")
     parser.add_argument("--fixtures", default=str(FIXTURES), help="--check's fixture root")
+    parser.add_argument("--only", metavar="NAME[,NAME]", help="write only these families")
     args = parser.parse_args()
     transformers.utils.logging.disable_progress_bar()
     torch.set_num_threads(1)
@@ -753,7 +900,7 @@ def main() -> None:
         sys.exit(0 if check(args.check[0], args.check[1], pathlib.Path(args.fixtures)) else 1)
     if not args.out_dir:
         parser.error("give OUT_DIR or --check DIR NAME")
-    make_all(args.out_dir)
+    make_all(args.out_dir, args.only)
 
 
 if __name__ == "__main__":

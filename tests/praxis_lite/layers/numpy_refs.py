@@ -207,6 +207,7 @@ def attention(
     logit_cap: float = 0.0,
     use_rope: bool = False,
     window: int | None = None,
+    query_scale: float | None = None,
 ) -> np.ndarray:
     """Multi-head self-attention ``[B, T, D] -> [B, T, D]`` with the DotProductAttention weights.
 
@@ -234,7 +235,8 @@ def attention(
         q = q * np.log1p(np.exp(p["per_dim_scale"])) / math.log(2.0)
     group = n // k.shape[2]
     k, v = np.repeat(k, group, axis=2), np.repeat(v, group, axis=2)
-    logits = np.einsum("btnh,bsnh->bnts", q, k) / math.sqrt(h)
+    scale = 1 / math.sqrt(h) if query_scale is None else query_scale
+    logits = np.einsum("btnh,bsnh->bnts", q, k) * scale
     if logit_cap > 0:
         logits = logit_cap * np.tanh(logits / logit_cap)
     mask = np.ones((b, t, t), dtype=bool)

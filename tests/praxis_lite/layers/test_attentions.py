@@ -41,6 +41,9 @@ VARIANTS = {
          "sliding_window": 3},
         {"use_rope": True, "window": 3},
     ),
+    "query_scale_logit_cap": (  # Gemma 2's query_pre_attn_scalar ** -0.5 and soft cap.
+        {"query_scale": 0.2, "atten_logit_cap": 1.5}, {"query_scale": 0.2, "logit_cap": 1.5}
+    ),
 }  # fmt: skip
 
 

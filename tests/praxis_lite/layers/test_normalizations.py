@@ -87,3 +87,15 @@ def test_rms_norm_does_not_center():
     x = np.full((1, 4), 3.0, np.float32)
     variables = ref.init_variables(layer, x, noise=0.0)
     np.testing.assert_allclose(layer.apply(variables, x), np.ones((1, 4)), rtol=1e-5)
+
+
+def test_rms_norm_scale_plus_one():
+    """``direct_scale=False`` (Gemma's): the weight starts at 0 and scales by ``1 + w``."""
+    cfg = normalizations.RmsNorm.HParams.config(input_dims=6, direct_scale=False)
+    layer = ref.build(cfg)
+    x = _inputs((2, 3, 6))
+    fresh = ref.init_variables(layer, x, noise=0.0)
+    np.testing.assert_array_equal(fresh["params"]["scale"], np.zeros(6))
+    variables = ref.init_variables(layer, x)
+    w = ref.to_numpy(variables["params"])["scale"]
+    ref.assert_close(layer.apply(variables, x), ref.rms_norm(x, 1.0 + w), jnp.float32)

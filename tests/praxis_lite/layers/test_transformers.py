@@ -12,7 +12,7 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from praxis_lite.layers import activations, transformers
+from praxis_lite.layers import activations, normalizations, transformers
 from praxis_lite.layers import embedding_softmax as es
 from tests.praxis_lite.layers import numpy_refs as ref
 
@@ -79,14 +79,21 @@ def test_feedforward_dropout():
 BLOCK_VARIANTS = {
     "mha_relu": ({}, {}, "relu", {}),
     "gqa_rope_swiglu": ({"num_kv_heads": 2}, {"rope": True}, "swiglu_nobias", {"use_rope": True}),
+    # Gemma 2's norms after the attention and the feed-forward, before each residual add.
+    "post_norms": ({"post_ln": True}, {}, "relu", {}),
 }
 
 
 def _build_block(variant, dtype=jnp.float32, **overrides):
     fields, atten_fields, ffn_variant, _ = BLOCK_VARIANTS[variant]
+    fields = dict(fields)
+    post_ln = fields.pop("post_ln", False)
     cfg = transformers.Transformer.HParams.config(
         input_dims=D, hidden_dims=F, num_heads=4, **fields, **overrides
     )
+    if post_ln:
+        cfg.post_ln_tpl = normalizations.RmsNorm.HParams.config()
+        cfg.tr_fflayer_tpl.post_ln_tpl = normalizations.RmsNorm.HParams.config()
     if atten_fields.get("rope"):
         cfg.tr_atten_tpl.rotary_tpl = es.RotaryPositionalEmbedding.HParams.config()
     ffn_fields, activation_cfg, _, _ = FFN_VARIANTS[ffn_variant]
@@ -107,13 +114,20 @@ def _block_reference(variant, x, paddings):
     _, _, activation, gated = FFN_VARIANTS[ffn_variant]
     p = ref.to_numpy(_block_variables(variant)["params"])
     ln = p["layer_norm"]
-    h = x + ref.attention(
+    atten = ref.attention(
         ref.layer_norm(x, ln["scale"], ln["bias"]),
         p["self_attention"],
         paddings=paddings,
         **atten_args,
     )
-    return ref.transformer_ffn(h, p["ff_layer"], activation=activation, gated=gated)
+    if "post_layer_norm" not in p:
+        h = x + atten
+        return ref.transformer_ffn(h, p["ff_layer"], activation=activation, gated=gated)
+    h = x + ref.rms_norm(atten, p["post_layer_norm"]["scale"])
+    ff = dict(p["ff_layer"])
+    post = ff.pop("post_layer_norm")
+    branch = ref.transformer_ffn(h, ff, activation=activation, gated=gated) - h
+    return h + ref.rms_norm(branch, post["scale"])
 
 
 @pytest.mark.parametrize("dtype", ref.DTYPES)
@@ -121,7 +135,8 @@ def _block_reference(variant, x, paddings):
 @pytest.mark.parametrize("variant", list(BLOCK_VARIANTS))
 def test_block(variant, b, t, dtype):
     variables = _block_variables(variant)
-    assert set(variables["params"]) == {"layer_norm", "self_attention", "ff_layer"}
+    post = {"post_layer_norm"} if variant == "post_norms" else set()
+    assert set(variables["params"]) == {"layer_norm", "self_attention", "ff_layer"} | post
     kv_heads = BLOCK_VARIANTS[variant][0].get("num_kv_heads", 4)
     assert variables["params"]["self_attention"]["w_k"].shape == (D, kv_heads, D // 4)
     x = ref.normal((b, t, D))
@@ -167,3 +182,28 @@ def test_block_passes_segments_and_positions_to_attention():
         shifted, apply(variables, x, positions=positions), rtol=1e-4, atol=1e-4
     )
     assert not np.allclose(apply(variables, x, positions=positions * 3), shifted, atol=1e-3)
+
+
+def test_stack_gives_each_block_its_window():
+    """``sliding_windows`` (Gemma 2's alternation) sets each block's attention window; a
+    window of 1 (a token sees itself only) changes the output, one as long as T does not."""
+    cfg = transformers.StackedTransformer.HParams.config(num_layers=2)
+    cfg.block_tpl.input_dims, cfg.block_tpl.hidden_dims, cfg.block_tpl.num_heads = D, F, 4
+    x = ref.normal((1, 5, D))
+    plain = ref.build(cfg)
+    variables = ref.init_variables(plain, x)
+    outputs = {}
+    for windows in [(1, None), (5, None)]:
+        cfg.sliding_windows = windows
+        stack = ref.build(cfg)
+        got = stack.apply(
+            variables, x, method=lambda m, x: [b.self_attention.sliding_window for b in m.x_layers]
+        )
+        assert got == list(windows)
+        outputs[windows] = np.asarray(stack.apply(variables, x))
+    same = np.asarray(plain.apply(variables, x))
+    np.testing.assert_allclose(outputs[(5, None)], same, rtol=1e-6, atol=1e-6)
+    assert not np.allclose(outputs[(1, None)], same, atol=1e-3)
+    cfg.sliding_windows = (1,)
+    with pytest.raises(ValueError, match="sliding_windows has 1 entries for 2 layers"):
+        ref.build(cfg).apply(variables, x)

@@ -59,15 +59,19 @@ class HfSource(checkpoint_sources.Source):
         self.config = hf_models.HfConfig.load(directory)
         self.family = hf_models.family_of(self.config)
         self._file_of = _tensor_files(directory)
-        self._name_of = {_variable_name(name): name for name in self._file_of}
+        # Variable name (the family's spelling) -> the stored tensor; buffers left out.
+        self._name_of = {}
+        for stored in self._file_of:
+            name = self.family.canonical_name(stored)
+            if name is not None:
+                self._name_of[_variable_name(name)] = stored
         self._open: dict[str, Any] = {}
 
     def variables(self) -> dict[str, Variable]:
         out = {}
-        for name in self._file_of:
-            tensor = self._tensor(name)
-            shape, dtype = tuple(tensor.get_shape()), _dtype(tensor.get_dtype())
-            out[_variable_name(name)] = Variable(shape, dtype)
+        for name, stored in self._name_of.items():
+            tensor = self._tensor(stored)
+            out[name] = Variable(tuple(tensor.get_shape()), _dtype(tensor.get_dtype()))
         return out
 
     def run_names(self, run_params: Mapping[str, Any]) -> dict[str, Variable]:

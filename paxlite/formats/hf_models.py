@@ -113,7 +113,9 @@ class Family:
       model_type: config.json's ``model_type``; architecture: its ``architectures``
         entry (written when saving); build: HfConfig -> our model's Fiddle config;
       table: Hugging Face's names of our parameters; inert: the family's own fields that
-        never change the numbers (beyond every family's).
+        never change the numbers (beyond every family's); canonical_name: a stored
+        tensor's name as the table spells it, or None for a buffer that is no parameter
+        (older checkpoints of a family may name them otherwise).
     """
 
     model_type: str
@@ -121,6 +123,7 @@ class Family:
     build: Callable[[HfConfig], config_lib.Config]
     table: hf_layout.Table
     inert: frozenset[str] = frozenset()
+    canonical_name: Callable[[str], str | None] = lambda name: name
 
 
 def rope_settings(cfg: HfConfig) -> dict[str, Any]:
@@ -367,6 +370,14 @@ def _gpt2(cfg: HfConfig) -> config_lib.Config:
     return LanguageModel.HParams.config(lm_tpl=lm)
 
 
+def _gpt2_name(stored: str) -> str | None:
+    """The Hub's original GPT-2 files name tensors without ``transformer.`` and keep the
+    attention's causal-mask buffers (``attn.bias``, ``attn.masked_bias``): not parameters."""
+    if stored.endswith((".attn.bias", ".attn.masked_bias")):
+        return None
+    return stored if stored.startswith(("transformer.", "lm_head.")) else "transformer." + stored
+
+
 #: GPT-2's training-time and bookkeeping fields (dropouts other than attention's, the
 #: summary head of its double-heads variant, the attention kernel's upcast choice).
 _GPT2_INERT = frozenset(
@@ -387,7 +398,7 @@ FAMILIES: dict[str, Family] = {
         Family("qwen3", "Qwen3ForCausalLM", _qwen3, hf_layout.LLAMA_TABLE, _QWEN_INERT),
         Family("gemma", "GemmaForCausalLM", _gemma, hf_layout.LLAMA_TABLE, _GEMMA_INERT),
         Family("gemma2", "Gemma2ForCausalLM", _gemma2, hf_layout.GEMMA2_TABLE, _GEMMA_INERT),
-        Family("gpt2", "GPT2LMHeadModel", _gpt2, hf_layout.GPT2_TABLE, _GPT2_INERT),
+        Family("gpt2", "GPT2LMHeadModel", _gpt2, hf_layout.GPT2_TABLE, _GPT2_INERT, _gpt2_name),
     )
 }
 

@@ -261,3 +261,20 @@ def test_loading_and_generating_imports_neither_seqio_nor_tensorflow():
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
+
+
+def test_gpt2_as_the_hub_first_stored_it(tmp_path):
+    """Names without ``transformer.`` and the attention's causal-mask buffers (the
+    original openai-community/gpt2 files): the same model, the buffers not read."""
+    from safetensors.numpy import save_file
+
+    copy = tmp_path / "gpt2"
+    shutil.copytree(_HF / "gpt2", copy)
+    tensors = {k.removeprefix("transformer."): v for k, v in _tensors(copy).items()}
+    t = _outputs("gpt2")["ids"].shape[1]
+    for i in range(2):
+        tensors[f"h.{i}.attn.bias"] = np.tril(np.ones((1, 1, t, t), np.float32))
+    save_file(tensors, str(copy / hf_checkpoint.SINGLE_FILE), metadata={"format": "pt"})
+    lm = from_pretrained(copy)
+    out = _outputs("gpt2")
+    _assert_logits(lm.logits(out["ids"]), out["logits"])

@@ -75,30 +75,49 @@ class HfSource(checkpoint_sources.Source):
         return out
 
     def run_names(self, run_params: Mapping[str, Any]) -> dict[str, Variable]:
-        named = hf_layout.their_names(self.family.table, list(run_params))
-        return {
-            _variable_name(where.theirs): Variable(
-                hf_layout.their_shape(where, tuple(run_params[path].shape)),
-                np.dtype(run_params[path].dtype),
+        out = {}
+        for path, where, names in self._layer_names(run_params):
+            shape = tuple(run_params[path].shape)[1 if where.stacked else 0 :]
+            variable = Variable(
+                hf_layout.their_shape(where, shape), np.dtype(run_params[path].dtype)
             )
-            for path, where in named.items()
-        }
+            out.update(dict.fromkeys(names, variable))
+        return out
 
     def unreadable(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> list[str]:
-        return []  # Each of our arrays is one of theirs.
+        problems = []
+        for path, _, names in self._layer_names(run_params):
+            have = [n for n in names if n in assigned]
+            if have and len(have) < len(names):
+                problems.append(
+                    f"{PARAMS}{path} stacks {len(names)} layers' tensors ({names[0]} ...): load "
+                    f"all or none of them (the rules load {len(have)})"
+                )
+        return problems
 
     def loaded_leaves(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> set[str]:
-        named = hf_layout.their_names(self.family.table, list(run_params))
-        return {path for path, where in named.items() if _variable_name(where.theirs) in assigned}
+        return {
+            path
+            for path, _, names in self._layer_names(run_params)
+            if all(n in assigned for n in names)
+        }
 
     def read(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> dict[str, Any]:
-        named = hf_layout.their_names(self.family.table, list(run_params))
         out = {}
-        for path in sorted(self.loaded_leaves(assigned, run_params)):
-            where = named[path]
-            source_name = self._name_of[assigned[_variable_name(where.theirs)]]
-            out[path] = self._read_leaf(path, source_name, where, run_params[path])
+        loaded = self.loaded_leaves(assigned, run_params)
+        for path, where, names in sorted(self._layer_names(run_params), key=lambda x: x[0]):
+            if path in loaded:
+                stored = [self._name_of[assigned[n]] for n in names]
+                out[path] = self._read_leaf(path, stored, where, run_params[path])
         return out
+
+    def _layer_names(self, run_params: Mapping[str, Any]) -> list[tuple[str, Any, list[str]]]:
+        """``(our path, where it is, its variable names: one per layer when stacked)``."""
+        named = hf_layout.their_names(self.family.table, list(run_params))
+        return [
+            (path, where, [_variable_name(n) for n in where.layer_names(run_params[path].shape[0])])
+            for path, where in named.items()
+        ]
 
     def close(self) -> None:
         self._open.clear()
@@ -110,19 +129,24 @@ class HfSource(checkpoint_sources.Source):
             self._open[file] = safe_open(os.fspath(self.path / file), framework="numpy")
         return self._open[file].get_slice(name)
 
-    def _read_leaf(self, path: str, name: str, where: hf_layout.Named, target: Any) -> Any:
-        """Our leaf ``path`` on ``target``'s sharding and dtype, from their tensor ``name``."""
-        tensor = self._tensor(name)
-        itemsize = _dtype(tensor.get_dtype()).itemsize
+    def _read_leaf(self, path: str, stored: list[str], where: hf_layout.Named, target: Any) -> Any:
+        """Our leaf ``path`` on ``target``'s sharding and dtype, from their tensors ``stored``
+        (one, or one per layer of a scanned stack)."""
 
-        def read(index: tuple[slice, ...]) -> np.ndarray:
-            values = tensor[index]
-            if self._observer is not None:
-                self._observer(path, values.size * itemsize)
-            return values
+        def read_layer(layer: int) -> hf_layout.SliceReader:
+            tensor = self._tensor(stored[layer])
+            itemsize = _dtype(tensor.get_dtype()).itemsize
+
+            def read(index: tuple[slice, ...]) -> np.ndarray:
+                values = tensor[index]
+                if self._observer is not None:
+                    self._observer(path, values.size * itemsize)
+                return values
+
+            return read
 
         def read_ours(index: tuple[slice, ...]) -> np.ndarray:
-            values = hf_layout.read_slice(where, tuple(target.shape), index, read)
+            values = hf_layout.read_stacked(where, tuple(target.shape), index, read_layer)
             return values.astype(target.dtype)
 
         return checkpoint_sources.sharded_array(target, read_ours)
@@ -207,8 +231,10 @@ def save(
         raise ValueError(f"{family.model_type} has no Hugging Face name for {', '.join(unnamed)}.")
     parts: dict[str, list[tuple[hf_layout.Named, np.ndarray]]] = {}
     for path, where in named.items():
-        array = hf_layout.to_theirs(where.layout, np.asarray(params[path]))
-        parts.setdefault(where.theirs, []).append((where, array))
+        array = np.asarray(params[path])
+        layers = list(array) if where.stacked else [array]  # A scanned stack: [L, ...].
+        for name, layer in zip(where.layer_names(len(layers)), layers, strict=True):
+            parts.setdefault(name, []).append((where, hf_layout.to_theirs(where.layout, layer)))
     tensors = {name: np.ascontiguousarray(hf_layout.fused(p)) for name, p in parts.items()}
     written = _write_tensors(directory, tensors, max_shard_bytes)
     dtype = np.dtype(next(iter(tensors.values())).dtype).name

@@ -53,20 +53,37 @@ class Row:
 
 @dataclasses.dataclass(frozen=True)
 class Named:
-    """One of our parameters in Hugging Face's tensor ``theirs`` (see :class:`Row`)."""
+    """One of our parameters in Hugging Face's tensor ``theirs`` (see :class:`Row`).
+
+    ``stacked``: ours is a scanned stack's ``[L, ...]`` array of every layer's parameter:
+    ``theirs`` is then a name with ``{}`` for the layer (:meth:`layer_names`).
+    """
 
     theirs: str
     layout: Layout
     part: int = 0
     parts: int = 1
+    stacked: bool = False
+
+    def layer_names(self, num_layers: int) -> list[str]:
+        """Hugging Face's tensors, one per layer (just ``theirs`` when not stacked)."""
+        if not self.stacked:
+            return [self.theirs]
+        return [self.theirs.format(layer) for layer in range(num_layers)]
 
 
 Table = tuple[Row, ...]
 
 
+#: A plain stack's block ``i`` (the row's regex group), and a scanned stack's blocks
+#: (``StackedTransformerRepeated``: every layer in one ``[L, ...]`` array).
+_BLOCK = r"lm/transformer/x_layers_(\d+)/"
+_SCANNED_BLOCK = "lm/transformer/repeat/block/"
+
+
 def _llama_block(ours: str, theirs: str, layout: Layout) -> Row:
     """A row of each Transformer block's parameters, in Llama's names."""
-    return Row(r"lm/transformer/x_layers_(\d+)/" + ours, "model.layers.{}." + theirs, layout)
+    return Row(_BLOCK + ours, "model.layers.{}." + theirs, layout)
 
 
 _QKV_LINEAR = (
@@ -113,9 +130,7 @@ GEMMA2_TABLE: Table = (
 
 def _gpt2_block(ours: str, theirs: str, layout: Layout = Layout.COPY, part: int = 0) -> Row:
     parts = 3 if theirs.startswith("attn.c_attn") else 1
-    return Row(
-        r"lm/transformer/x_layers_(\d+)/" + ours, "transformer.h.{}." + theirs, layout, part, parts
-    )
+    return Row(_BLOCK + ours, "transformer.h.{}." + theirs, layout, part, parts)
 
 
 #: GPT-2: Conv1D weights ([in, out], as ours), q/k/v fused in ``c_attn``, biases everywhere.
@@ -151,7 +166,8 @@ GPT2_TABLE: Table = (
 
 def their_names(table: Table, ours: list[str]) -> dict[str, Named]:
     """``{our path: where Hugging Face keeps it}`` for each of ``ours`` the table names
-    (the first row that matches wins; the layer number fills ``{}``)."""
+    (the first row that matches wins; the layer number fills ``{}``; a scanned stack's
+    path matches a block row with ``{}`` kept for :meth:`Named.layer_names`)."""
     named = {}
     for path in ours:
         for row in table:
@@ -159,6 +175,10 @@ def their_names(table: Table, ours: list[str]) -> dict[str, Named]:
             if match:
                 theirs = row.theirs.format(*match.groups())
                 named[path] = Named(theirs, row.layout, row.part, row.parts)
+                break
+            scanned = row.ours.startswith(_BLOCK) and path.startswith(_SCANNED_BLOCK)
+            if scanned and re.fullmatch(row.ours[len(_BLOCK) :], path[len(_SCANNED_BLOCK) :]):
+                named[path] = Named(row.theirs, row.layout, row.part, row.parts, stacked=True)
                 break
     return named
 
@@ -207,6 +227,20 @@ def fused(parts: list[tuple[Named, np.ndarray]]) -> np.ndarray:
         return ordered[0]
     axis = 0 if parts[0][0].layout in (Layout.HEADS_IN, Layout.HEADS_BIAS) else -1
     return np.concatenate(ordered, axis=axis)
+
+
+def read_stacked(
+    named: Named,
+    shape: tuple[int, ...],
+    index: tuple[slice, ...],
+    read_layer: Callable[[int], SliceReader],
+) -> np.ndarray:
+    """As :func:`read_slice`, for a scanned stack's ``[L, ...]`` array: each layer in
+    ``index[0]`` read from its own tensor (``read_layer(layer)``)."""
+    if not named.stacked:
+        return read_slice(named, shape, index, read_layer(0))
+    layers = range(*index[0].indices(shape[0]))
+    return np.stack([read_slice(named, shape[1:], index[1:], read_layer(i)) for i in layers])
 
 
 def read_slice(

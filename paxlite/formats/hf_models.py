@@ -13,6 +13,7 @@ Both spellings of RoPE's settings are read: transformers 4.x's ``rope_theta`` an
 
 from __future__ import annotations
 
+import copy
 import dataclasses
 import json
 import logging
@@ -34,6 +35,7 @@ from praxis_lite.layers.embedding_softmax import (
     TrainablePositionalEmbedding,
 )
 from praxis_lite.layers.normalizations import LayerNorm, RmsNorm
+from praxis_lite.layers.repeats import StackedTransformerRepeated
 from praxis_lite.layers.transformer_models import TransformerLm
 from praxis_lite.layers.transformers import StackedTransformer, Transformer, TransformerFeedForward
 from praxis_lite.models import LanguageModel
@@ -401,6 +403,30 @@ FAMILIES: dict[str, Family] = {
         Family("gpt2", "GPT2LMHeadModel", _gpt2, hf_layout.GPT2_TABLE, _GPT2_INERT, _gpt2_name),
     )
 }
+
+
+def scanned(model: config_lib.Config, **stack_fields: Any) -> config_lib.Config:
+    """``model`` (a family's LanguageModel config) with its blocks in a scanned stack
+    (``StackedTransformerRepeated``: one compiled block, remat by its ``checkpoint_policy``,
+    ``stack_fields``); its weights read and saved under the same Hugging Face names.
+
+    Raises:
+      HfConfigError: the blocks differ (Gemma 2's per-layer sliding windows).
+    """
+    plain = model.lm_tpl.stacked_transformer_tpl
+    if plain.sliding_windows and len(set(plain.sliding_windows)) > 1:
+        raise HfConfigError(
+            "the layers differ (their sliding windows alternate), so they cannot be one "
+            "scanned block; keep the plain stack (USE_REPEATED_LAYER=False)."
+        )
+    block = copy.deepcopy(plain.block_tpl)
+    if plain.sliding_windows:
+        block.tr_atten_tpl.sliding_window = plain.sliding_windows[0]
+    model = copy.deepcopy(model)
+    model.lm_tpl.stacked_transformer_tpl = StackedTransformerRepeated.HParams.config(
+        num_layers=plain.num_layers, block_tpl=block, **stack_fields
+    )
+    return model
 
 
 def family_of(cfg: HfConfig) -> Family:

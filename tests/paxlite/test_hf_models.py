@@ -25,6 +25,7 @@ from safetensors import safe_open
 from paxlite import inference
 from paxlite.formats import hf_checkpoint, hf_layout, hf_models
 from paxlite.inference import PretrainedError, from_pretrained
+from paxlite.mesh import create_mesh
 from praxis_lite import config as config_lib
 from praxis_lite.sharding import FSDP_AND_TENSOR_PARALLEL_RULES, filter_rules_for_mesh
 
@@ -131,7 +132,7 @@ def test_each_device_reads_only_its_slice(tmp_path):
     config = hf_models.HfConfig.load(_HF / name)
     family, model_cfg = hf_models.build_model(config)
     model = config_lib.instantiate(model_cfg)
-    mesh = jax.make_mesh((1, 4, 2), ("replica", "data", "mdl"))
+    mesh = create_mesh((1, 4, 2), None, ("replica", "data", "mdl"), jax.devices())
     rules = filter_rules_for_mesh(FSDP_AND_TENSOR_PARALLEL_RULES, mesh)
     abstract, shardings = inference._abstract_params(model, mesh, rules)
     run_params = traverse_util.flatten_dict(
@@ -278,3 +279,34 @@ def test_gpt2_as_the_hub_first_stored_it(tmp_path):
     lm = from_pretrained(copy)
     out = _outputs("gpt2")
     _assert_logits(lm.logits(out["ids"]), out["logits"])
+
+
+@pytest.mark.parametrize("name", ["llama3", "gpt2"])  # Linear heads; Conv1D with fused q/k/v.
+def test_a_scanned_stack_reads_and_writes_the_same_tensors(name, tmp_path):
+    """The blocks in one ``[L, ...]`` array per parameter (``StackedTransformerRepeated``,
+    what training scans): each layer's slice read from its own tensor, on 8 devices (FSDP);
+    transformers' logits; saved back to the same tensors."""
+    config = hf_models.HfConfig.load(_HF / name)
+    family, model_cfg = hf_models.build_model(config)
+    model = config_lib.instantiate(hf_models.scanned(model_cfg))
+    mesh = create_mesh((1, 8, 1), None, ("replica", "data", "mdl"), jax.devices())
+    rules = filter_rules_for_mesh(inference.FSDP_RULES, mesh)
+    params = inference._load_params(model, _HF / name, (1, 1), mesh, rules)
+    assert "repeat" in params["lm"]["transformer"]
+    lm = inference.PretrainedLm(model, params, None, mesh, rules)
+    out = _outputs(name)
+    _assert_logits(lm.logits(out["ids"]), out["logits"])
+    flat = traverse_util.flatten_dict(params, sep="/")
+    host = {path: np.asarray(value) for path, value in flat.items()}
+    hf_checkpoint.save(tmp_path, host, family, config.fields)
+    ours, theirs = _tensors(tmp_path), _tensors(_HF / name)
+    assert set(ours) == set(theirs)
+    for tensor, value in theirs.items():
+        np.testing.assert_array_equal(ours[tensor], value, err_msg=tensor)
+
+
+def test_gemma2s_alternating_windows_cannot_be_scanned():
+    _, model_cfg = hf_models.build_model(hf_models.HfConfig.load(_HF / "gemma2"))
+    with pytest.raises(hf_models.HfConfigError, match="sliding windows alternate") as e:
+        hf_models.scanned(model_cfg)
+    assert "\n" not in str(e.value)

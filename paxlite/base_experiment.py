@@ -134,6 +134,11 @@ class BaseExperiment(abc.ABC):
             )
         self.validate()
 
+    def job_files(self) -> dict[str, str]:
+        """Files the job directory keeps beside its config: ``{path in the job dir: source
+        path}`` (copied when the run starts). None by default."""
+        return {}
+
     def validate(self) -> None:
         """Checks that knobs agree with each other; raises :class:`KnobError` if not.
 
@@ -251,10 +256,12 @@ def knobs(cls: type[BaseExperiment]) -> dict[str, tuple[Any, Any]]:
     return {name: (tp, getattr(cls, name, MISSING)) for name, tp in cls._knob_types.items()}
 
 
-def format_knobs(cls: type[BaseExperiment]) -> str:
-    """``NAME: type = value`` lines for every knob of ``cls``, for printing."""
+def format_knobs(cls: type[BaseExperiment], experiment: BaseExperiment | None = None) -> str:
+    """``NAME: type = value`` lines for every knob of ``cls`` (``experiment``'s values, where
+    it derived some, e.g. from a model's own config), for printing."""
     return "\n".join(
-        f"{name}: {type_name(tp)} = {value!r}" for name, (tp, value) in knobs(cls).items()
+        f"{name}: {type_name(tp)} = {getattr(experiment, name, value)!r}"
+        for name, (tp, value) in knobs(cls).items()
     )
 
 

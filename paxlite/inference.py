@@ -47,7 +47,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from paxlite import checkpoint_sources, init_from, partitioning, storage
 from paxlite.formats import hf_checkpoint, hf_models
 from paxlite.mesh import create_mesh, mesh_size
-from paxlite.overrides import resolve_experiment
+from paxlite.overrides import resolve_experiment, resolve_experiment_class
 from paxlite.tasks_lib import CheckpointLoadingRules
 from praxis_lite import config as config_lib
 from praxis_lite import decoding
@@ -328,12 +328,22 @@ def from_pretrained(
         given = {o.partition("=")[0].strip() for o in overrides}
         overrides = [*(k for k in mesh_knobs if k.partition("=")[0] not in given), *overrides]
         task_cfg = config_lib.from_json((job_dir / "config.json").read_text())["task"]
-    experiment = resolve_experiment(exp, list(overrides), ("tasks",))
-    task = config_lib.instantiate(task_cfg if task_cfg is not None else experiment.task())
+    if task_cfg is None:
+        experiment = resolve_experiment(exp, list(overrides), ("tasks",))
+        task_cfg = experiment.task()
+    else:  # The job's config.json is the model; the knobs only place it (data knobs unread).
+        experiment = _placement_only(resolve_experiment_class(exp, list(overrides), ("tasks",)))
+    task = config_lib.instantiate(task_cfg)
     mesh, rules = _mesh_and_rules(experiment)
     layout = (getattr(experiment, "NUM_STAGES", 1), getattr(experiment, "CIRCULAR_REPEAT", 1))
     params = _load_params(task.model, path, layout, mesh, rules)
     return PretrainedLm(task.model, params, task.decoder_params(), mesh, rules)
+
+
+def _placement_only(cls: type) -> Any:
+    """An instance of experiment ``cls`` for its mesh and rules alone: not validated, so
+    knobs the job needed for its data (now absent) are not asked for."""
+    return object.__new__(cls)
 
 
 _HUB_ID = re.compile(r"[A-Za-z0-9][\w.-]*/[\w.-]+")

@@ -27,7 +27,8 @@ def write_config(
     datasets: Any,
     decoder_datasets: Sequence[Any] = (),
 ) -> str:
-    """Writes config.txt (readable) and config.json (Fiddle JSON) into the job dir."""
+    """Writes config.txt (readable) and config.json (Fiddle JSON) into the job dir, and the
+    files the experiment keeps with the job (``job_files``)."""
     text = format_config(experiment, task_cfg, datasets, decoder_datasets)
     job_log_dir.mkdir(parents=True, exist_ok=True)
     (job_log_dir / "config.txt").write_text(text)
@@ -35,6 +36,10 @@ def write_config(
     if decoder_datasets:
         tree["decoder_datasets"] = list(decoder_datasets)
     (job_log_dir / "config.json").write_text(config_lib.to_json(tree))
+    for relative, source in experiment.job_files().items():
+        target = job_log_dir / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        epath.Path(source).copy(target, overwrite=True)
     return text
 
 
@@ -43,7 +48,7 @@ def format_config(
 ) -> str:
     cls = type(experiment)
     lines = [f"# Experiment {cls.__module__}.{cls.__qualname__}", "", "## Knobs"]
-    lines.append(base_experiment.format_knobs(cls))
+    lines.append(base_experiment.format_knobs(cls, experiment))
     lines += ["", "## Task (Fiddle paths)", _flattened(task_cfg)]
     for i, cfg in enumerate(datasets):
         lines += ["", f"## datasets[{i}]", _flattened(cfg)]

@@ -36,6 +36,7 @@ from paxlite import experiment_registry
 from paxlite.base_experiment import KnobError
 from praxis_lite.seqio_input import DecodeForm
 from praxis_lite.seqio_tasks import make_vocabulary, register_task_once
+from tasks.lm.knob_groups import knob_group
 from tasks.lm.text import (
     LmTextTiny,
     TextFileSource,
@@ -109,12 +110,13 @@ _UNUSED_TEXT_KNOBS = {
 }
 
 
-@experiment_registry.register
-class LmPromptCompletionTiny(LmTextTiny):
-    """LmTextTiny's model (same shapes) trained on prompt/completion pairs, loss on completions.
+@knob_group
+class PromptCompletionKnobs(LmTextTiny):
+    """Prompt/completion records for an LmTextTiny-style experiment: the knobs and the
+    inputs they make (its ``register_task``, ``lm_input_fields`` and
+    ``prompt_input_fields`` hooks call the ``prompt_completion_*`` methods).
 
-    Attributes (knobs, beyond LmTextTiny's; TEXT_FORMAT stays JSONL, TEXT_FIELD and
-    DECODE_PROMPT_LEN do not apply):
+    Attributes:
       PROMPT_FIELD: the JSON field of each record's prompt.
       COMPLETION_FIELD: the JSON field of each record's completion.
       MAX_PROMPT_LEN: prompt tokens per example (a longer prompt loses its end); the
@@ -125,13 +127,8 @@ class LmPromptCompletionTiny(LmTextTiny):
     COMPLETION_FIELD: str = "completion"
     MAX_PROMPT_LEN: int = 32
 
-    TEXT_FORMAT = TextFormat.JSONL
-    TEXT_TASK_NAME = "prompt_completion"
-    NUM_TRAIN_STEPS = 400  # write_example_task's table, from scratch: about a minute on 2 cores.
-    LR_COS_DECAY_END = NUM_TRAIN_STEPS
-
-    def validate(self) -> None:
-        super().validate()
+    def check_prompt_completion_knobs(self) -> None:
+        """KnobError for knobs that do not fit prompt/completion records (JSONL)."""
         name = type(self).__qualname__
         if self.TEXT_FORMAT is not TextFormat.JSONL:
             raise KnobError(
@@ -154,15 +151,7 @@ class LmPromptCompletionTiny(LmTextTiny):
                 f"{self.MAX_SEQ_LEN}): the rest of each row is the completion's."
             )
 
-    def task(self) -> Any:
-        """LmTextTiny's task; with held-out pairs, train_and_eval decodes them with every eval
-        (EVAL_INTERVAL_STEPS) and at the end."""
-        task = super().task()
-        if self.TEXT_EVAL_DATA_PATH is not None:
-            task.decode_interval_steps = self.EVAL_INTERVAL_STEPS or self.NUM_TRAIN_STEPS
-        return task
-
-    def register_task(self) -> None:
+    def register_prompt_completion_task(self) -> None:
         """Registers the files as the SeqIO task TEXT_TASK_NAME ('inputs', 'targets')."""
         register_prompt_completion_task(
             self.TEXT_TASK_NAME,
@@ -177,18 +166,53 @@ class LmPromptCompletionTiny(LmTextTiny):
         """Prompt and completion tokens: a row of both is MAX_SEQ_LEN long."""
         return {"inputs": self.MAX_PROMPT_LEN, "targets": self.MAX_SEQ_LEN - self.MAX_PROMPT_LEN}
 
-    def lm_input_fields(self) -> dict[str, Any]:
+    def prompt_completion_input_fields(self) -> dict[str, Any]:
         """Rows of prompt then completion, the loss on the completion (``prefix_lm``)."""
         return {"task_feature_lengths": self.feature_lengths(), "prefix_lm": True}
 
-    def prompt_input_fields(self) -> dict[str, Any]:
+    def prompt_completion_prompt_fields(self) -> dict[str, Any]:
         """The held-out pairs (split 'validation' of TEXT_TASK_NAME): prompt, then completion."""
-        self.register_task()
+        self.register_prompt_completion_task()
         return {
             "mixture_name": self.TEXT_TASK_NAME,
             "task_feature_lengths": self.feature_lengths(),
             "decode_form": DecodeForm.INPUTS_TARGETS,
         }
+
+    def decode_with_every_eval(self, task: Any) -> Any:
+        """With held-out pairs, train_and_eval decodes them with every eval
+        (EVAL_INTERVAL_STEPS) and at the end."""
+        if self.TEXT_EVAL_DATA_PATH is not None:
+            task.decode_interval_steps = self.EVAL_INTERVAL_STEPS or self.NUM_TRAIN_STEPS
+        return task
+
+
+@experiment_registry.register
+class LmPromptCompletionTiny(PromptCompletionKnobs):
+    """LmTextTiny's model (same shapes) trained on prompt/completion pairs, loss on completions
+    (the knobs of :class:`PromptCompletionKnobs`; TEXT_FORMAT stays JSONL, TEXT_FIELD and
+    DECODE_PROMPT_LEN do not apply)."""
+
+    TEXT_FORMAT = TextFormat.JSONL
+    TEXT_TASK_NAME = "prompt_completion"
+    NUM_TRAIN_STEPS = 400  # write_example_task's table, from scratch: about a minute on 2 cores.
+    LR_COS_DECAY_END = NUM_TRAIN_STEPS
+
+    def validate(self) -> None:
+        super().validate()
+        self.check_prompt_completion_knobs()
+
+    def task(self) -> Any:
+        return self.decode_with_every_eval(super().task())
+
+    def register_task(self) -> None:
+        self.register_prompt_completion_task()
+
+    def lm_input_fields(self) -> dict[str, Any]:
+        return self.prompt_completion_input_fields()
+
+    def prompt_input_fields(self) -> dict[str, Any]:
+        return self.prompt_completion_prompt_fields()
 
 
 # ----- a generated example task -----

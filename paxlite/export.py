@@ -1,0 +1,113 @@
+"""``paxlite-export``: a run fine-tuned from a Hugging Face model, back as a Hugging Face
+directory that transformers loads::
+
+    paxlite-export --job_log_dir=/tmp/ft --out=/tmp/ft_hf [--step=N] [--dtype=bfloat16]
+
+The job keeps its model's config.json, generation config and tokenizer in ``hf_model/``
+(``tasks.lm.hf.HfCausalLm`` copies them when it starts); the weights are its checkpoint's
+(the newest, or ``--step``), in the run's float32 unless ``--dtype`` says otherwise, under
+the family's names (a scanned stack is written back layer by layer).
+"""
+
+from __future__ import annotations
+
+import sys
+from collections.abc import Sequence
+
+import jax
+import ml_dtypes
+import numpy as np
+from absl import app, flags
+from etils import epath
+from jax.sharding import SingleDeviceSharding
+
+from paxlite import checkpoint_sources, exits, storage
+from paxlite.formats import hf_checkpoint, hf_models
+
+#: The directory of a job that keeps its Hugging Face model's files (tasks.lm.hf.KEPT_DIR).
+KEPT_DIR = "hf_model"
+_DTYPES = {
+    "float32": np.dtype(np.float32),
+    "bfloat16": np.dtype(ml_dtypes.bfloat16),
+    "float16": np.dtype(np.float16),
+}
+
+_OUT = flags.DEFINE_string("out", None, "The Hugging Face directory to write.")
+_STEP = flags.DEFINE_integer("step", None, "The checkpoint step to export (default: newest).")
+_DTYPE = flags.DEFINE_enum("dtype", "float32", list(_DTYPES), "The weights' dtype.")
+if "job_log_dir" not in flags.FLAGS:  # paxlite.main's flag, when both are imported.
+    flags.DEFINE_string("job_log_dir", None, "The job directory to export.")
+
+
+class ExportError(ValueError):
+    """The job cannot be exported (not fine-tuned from a Hugging Face model, no checkpoint)."""
+
+
+def export(
+    job_log_dir: epath.PathLike,
+    out: epath.PathLike,
+    step: int | None = None,
+    dtype: str = "float32",
+) -> list[str]:
+    """Writes the job's checkpoint (``step``, default its newest) as a Hugging Face model
+    directory ``out``; returns the files written.
+
+    Raises:
+      ExportError: the job kept no Hugging Face model files (``hf_model/``).
+      checkpoint_sources.CheckpointSourceError: no such checkpoint.
+    """
+    job = storage.job_path(job_log_dir)
+    kept = job / KEPT_DIR
+    if not (kept / hf_models.CONFIG_FILE).is_file():
+        raise ExportError(
+            f"{job} keeps no {KEPT_DIR}/config.json: export runs fine-tuned from a Hugging "
+            "Face model (tasks.lm.hf.HfCausalLm --set HF_MODEL=DIR)."
+        )
+    config = hf_models.HfConfig.load(kept)
+    family = hf_models.family_of(config)
+    params = _host_params(job, step)
+    host = {path: value.astype(_DTYPES[dtype]) for path, value in params.items()}
+    out = epath.Path(out)
+    files = hf_checkpoint.save(out, host, family, config.fields)
+    for path in sorted(kept.iterdir()):
+        if path.name != hf_models.CONFIG_FILE:
+            path.copy(out / path.name, overwrite=True)
+            files.append(path.name)
+    return files
+
+
+def _host_params(job: epath.Path, step: int | None) -> dict[str, np.ndarray]:
+    """The checkpoint's parameters as whole host arrays (flat paths, no ``params/``)."""
+    cpu = SingleDeviceSharding(jax.local_devices(backend="cpu")[0])
+    source = checkpoint_sources.open_source(job, step)
+    try:
+        variables = source.variables()
+        run_params = {
+            name[len(checkpoint_sources.PARAMS) :]: jax.ShapeDtypeStruct(
+                v.shape, v.dtype, sharding=cpu
+            )
+            for name, v in variables.items()
+        }
+        arrays = source.read({name: name for name in variables}, run_params)
+    finally:
+        source.close()
+    return {path: np.asarray(value) for path, value in arrays.items()}
+
+
+def main(argv: Sequence[str]) -> None:
+    if len(argv) > 1:
+        exits.fail(f"unexpected arguments {' '.join(argv[1:])}; see paxlite-export --help.")
+    job_log_dir, out = flags.FLAGS.job_log_dir, _OUT.value
+    if not job_log_dir or not out:
+        exits.fail("paxlite-export needs --job_log_dir=DIR (the fine-tuned run) and --out=DIR.")
+    try:
+        files = export(job_log_dir, out, _STEP.value, _DTYPE.value)
+    except (ExportError, checkpoint_sources.CheckpointSourceError, ValueError) as e:
+        exits.fail(e)
+    print(f"Wrote {out}: {', '.join(files)}")
+
+
+def run() -> None:
+    """Console-script entry point."""
+    app.run(main, argv=sys.argv)
+

@@ -1,0 +1,199 @@
+"""Fine-tuning a Hugging Face model as an experiment: ``HfCausalLm`` with ``HF_MODEL=DIR``.
+
+The model is the directory's ``config.json`` built by its family
+(``paxlite.formats.hf_models``), its blocks scanned (USE_REPEATED_LAYER, with
+CHECKPOINT_POLICY's remat) unless they differ; the weights start from the directory's at
+step 0 through the loading rules of ``--init_from`` (float32 master weights and optimizer
+state whatever the checkpoint's dtype; FPROP_DTYPE computes). The data are LmTextTiny's
+files tokenized with the model's tokenizer (VOCAB_PATH is the directory): documents
+(RECORDS=TEXT, TEXT_FORMAT, TEXT_FIELD) or prompt/completion pairs
+(RECORDS=PROMPT_COMPLETION, PROMPT_FIELD, COMPLETION_FIELD, MAX_PROMPT_LEN)::
+
+    paxlite --exp=tasks.lm.hf.HfCausalLm --job_log_dir=/tmp/ft --set HF_MODEL=/models/qwen \\
+        --set TEXT_DATA_PATH=train.jsonl --set TEXT_EVAL_DATA_PATH=eval.jsonl \\
+        --set RECORDS=PROMPT_COMPLETION --set TEXT_FORMAT=JSONL
+
+The model's sizes are config.json's: a model knob set to something else (``--set
+NUM_LAYERS=4``) is one KnobError listing the differences. The job keeps the directory's
+config, generation config and tokenizer (``<job>/hf_model/``) for ``paxlite-export``.
+"""
+
+from __future__ import annotations
+
+import enum
+import functools
+import os
+from typing import Any
+
+import jax.numpy as jnp
+from etils import epath
+
+from paxlite import experiment_registry
+from paxlite.base_experiment import KnobError
+from paxlite.formats import hf_checkpoint, hf_models
+from paxlite.tasks_lib import CheckpointLoadingRules
+from praxis_lite import config as config_lib
+from tasks.lm.prompt_completion import PromptCompletionKnobs
+
+#: Where the job keeps the Hugging Face directory's files (all but the weights).
+KEPT_DIR = "hf_model"
+
+
+class Records(enum.Enum):
+    """What each line of the data files is."""
+
+    TEXT = "text"  # A document (TEXT_FORMAT, TEXT_FIELD): LmTextTiny's.
+    PROMPT_COMPLETION = "prompt_completion"  # {PROMPT_FIELD: ..., COMPLETION_FIELD: ...}
+
+
+#: A Hugging Face directory's tokenizer files (those it has are kept with the job).
+_TOKENIZER_FILES = (
+    "tokenizer.json",
+    "tokenizer.model",
+    "tokenizer_config.json",
+    "special_tokens_map.json",
+    "chat_template.jinja",
+)
+
+#: Model knob -> config.json's names for that size (Llama's, then GPT-2's): the model is
+#: built with config.json's, so a knob set otherwise is a contradiction.
+_SIZE_KNOBS = {
+    "NUM_LAYERS": ("num_hidden_layers", "n_layer"),
+    "MODEL_DIMS": ("hidden_size", "n_embd"),
+    "HIDDEN_DIMS": ("intermediate_size", "n_inner"),
+    "NUM_HEADS": ("num_attention_heads", "n_head"),
+    "NUM_KV_HEADS": ("num_key_value_heads",),
+    "DIMS_PER_HEAD": ("head_dim",),
+    "VOCAB_SIZE": ("vocab_size",),
+}
+
+
+@experiment_registry.register
+class HfCausalLm(PromptCompletionKnobs):
+    """A Hugging Face decoder-only model fine-tuned on text or prompt/completion files.
+
+    Attributes (knobs, beyond LmTextTiny's and the prompt/completion ones):
+      HF_MODEL: the Hugging Face model directory (config.json, safetensors, tokenizer).
+      RECORDS: what the data files hold (see :class:`Records`).
+    """
+
+    HF_MODEL: str
+    RECORDS: Records = Records.TEXT
+
+    TEXT_TASK_NAME = "hf_text"
+    FPROP_DTYPE = jnp.bfloat16
+    LEARNING_RATE = 1e-5
+    LR_COS_WARMUP = 0
+    LR_COS_DECAY_START = 0
+    NUM_TRAIN_STEPS = 100
+    LR_COS_DECAY_END = NUM_TRAIN_STEPS
+    PERCORE_BATCH_SIZE = 1
+    MAX_SEQ_LEN = 512
+
+    def __init__(self) -> None:
+        if isinstance(getattr(type(self), "HF_MODEL", None), str):  # Unset: super() says so.
+            self._check_sizes()
+            self._check_vocab_path()
+            # The model's vocabulary and tokenizer, for the inputs and the config's record.
+            self.VOCAB_SIZE = self.hf_config.fields["vocab_size"]
+            self.VOCAB_PATH = self.HF_MODEL
+        super().__init__()
+
+    def validate(self) -> None:
+        super().validate()
+        if self.RECORDS is Records.PROMPT_COMPLETION:
+            self.check_prompt_completion_knobs()
+
+    @functools.cached_property
+    def hf_config(self) -> hf_models.HfConfig:
+        """HF_MODEL's config.json (read once)."""
+        try:
+            return hf_models.HfConfig.load(epath.Path(self.HF_MODEL))
+        except hf_models.HfConfigError as e:
+            raise KnobError(f"{type(self).__qualname__}: HF_MODEL: {e}") from None
+
+    def _check_vocab_path(self) -> None:
+        if type(self).VOCAB_PATH not in (None, self.HF_MODEL):
+            raise KnobError(
+                f"{type(self).__qualname__}: VOCAB_PATH={type(self).VOCAB_PATH!r}, but the "
+                "model's tokenizer is HF_MODEL's; leave VOCAB_PATH unset."
+            )
+
+    def _check_sizes(self) -> None:
+        """KnobError listing each model knob set to other than config.json says."""
+        fields = self.hf_config.fields
+        differ = []
+        for knob, names in _SIZE_KNOBS.items():
+            theirs = next((fields[n] for n in names if fields.get(n) is not None), None)
+            ours = getattr(type(self), knob, None)
+            if theirs is not None and _set_here(type(self), knob) and ours != theirs:
+                differ.append(f"{knob}={ours} (config.json: {theirs})")
+        if differ:
+            raise KnobError(
+                f"{type(self).__qualname__}: {self.HF_MODEL}/config.json builds the model, and "
+                f"these knobs disagree with it: {'; '.join(differ)}; leave them unset."
+            )
+
+    def model(self) -> config_lib.Config:
+        """config.json's model (scanned unless its layers differ): float32 weights, FPROP_DTYPE
+        compute, NUM_LOSS_CHUNKS and Z_LOSS_WEIGHT on its softmax."""
+        _, model = hf_models.build_model(self.hf_config)
+        if self.USE_REPEATED_LAYER:
+            model = hf_models.scanned(
+                model,
+                checkpoint_policy=self.CHECKPOINT_POLICY,
+                offload_to_host=self.CHECKPOINT_OFFLOAD_TO_HOST,
+            )
+        softmax = model.lm_tpl.softmax_tpl
+        softmax.num_chunks, softmax.z_loss_weight = self.NUM_LOSS_CHUNKS, self.Z_LOSS_WEIGHT
+        return config_lib.set_dtypes(model, dtype=jnp.float32, fprop_dtype=self.FPROP_DTYPE)
+
+    def task(self) -> Any:
+        """LmTextTiny's task over this model, its parameters from HF_MODEL at step 0 (unless
+        INIT_FROM names another start, e.g. a job fine-tuned before)."""
+        task = super().task()
+        if self.INIT_FROM is None and _has_weights(self.HF_MODEL):
+            task.train.init_from_checkpoint_rules = {self.HF_MODEL: CheckpointLoadingRules()}
+        if self.RECORDS is Records.PROMPT_COMPLETION:
+            task = self.decode_with_every_eval(task)
+        return task
+
+    def job_files(self) -> dict[str, str]:
+        """HF_MODEL's config, generation config and tokenizer files, kept in the job."""
+        names = ["config.json", hf_checkpoint.GENERATION_CONFIG_FILE, *_TOKENIZER_FILES]
+        return {
+            f"{KEPT_DIR}/{name}": os.path.join(self.HF_MODEL, name)
+            for name in names
+            if os.path.exists(os.path.join(self.HF_MODEL, name))
+        }
+
+    def register_task(self) -> None:
+        if self.RECORDS is Records.PROMPT_COMPLETION:
+            self.register_prompt_completion_task()
+        else:
+            super().register_task()
+
+    def lm_input_fields(self) -> dict[str, Any]:
+        if self.RECORDS is Records.PROMPT_COMPLETION:
+            return self.prompt_completion_input_fields()
+        return super().lm_input_fields()
+
+    def prompt_input_fields(self) -> dict[str, Any]:
+        if self.RECORDS is Records.PROMPT_COMPLETION:
+            return self.prompt_completion_prompt_fields()
+        return super().prompt_input_fields()
+
+
+def _set_here(cls: type, knob: str) -> bool:
+    """Whether ``knob`` was given a value below HfCausalLm (a subclass or ``--set``)."""
+    for klass in cls.__mro__:
+        if klass is HfCausalLm:
+            return False
+        if knob in vars(klass):
+            return True
+    return False
+
+
+def _has_weights(path: str) -> bool:
+    """Whether the directory holds weights (a config alone sizes a job: --mode=compile)."""
+    return hf_checkpoint.is_hf_model_dir(epath.Path(path))

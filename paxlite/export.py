@@ -32,11 +32,14 @@ _DTYPES = {
     "float16": np.dtype(np.float16),
 }
 
-_OUT = flags.DEFINE_string("out", None, "The Hugging Face directory to write.")
-_STEP = flags.DEFINE_integer("step", None, "The checkpoint step to export (default: newest).")
-_DTYPE = flags.DEFINE_enum("dtype", "float32", list(_DTYPES), "The weights' dtype.")
-if "job_log_dir" not in flags.FLAGS:  # paxlite.main's flag, when both are imported.
+
+def _define_flags() -> None:
+    """The command line's flags (defined by :func:`run` only: importing this module for
+    :func:`export` leaves absl's flags to paxlite.main's)."""
     flags.DEFINE_string("job_log_dir", None, "The job directory to export.")
+    flags.DEFINE_string("out", None, "The Hugging Face directory to write.")
+    flags.DEFINE_integer("step", None, "The checkpoint step to export (default: newest).")
+    flags.DEFINE_enum("dtype", "float32", list(_DTYPES), "The weights' dtype.")
 
 
 class ExportError(ValueError):
@@ -97,11 +100,12 @@ def _host_params(job: epath.Path, step: int | None) -> dict[str, np.ndarray]:
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         exits.fail(f"unexpected arguments {' '.join(argv[1:])}; see paxlite-export --help.")
-    job_log_dir, out = flags.FLAGS.job_log_dir, _OUT.value
-    if not job_log_dir or not out:
+    given = flags.FLAGS
+    if not given.job_log_dir or not given.out:
         exits.fail("paxlite-export needs --job_log_dir=DIR (the fine-tuned run) and --out=DIR.")
+    out = given.out
     try:
-        files = export(job_log_dir, out, _STEP.value, _DTYPE.value)
+        files = export(given.job_log_dir, out, given.step, given.dtype)
     except (ExportError, checkpoint_sources.CheckpointSourceError, ValueError) as e:
         exits.fail(e)
     print(f"Wrote {out}: {', '.join(files)}")
@@ -109,5 +113,5 @@ def main(argv: Sequence[str]) -> None:
 
 def run() -> None:
     """Console-script entry point."""
+    _define_flags()
     app.run(main, argv=sys.argv)
-

@@ -64,7 +64,14 @@ SENTENCEPIECE_MODEL = "tokenizer.model"
 TOKENIZER_CONFIG = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP = "special_tokens_map.json"
 # The files ``save`` copies: the tokenizer and the files naming its special tokens.
-TOKENIZER_FILES = (TOKENIZER_JSON, SENTENCEPIECE_MODEL, TOKENIZER_CONFIG, SPECIAL_TOKENS_MAP)
+CHAT_TEMPLATE = "chat_template.jinja"  # transformers 5 keeps the chat template here.
+TOKENIZER_FILES = (
+    TOKENIZER_JSON,
+    SENTENCEPIECE_MODEL,
+    TOKENIZER_CONFIG,
+    SPECIAL_TOKENS_MAP,
+    CHAT_TEMPLATE,
+)
 # Model files whose ``*_token_id`` name a special token the tokenizer files do not mention.
 ID_FILES = ("generation_config.json", "config.json")
 

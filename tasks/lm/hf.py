@@ -22,6 +22,7 @@ from __future__ import annotations
 
 import enum
 import functools
+import json
 import os
 from typing import Any
 
@@ -33,6 +34,7 @@ from paxlite.base_experiment import KnobError
 from paxlite.formats import hf_checkpoint, hf_models
 from paxlite.tasks_lib import CheckpointLoadingRules
 from praxis_lite import config as config_lib
+from praxis_lite.hf_tokenizer import TOKENIZER_FILES
 from tasks.lm.prompt_completion import PromptCompletionKnobs
 
 #: Where the job keeps the Hugging Face directory's files (all but the weights).
@@ -45,15 +47,6 @@ class Records(enum.Enum):
     TEXT = "text"  # A document (TEXT_FORMAT, TEXT_FIELD): LmTextTiny's.
     PROMPT_COMPLETION = "prompt_completion"  # {PROMPT_FIELD: ..., COMPLETION_FIELD: ...}
 
-
-#: A Hugging Face directory's tokenizer files (those it has are kept with the job).
-_TOKENIZER_FILES = (
-    "tokenizer.json",
-    "tokenizer.model",
-    "tokenizer_config.json",
-    "special_tokens_map.json",
-    "chat_template.jinja",
-)
 
 #: Model knob -> config.json's names for that size (Llama's, then GPT-2's): the model is
 #: built with config.json's, so a knob set otherwise is a contradiction.
@@ -158,9 +151,19 @@ class HfCausalLm(PromptCompletionKnobs):
             task = self.decode_with_every_eval(task)
         return task
 
+    def eos_token_id(self) -> int | tuple[int, ...]:
+        """The model's EOS id(s): generation_config.json's, else config.json's (no tokenizer
+        read, so a config alone sizes the job)."""
+        for name in (hf_checkpoint.GENERATION_CONFIG_FILE, hf_models.CONFIG_FILE):
+            path = epath.Path(self.HF_MODEL) / name
+            eos = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
+            if eos is not None:
+                return tuple(eos) if isinstance(eos, list) else eos
+        return super().eos_token_id()
+
     def job_files(self) -> dict[str, str]:
         """HF_MODEL's config, generation config and tokenizer files, kept in the job."""
-        names = ["config.json", hf_checkpoint.GENERATION_CONFIG_FILE, *_TOKENIZER_FILES]
+        names = ["config.json", hf_checkpoint.GENERATION_CONFIG_FILE, *TOKENIZER_FILES]
         return {
             f"{KEPT_DIR}/{name}": os.path.join(self.HF_MODEL, name)
             for name in names

@@ -377,12 +377,16 @@ class LmTextTiny(LmSyntheticTiny):
             )
 
     def task(self) -> Any:
-        """LmSyntheticTiny's task; decoding stops at SeqIO's EOS id (1), or a Hugging Face
-        tokenizer's."""
+        """LmSyntheticTiny's task; decoding stops at :meth:`eos_token_id`."""
         task = super().task()
-        hf_tokenizer = self.VOCAB_PATH is not None and os.path.isdir(self.VOCAB_PATH)
-        task.decoder.eos_token_id = make_vocabulary(self.VOCAB_PATH).eos_id if hf_tokenizer else 1
+        task.decoder.eos_token_id = self.eos_token_id()
         return task
+
+    def eos_token_id(self) -> int | tuple[int, ...]:
+        """SeqIO's EOS id (1), or a Hugging Face tokenizer's (VOCAB_PATH a directory)."""
+        if self.VOCAB_PATH is not None and os.path.isdir(self.VOCAB_PATH):
+            return make_vocabulary(self.VOCAB_PATH).eos_id
+        return 1
 
     def register_task(self) -> None:
         """Registers the files as the SeqIO task TEXT_TASK_NAME (splits 'train', 'validation')."""

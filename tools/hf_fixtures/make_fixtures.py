@@ -17,15 +17,21 @@ tokenizer.model and special_tokens_map.json), plus
   ``greedy_0``/``greedy_1`` [<= 8] int32, the new tokens of ``generate(prompt[None],
   do_sample=False, max_new_tokens=8)`` (shorter when it stopped at an EOS);
 - ``tokenizer_cases.json``: ``{"cases": [{"text", "ids", "ids_no_special", "decoded"}...],
-  "special": {"bos_token_id", "eos_token_id", "pad_token_id"}}``.
+  "special": {"bos_token_id", "eos_token_id", "pad_token_id"}}``;
+- families with a chat template (Qwen2: ChatML; Llama 3: its headers; written here): the
+  template in ``chat_template.jinja`` (where transformers 5's save_pretrained puts it; not in
+  tokenizer_config.json), and ``chat_cases.json``: ``{"cases": [{"messages", "rendered",
+  "rendered_with_prompt", "ids"}...]}``, apply_chat_template's text (without and with
+  add_generation_prompt) and ids for CHAT_CONVERSATIONS. No assistant mask: transformers gives
+  one only for templates with ``{% generation %}`` markers, which these lack.
 
 Checks a directory that something else saved (e.g. paxlite's HF export) against a fixture:
 
     /tmp/hf-venv/bin/python tools/hf_fixtures/make_fixtures.py --check DIR NAME
 
 loads DIR with ``AutoModelForCausalLM``/``AutoTokenizer`` and compares its logits (within 1e-4 of
-the fixture's logit scale), greedy tokens and tokenizer cases with fixture NAME; exits 1 on a
-mismatch.
+the fixture's logit scale), greedy tokens, tokenizer cases and chat cases (where it has them)
+with fixture NAME; exits 1 on a mismatch.
 """
 
 import argparse
@@ -34,6 +40,7 @@ import io
 import json
 import os
 import pathlib
+import re
 import shutil
 import sys
 import tempfile
@@ -115,6 +122,24 @@ TOKENIZER_TEXTS = (
     "  two leading spaces, digits 1234567,\ttabs and\nnew lines.",
     "The quick brown fox jumps over the lazy dog.",
 )
+# chat_cases.json's conversations (families with a chat template): multi-turn with a system
+# message, multi-turn without one (the template's default, if any), a lone user turn.
+CHAT_CONVERSATIONS = (
+    [
+        {"role": "system", "content": "You answer in one short sentence."},
+        {"role": "user", "content": "Hello! How many days are in a year?"},
+        {"role": "assistant", "content": "There are 365 days in a year."},
+        {"role": "user", "content": "Et « jour » en japonais ? 日本語で"},
+        {"role": "assistant", "content": "日 (hi) — naïve café 🙂"},
+    ],
+    [
+        {"role": "user", "content": "When does the train leave?"},
+        {"role": "assistant", "content": "At 7:15 every morning."},
+        {"role": "user", "content": "And on Sundays?"},
+        {"role": "assistant", "content": "It does not run at all!"},
+    ],
+    [{"role": "user", "content": "Ωmega: the last letter?"}],
+)
 
 # A Llama 3 style pre-tokenizer pattern (Qwen2 splits digits one by one: DIGITS="\\p{N}").
 SPLIT_PATTERN = (
@@ -136,6 +161,8 @@ class ByteLevelSpec:
       add_bos: the post-processor prepends bos.
       digits: the split pattern's digit group (None: GPT-2's ByteLevel regex, no Split).
       nfc: an NFC normalizer (Qwen).
+      chat_template: the tokenizer's chat template (Jinja; None: none); save_pretrained writes it
+        to chat_template.jinja, and chat_cases.json holds what transformers renders with it.
     """
 
     vocab_size: int
@@ -148,6 +175,7 @@ class ByteLevelSpec:
     add_bos: bool = True
     digits: str | None = r"\p{N}{1,3}"
     nfc: bool = False
+    chat_template: str | None = None
 
 
 @dataclasses.dataclass(frozen=True)
@@ -210,8 +238,47 @@ TINY = dict(
     max_position_embeddings=64,
     initializer_range=0.1,
 )
-LLAMA3_TOKENS = ("<|begin_of_text|>", "<|end_of_text|>", "<|eot_id|>", "<|finetune_right_pad_id|>")
+# The header markers come first so that the other four keep ids 316-319 (appended after the
+# BPE vocabulary, which is 2 merges shorter for them).
+LLAMA3_TOKENS = (
+    "<|start_header_id|>",
+    "<|end_header_id|>",
+    "<|begin_of_text|>",
+    "<|end_of_text|>",
+    "<|eot_id|>",
+    "<|finetune_right_pad_id|>",
+)
 QWEN_TOKENS = ("<|endoftext|>", "<|im_start|>", "<|im_end|>")
+
+# Chat templates written for this script (rendered with trim_blocks and lstrip_blocks, as
+# transformers renders them). ChatML, as Qwen's: a default system message when none is given.
+QWEN_CHAT_TEMPLATE = """\
+{% if not messages or messages[0]['role'] != 'system' %}
+<|im_start|>system
+You are a helpful assistant.<|im_end|>
+{% endif %}
+{% for message in messages %}
+<|im_start|>{{ message['role'] }}
+{{ message['content'] }}<|im_end|>
+{% endfor %}
+{% if add_generation_prompt %}
+<|im_start|>assistant
+{% endif %}
+"""
+# Llama 3's headers: BOS, then per message a header, a blank line, the trimmed content and
+# <|eot_id|>, with no newline between messages.
+LLAMA3_CHAT_TEMPLATE = """\
+{{- bos_token }}
+{%- for message in messages %}
+<|start_header_id|>{{ message['role'] }}<|end_header_id|>
+
+{{ message['content'] | trim }}<|eot_id|>
+{%- endfor %}
+{% if add_generation_prompt %}
+<|start_header_id|>assistant<|end_header_id|>
+
+{% endif %}
+"""
 # Gemma's SentencePiece layout: <pad> <eos> <bos> <unk> <mask> at 0-4 (as in Google's
 # tokenizer.model), then the turn markers (106 and 107 there), no dummy prefix.
 GEMMA_TOKENIZER = SentencePieceSpec(
@@ -262,6 +329,7 @@ FAMILIES = (
             bos="<|begin_of_text|>",
             eos="<|end_of_text|>",
             pad="<|finetune_right_pad_id|>",
+            chat_template=LLAMA3_CHAT_TEMPLATE,
         ),
         generation_eos=("<|eot_id|>", "<|end_of_text|>"),
         must_matter={
@@ -318,6 +386,7 @@ FAMILIES = (
             add_bos=False,
             digits=r"\p{N}",
             nfc=True,
+            chat_template=QWEN_CHAT_TEMPLATE,
         ),
     ),
     Family(
@@ -534,6 +603,8 @@ def byte_level_tokenizer(spec: ByteLevelSpec) -> PreTrainedTokenizerFast:
         eos_token=spec.eos,
         pad_token=spec.pad,
         unk_token=spec.unk,
+        # Only where there is one: chat_template=None would be written to tokenizer_config.json.
+        **({"chat_template": spec.chat_template} if spec.chat_template else {}),
     )
 
 
@@ -575,6 +646,43 @@ def tokenizer_cases(
         "pad_token_id": tokenizer.pad_token_id,
     }
     return {"cases": cases, "special": special}
+
+
+def chat_cases(
+    tokenizer: PreTrainedTokenizerBase, conversations: tuple[list, ...] = CHAT_CONVERSATIONS
+) -> dict:
+    """chat_cases.json's content: ``{"cases": [{"messages", "rendered", "rendered_with_prompt",
+    "ids"}...]}``, what apply_chat_template gives for each conversation (rendered_with_prompt:
+    add_generation_prompt=True; ids: tokenize=True).
+
+    ``assistant_masks`` (return_assistant_tokens_mask=True) only where the template marks the
+    assistant's text with ``{% generation %}``: transformers has no mask without them (neither
+    fixture's template has them). Asserts that each ``<|...|>`` of the template is one special
+    token of the tokenizer.
+    """
+    template = tokenizer.chat_template
+    for token in sorted(set(re.findall(r"<\|[a-z_]+\|>", template))):
+        ids = tokenizer(token, add_special_tokens=False).input_ids
+        added = tokenizer.added_tokens_decoder.get(ids[0]) if len(ids) == 1 else None
+        assert added is not None and added.special, f"{token} is not a special token: {ids}"
+    marked = re.search(r"\{%-?\s*generation\s*-?%\}", template) is not None
+    cases = []
+    for messages in conversations:
+        encoded = tokenizer.apply_chat_template(
+            messages, tokenize=True, return_dict=True, return_assistant_tokens_mask=marked
+        )
+        case = {
+            "messages": messages,
+            "rendered": tokenizer.apply_chat_template(messages, tokenize=False),
+            "rendered_with_prompt": tokenizer.apply_chat_template(
+                messages, tokenize=False, add_generation_prompt=True
+            ),
+            "ids": list(encoded["input_ids"]),
+        }
+        if marked:
+            case["assistant_masks"] = list(encoded["assistant_masks"])
+        cases.append(case)
+    return {"cases": cases}
 
 
 # --- models ---------------------------------------------------------------------------------
@@ -785,6 +893,10 @@ def write_outputs(
     (out / "tokenizer_cases.json").write_text(
         json.dumps(cases, indent=1, ensure_ascii=False) + "\n"
     )
+    if tokenizer.chat_template is not None:
+        (out / "chat_cases.json").write_text(
+            json.dumps(chat_cases(tokenizer), indent=1, ensure_ascii=False) + "\n"
+        )
     return {
         "params": sum(p.numel() for p in model.parameters()),
         "KB": round(sum(f.stat().st_size for f in out.iterdir()) / 1024),
@@ -873,6 +985,21 @@ def check_tokenizer(tokenizer: PreTrainedTokenizerBase, expected: dict) -> bool:
     return ok
 
 
+def check_chat(tokenizer: PreTrainedTokenizerBase, expected: dict) -> bool:
+    """Compares chat_cases (rendered, rendered_with_prompt, ids) with ``expected``."""
+    if tokenizer.chat_template is None:
+        print("chat: no chat template: MISMATCH")
+        return False
+    actual = chat_cases(tokenizer, tuple(case["messages"] for case in expected["cases"]))
+    ok = True
+    for i, (got, want) in enumerate(zip(actual["cases"], expected["cases"], strict=True)):
+        for key in [key for key in want if got.get(key) != want[key]]:
+            print(f"chat case {i}: {key} {got.get(key)!r} vs {want[key]!r}: MISMATCH")
+            ok = False
+    print(f"chat: {len(expected['cases'])} conversations: {verdict(ok)}")
+    return ok
+
+
 def check(model_dir: str, name: str, fixtures: pathlib.Path) -> bool:
     """Loads model_dir as transformers does and compares it with fixture ``fixtures / name``."""
     fixture_dir = fixtures / name
@@ -884,7 +1011,11 @@ def check(model_dir: str, name: str, fixtures: pathlib.Path) -> bool:
     tokenizer = AutoTokenizer.from_pretrained(model_dir)
     model.eval()
     results = [check_logits(model, fixture), check_greedy(model, fixture)]
-    return all(results + [check_tokenizer(tokenizer, expected)])
+    results.append(check_tokenizer(tokenizer, expected))
+    if (fixture_dir / "chat_cases.json").exists():
+        chat = json.loads((fixture_dir / "chat_cases.json").read_text())
+        results.append(check_chat(tokenizer, chat))
+    return all(results)
 
 
 def main() -> None:

@@ -50,7 +50,7 @@ from paxlite.mesh import create_mesh, mesh_size
 from paxlite.overrides import resolve_experiment, resolve_experiment_class
 from paxlite.tasks_lib import CheckpointLoadingRules
 from praxis_lite import config as config_lib
-from praxis_lite import decoding
+from praxis_lite import decoding, hf_chat
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import (
     FSDP_RULES,
@@ -91,6 +91,7 @@ class Pretrained(abc.ABC):
       mesh, rules: where the weights live and the logical-axis rules used.
       tokenizer: the model's tokenizer (``praxis_lite.hf_tokenizer.HfTokenizer``), or None.
       origin: a Hugging Face model's family and config; None for paxlite and paxml ones.
+      chat_template: its chat template (``praxis_lite.hf_chat.ChatTemplate``), or None.
     """
 
     model: Any
@@ -100,6 +101,7 @@ class Pretrained(abc.ABC):
     rules: Any
     tokenizer: Any = None
     origin: HfOrigin | None = None
+    chat_template: Any = None
 
     def save_pretrained(
         self,
@@ -138,7 +140,9 @@ class Pretrained(abc.ABC):
         """The model's output scores for token ids (float32 numpy)."""
 
     @abc.abstractmethod
-    def generate(self, inputs: Any, max_new_tokens: int | None = None, **settings: Any) -> Any:
+    def generate(
+        self, inputs: Any = None, max_new_tokens: int | None = None, **settings: Any
+    ) -> Any:
         """New tokens (or texts) after each prompt; see :meth:`PretrainedLm.generate`."""
 
 
@@ -155,7 +159,12 @@ class PretrainedLm(Pretrained):
         return np.asarray(out, np.float32)[: len(ids)]
 
     def generate(
-        self, inputs: Any, max_new_tokens: int | None = None, **settings: Any
+        self,
+        inputs: Any = None,
+        max_new_tokens: int | None = None,
+        *,
+        messages: Any = None,
+        **settings: Any,
     ) -> np.ndarray | list[str] | str:
         """New tokens after each prompt, with Hugging Face's names and defaults.
 
@@ -164,6 +173,9 @@ class PretrainedLm(Pretrained):
             ids); or a string or list of strings, encoded with the model's tokenizer (its
             special tokens added, as transformers does).
           max_new_tokens: ``N``; default the generation config's.
+          messages: instead of ``inputs``, a conversation (``[{"role", "content"}, ...]``)
+            or a list of them, formatted by the model's chat template with the assistant's
+            header after it (``add_generation_prompt``); returns the reply (or replies).
           **settings: ``do_sample`` (False: greedy, whatever the temperature),
             ``temperature``, ``top_k``, ``top_p``, ``eos_token_id`` (an int or a list),
             ``pad_token_id``, ``seed``; defaults: :attr:`generation`.
@@ -172,6 +184,8 @@ class PretrainedLm(Pretrained):
           ``[B, N]`` new token ids (``pad_token_id`` after a row's EOS); for strings, the
           decoded new text of each (special tokens dropped), a string for a string.
         """
+        if messages is not None:
+            return self._chat(messages, max_new_tokens, settings)
         texts = [inputs] if isinstance(inputs, str) else inputs
         as_text = isinstance(texts, list) and bool(texts) and isinstance(texts[0], str)
         if as_text:
@@ -196,6 +210,24 @@ class PretrainedLm(Pretrained):
             return tokens
         decoded = [self.tokenizer.decode(_until_eos(row, params)) for row in tokens]
         return decoded[0] if isinstance(inputs, str) else decoded
+
+    def _chat(self, messages: Any, max_new_tokens: int | None, settings: dict) -> Any:
+        """``generate(messages=...)``: each conversation rendered and encoded as transformers'
+        ``apply_chat_template(..., add_generation_prompt=True)``; the replies decoded."""
+        if self.chat_template is None or self.tokenizer is None:
+            raise ValueError("generate(messages=...): this model has no chat template.")
+        one = bool(messages) and isinstance(messages[0], dict)
+        conversations = [messages] if one else list(messages)
+        prompts = [
+            self.tokenizer.encode(
+                self.chat_template.render(c, add_generation_prompt=True), add_special_tokens=False
+            )
+            for c in conversations
+        ]
+        params = dataclasses.replace(self.generation, **settings)
+        tokens = self.generate(prompts, max_new_tokens, **settings)
+        replies = [self.tokenizer.decode(_until_eos(row, params)) for row in tokens]
+        return replies[0] if one else replies
 
     def _encoded(self, text: str) -> list[int]:
         """``text``'s token ids, with the special tokens the tokenizer adds."""
@@ -378,7 +410,8 @@ def _from_hf(path: epath.Path, dtype: Any) -> PretrainedLm:
     tokenizer = _tokenizer_of(path)
     generation = _hf_generation(generation_config, config.fields, tokenizer)
     origin = HfOrigin(family, config.fields, generation_config)
-    return PretrainedLm(model, params, generation, mesh, rules, tokenizer, origin)
+    chat_template = hf_chat.ChatTemplate.from_dir(path) if tokenizer is not None else None
+    return PretrainedLm(model, params, generation, mesh, rules, tokenizer, origin, chat_template)
 
 
 def _check_all_used(path: epath.Path, params: Any) -> None:

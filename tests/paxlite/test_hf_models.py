@@ -310,3 +310,18 @@ def test_gemma2s_alternating_windows_cannot_be_scanned():
     with pytest.raises(hf_models.HfConfigError, match="sliding windows alternate") as e:
         hf_models.scanned(model_cfg)
     assert "\n" not in str(e.value)
+
+
+def test_generate_messages_formats_them_with_the_chat_template():
+    """qwen2's template (transformers' rendering stored in chat_cases.json): the prompt is
+    the rendered conversation with the assistant's header, tokenized without extra BOS."""
+    lm = from_pretrained(_HF / "qwen2")
+    cases = json.loads((_HF / "qwen2" / "chat_cases.json").read_text())["cases"]
+    single = next(c for c in cases if c["messages"][-1]["role"] == "user")
+    prompt = lm.tokenizer.encode(single["rendered_with_prompt"], add_special_tokens=False)
+    want = lm.tokenizer.decode(lm.generate([prompt], max_new_tokens=5)[0].tolist()[:5])
+    reply = lm.generate(messages=single["messages"], max_new_tokens=5)
+    assert isinstance(reply, str) and want.startswith(reply)  # The reply stops at an EOS.
+    assert lm.generate(messages=[single["messages"]] * 2, max_new_tokens=5) == [reply, reply]
+    with pytest.raises(ValueError, match="no chat template"):
+        from_pretrained(_HF / "mistral").generate(messages=single["messages"], max_new_tokens=2)

@@ -35,6 +35,7 @@ from paxlite.formats import hf_checkpoint, hf_models
 from paxlite.tasks_lib import CheckpointLoadingRules
 from praxis_lite import config as config_lib
 from praxis_lite.hf_tokenizer import TOKENIZER_FILES
+from praxis_lite.sharding import FSDP_AND_TENSOR_PARALLEL_RULES
 from tasks.lm.prompt_completion import PromptCompletionKnobs
 
 #: Where the job keeps the Hugging Face directory's files (all but the weights).
@@ -74,6 +75,7 @@ class HfCausalLm(PromptCompletionKnobs):
     RECORDS: Records = Records.TEXT
 
     TEXT_TASK_NAME = "hf_text"
+    LOGICAL_AXIS_RULES = FSDP_AND_TENSOR_PARALLEL_RULES  # Weights over 'data' and 'mdl'.
     FPROP_DTYPE = jnp.bfloat16
     LEARNING_RATE = 1e-5
     LR_COS_WARMUP = 0

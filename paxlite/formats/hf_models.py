@@ -52,6 +52,7 @@ _INERT = frozenset(
         "initializer_range", "max_position_embeddings", "output_attentions",
         "output_hidden_states", "return_dict", "tokenizer_class", "id2label", "label2id",
         "problem_type", "is_encoder_decoder", "tie_encoder_decoder",
+        "attention_dropout",  # Training recipes set dropout (DROPOUT_PROB), not the weights.
     }
 )  # fmt: skip
 
@@ -208,7 +209,6 @@ def _llama_like(cfg: HfConfig, options: _Options) -> config_lib.Config:
         use_post_bias=cfg.get("attention_bias", False),
         rotary_tpl=RotaryPositionalEmbedding.HParams.config(**rope_settings(cfg)),
         qk_norm_tpl=norm() if options.qk_norm else None,
-        atten_dropout_prob=float(cfg.get("attention_dropout", 0.0)),
     )
     feed_forward = TransformerFeedForward.HParams.config(
         use_bias=False, use_gated_activation=True, activation_tpl=activation, ln_tpl=norm()
@@ -346,9 +346,7 @@ def _gpt2(cfg: HfConfig) -> config_lib.Config:
         hidden_dims=cfg.get("n_inner") or 4 * d,
         num_heads=heads,
         ln_tpl=norm(),
-        tr_atten_tpl=DotProductAttention.HParams.config(
-            use_bias=True, atten_dropout_prob=float(cfg.get("attn_pdrop", 0.0))
-        ),
+        tr_atten_tpl=DotProductAttention.HParams.config(use_bias=True),
         tr_fflayer_tpl=TransformerFeedForward.HParams.config(
             use_bias=True,
             activation_tpl=_activation(cfg, "activation_function", "gelu_new"),
@@ -380,12 +378,12 @@ def _gpt2_name(stored: str) -> str | None:
     return stored if stored.startswith(("transformer.", "lm_head.")) else "transformer." + stored
 
 
-#: GPT-2's training-time and bookkeeping fields (dropouts other than attention's, the
+#: GPT-2's training-time and bookkeeping fields (its dropouts, the
 #: summary head of its double-heads variant, the attention kernel's upcast choice).
 _GPT2_INERT = frozenset(
     {
-        "resid_pdrop", "embd_pdrop", "reorder_and_upcast_attn", "n_ctx", "summary_type",
-        "summary_use_proj", "summary_activation", "summary_proj_to_labels",
+        "resid_pdrop", "embd_pdrop", "attn_pdrop", "reorder_and_upcast_attn", "n_ctx",
+        "summary_type", "summary_use_proj", "summary_activation", "summary_proj_to_labels",
         "summary_first_dropout", "add_cross_attention", "task_specific_params",
     }
 )  # fmt: skip

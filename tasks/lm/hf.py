@@ -7,7 +7,9 @@ step 0 through the loading rules of ``--init_from`` (float32 master weights and 
 state whatever the checkpoint's dtype; FPROP_DTYPE computes). The data are LmTextTiny's
 files tokenized with the model's tokenizer (VOCAB_PATH is the directory): documents
 (RECORDS=TEXT, TEXT_FORMAT, TEXT_FIELD) or prompt/completion pairs
-(RECORDS=PROMPT_COMPLETION, PROMPT_FIELD, COMPLETION_FIELD, MAX_PROMPT_LEN)::
+(RECORDS=PROMPT_COMPLETION, PROMPT_FIELD, COMPLETION_FIELD, MAX_PROMPT_LEN) or chat
+conversations rendered with the model's chat template, the loss on the assistant turns
+(RECORDS=CHAT, MESSAGES_FIELD, MAX_PROMPT_LEN: ``tasks.lm.chat``)::
 
     paxlite --exp=tasks.lm.hf.HfCausalLm --job_log_dir=/tmp/ft --set HF_MODEL=/models/qwen \\
         --set TEXT_DATA_PATH=train.jsonl --set TEXT_EVAL_DATA_PATH=eval.jsonl \\
@@ -34,9 +36,13 @@ from paxlite.base_experiment import KnobError
 from paxlite.formats import hf_checkpoint, hf_models
 from paxlite.tasks_lib import CheckpointLoadingRules
 from praxis_lite import config as config_lib
+from praxis_lite.hf_chat import ChatTemplate, ChatTemplateError
 from praxis_lite.hf_tokenizer import TOKENIZER_FILES
+from praxis_lite.seqio_input import DecodeForm
 from praxis_lite.sharding import FSDP_AND_TENSOR_PARALLEL_RULES
+from tasks.lm.chat import register_chat_task
 from tasks.lm.prompt_completion import PromptCompletionKnobs
+from tasks.lm.text import TextFormat
 
 #: Where the job keeps the Hugging Face directory's files (all but the weights).
 KEPT_DIR = "hf_model"
@@ -47,6 +53,7 @@ class Records(enum.Enum):
 
     TEXT = "text"  # A document (TEXT_FORMAT, TEXT_FIELD): LmTextTiny's.
     PROMPT_COMPLETION = "prompt_completion"  # {PROMPT_FIELD: ..., COMPLETION_FIELD: ...}
+    CHAT = "chat"  # {MESSAGES_FIELD: [{"role": ..., "content": ...}, ...]}: tasks.lm.chat.
 
 
 #: Model knob -> config.json's names for that size (Llama's, then GPT-2's): the model is
@@ -69,10 +76,14 @@ class HfCausalLm(PromptCompletionKnobs):
     Attributes (knobs, beyond LmTextTiny's and the prompt/completion ones):
       HF_MODEL: the Hugging Face model directory (config.json, safetensors, tokenizer).
       RECORDS: what the data files hold (see :class:`Records`).
+      MESSAGES_FIELD: RECORDS=CHAT: the JSON field of each record's conversation (a list
+        of {"role", "content"}); each assistant turn is an example, its context (at most
+        MAX_PROMPT_LEN tokens: a longer one keeps its end) the prompt.
     """
 
     HF_MODEL: str
     RECORDS: Records = Records.TEXT
+    MESSAGES_FIELD: str = "messages"
 
     TEXT_TASK_NAME = "hf_text"
     LOGICAL_AXIS_RULES = FSDP_AND_TENSOR_PARALLEL_RULES  # Weights over 'data' and 'mdl'.
@@ -98,6 +109,32 @@ class HfCausalLm(PromptCompletionKnobs):
         super().validate()
         if self.RECORDS is Records.PROMPT_COMPLETION:
             self.check_prompt_completion_knobs()
+        elif self.RECORDS is Records.CHAT:
+            self._check_chat_knobs()
+
+    def _check_chat_knobs(self) -> None:
+        """KnobError unless the records can be chat (JSONL) and HF_MODEL has a chat template."""
+        name = type(self).__qualname__
+        if self.TEXT_FORMAT is not TextFormat.JSONL:
+            raise KnobError(
+                f"{name}: TEXT_FORMAT={self.TEXT_FORMAT.name}, but chat records are JSONL (one "
+                "JSON object a line); set --set=TEXT_FORMAT=JSONL."
+            )
+        if not 0 < self.MAX_PROMPT_LEN < self.MAX_SEQ_LEN:
+            raise KnobError(
+                f"{name}: MAX_PROMPT_LEN={self.MAX_PROMPT_LEN} must be in [1, MAX_SEQ_LEN="
+                f"{self.MAX_SEQ_LEN}): the rest of each row is the assistant turn's."
+            )
+        try:
+            template = ChatTemplate.from_dir(self.HF_MODEL)
+        except ChatTemplateError as e:
+            raise KnobError(f"{name}: HF_MODEL: {e}") from None
+        if template is None:
+            raise KnobError(
+                f"{name}: RECORDS=CHAT, but HF_MODEL={self.HF_MODEL} has no chat template "
+                "(chat_template.jinja, or chat_template in tokenizer_config.json); use an "
+                "instruct model's directory, or RECORDS=TEXT / PROMPT_COMPLETION."
+            )
 
     @functools.cached_property
     def hf_config(self) -> hf_models.HfConfig:
@@ -149,7 +186,7 @@ class HfCausalLm(PromptCompletionKnobs):
         task = super().task()
         if self.INIT_FROM is None and _has_weights(self.HF_MODEL):
             task.train.init_from_checkpoint_rules = {self.HF_MODEL: CheckpointLoadingRules()}
-        if self.RECORDS is Records.PROMPT_COMPLETION:
+        if self.RECORDS in (Records.PROMPT_COMPLETION, Records.CHAT):
             task = self.decode_with_every_eval(task)
         return task
 
@@ -175,17 +212,32 @@ class HfCausalLm(PromptCompletionKnobs):
     def register_task(self) -> None:
         if self.RECORDS is Records.PROMPT_COMPLETION:
             self.register_prompt_completion_task()
+        elif self.RECORDS is Records.CHAT:
+            register_chat_task(
+                self.TEXT_TASK_NAME,
+                train_path=self.TEXT_DATA_PATH,
+                eval_path=self.TEXT_EVAL_DATA_PATH,
+                messages_field=self.MESSAGES_FIELD,
+                vocab_path=self.VOCAB_PATH,
+            )
         else:
             super().register_task()
 
     def lm_input_fields(self) -> dict[str, Any]:
-        if self.RECORDS is Records.PROMPT_COMPLETION:
-            return self.prompt_completion_input_fields()
+        if self.RECORDS in (Records.PROMPT_COMPLETION, Records.CHAT):
+            return self.prompt_completion_input_fields()  # Prefix-LM rows, MAX_PROMPT_LEN.
         return super().lm_input_fields()
 
     def prompt_input_fields(self) -> dict[str, Any]:
         if self.RECORDS is Records.PROMPT_COMPLETION:
             return self.prompt_completion_prompt_fields()
+        if self.RECORDS is Records.CHAT:  # Each held-out assistant turn after its context.
+            self.register_task()
+            return {
+                "mixture_name": self.TEXT_TASK_NAME,
+                "task_feature_lengths": self.feature_lengths(),
+                "decode_form": DecodeForm.INPUTS_TARGETS,
+            }
         return super().prompt_input_fields()
 
 

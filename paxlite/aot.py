@@ -16,7 +16,7 @@ from typing import Any
 import jax
 from etils import epath
 
-from paxlite import flops, partitioning, tpu_topology, train_setup
+from paxlite import flops, partitioning, tpu_topology, train_setup, trainable
 from paxlite.base_experiment import BaseExperiment
 from paxlite.job import Job, build_job
 from paxlite.mesh import ALL_REMAINING, mesh_size
@@ -101,13 +101,14 @@ def compile_train_step(job: Job, target: TpuTarget | None = None) -> dict[str, A
     """Lowers and compiles the train step; returns the figures of the compiled program.
 
     Returns:
-      num_params; per-device bytes of params / optimizer state; the compiled program's
-      per-device memory (``memory_analysis``: arguments, outputs, aliased, temp, code,
-      and ``program_bytes_per_device``, their total with aliased buffers counted once);
-      XLA's FLOPs per step (XLA counts a scanned layer once, see ``flops_note``); the
-      model's FLOPs per step by definition; compile seconds; the mesh. With a ``target``
-      also ``target``, ``hbm_bytes_per_chip``, ``hbm_assigned_bytes_per_chip`` (what the
-      TPU compiler's buffer assignment places in a chip's HBM: the figure it checks, below
+      num_params, trained_params (those not frozen); per-device bytes of params /
+      optimizer state; the compiled program's per-device memory (``memory_analysis``:
+      arguments, outputs, aliased, temp, code, and ``program_bytes_per_device``, their
+      total with aliased buffers counted once); XLA's FLOPs per step (XLA counts a
+      scanned layer once, see ``flops_note``); the model's FLOPs per step by definition;
+      compile seconds; the mesh. With a ``target`` also ``target``,
+      ``hbm_bytes_per_chip``, ``hbm_assigned_bytes_per_chip`` (what the TPU compiler's
+      buffer assignment places in a chip's HBM: the figure it checks, below
       ``memory_analysis``'s estimate), and ``hbm_needed_bytes`` when the compiler refused
       the program for lack of HBM (then no program figures).
     """
@@ -121,6 +122,7 @@ def compile_train_step(job: Job, target: TpuTarget | None = None) -> dict[str, A
         global_batch = int(jax.tree_util.tree_leaves(run_state.sample)[0].shape[0])
         figures.update(
             num_params=int(sum(x.size for x in jax.tree_util.tree_leaves(params))),
+            trained_params=_trained_params(job, params),
             params_bytes_per_device=partitioning.per_device_bytes(params),
             opt_state_bytes_per_device=partitioning.per_device_bytes(opt_state),
             global_batch=global_batch,
@@ -209,6 +211,7 @@ def format_report(name: str, figures: dict[str, Any]) -> str:
         f"Compiled {name} for {where}, mesh {figures['mesh']}",
         _row("parameters", f"{figures['num_params']:,}"),
         _row("global batch", figures["global_batch"]),
+        *_trained_row(figures),
         _row(f"params per {per}", _gib(figures["params_bytes_per_device"])),
         _row(f"optimizer per {per}", _gib(figures["opt_state_bytes_per_device"])),
     ]
@@ -243,6 +246,22 @@ def _model_flops(figures: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v:.4g}" for k, v in counted.items()) or (
         "not counted (the model has no train_flops)"
     )
+
+
+def _trained_params(job: Job, params: Any) -> int:
+    """How many of ``params`` the learner trains (the others are frozen)."""
+    trained, _ = trainable.split(params, trainable.trainable_keys(params, job.task.learner))
+    return int(sum(x.size for x in jax.tree_util.tree_leaves(trained)))
+
+
+def _trained_row(figures: dict[str, Any]) -> list[str]:
+    """The trained parameters' row, when some are frozen (no optimizer state for those)."""
+    trained, total = figures["trained_params"], figures["num_params"]
+    if trained == total:
+        return []
+    return [
+        _row("trained parameters", f"{trained:,} ({100 * trained / total:.2f}%; the rest frozen)")
+    ]
 
 
 def _gib(size: int) -> str:

@@ -35,6 +35,7 @@ from paxlite import (  # noqa: E402
     periodic_actions,
     storage,
     train,
+    trainable,
 )
 from paxlite import flags as cli_flags  # noqa: E402
 from paxlite.base_experiment import KnobError  # noqa: E402
@@ -94,7 +95,7 @@ def main(argv: Sequence[str]) -> None:
         exits.fail_storage(e, job_log_dir)
     except periodic_actions.DivergenceError as e:
         fail(e, code=exits.DIVERGED_EXIT_CODE)
-    except (CheckpointMismatchError, CheckpointCorruptError) as e:
+    except (CheckpointMismatchError, CheckpointCorruptError, trainable.FreezeError) as e:
         if jax.process_index() == 0:  # Nothing ran: keep the config its checkpoints came from.
             job_config.restore_config_files(job_log_dir, previous_config)
         fail(e)

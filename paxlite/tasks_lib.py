@@ -8,6 +8,7 @@ from typing import Any, NamedTuple
 
 import fiddle as fdl
 
+from paxlite import trainable
 from praxis_lite import config as config_lib
 from praxis_lite.decoding import DecoderParams
 from praxis_lite.optimizers import BaseOptimizer
@@ -78,15 +79,23 @@ class Learner:
       grad_accum_steps: each step's batch runs as this many microbatches, one after the
         other inside the step; their gradients are summed weighted by each microbatch's
         loss weight (tokens), then one update is applied (GRAD_ACCUM_STEPS).
+      bprop_variable_inclusion: praxis's: a regex or a list of them over the parameters'
+        names (``params/<path>``, the loading rules' form); only the matching parameters
+        train (``paxlite.trainable``).
+      bprop_variable_exclusion: praxis's: the matching parameters are frozen, the others
+        train. Not with inclusion. Frozen parameters get no gradient and no optimizer state.
     """
 
     optimizer: BaseOptimizer
     loss_name: str = "total_loss"
     grad_accum_steps: int = 1
+    bprop_variable_inclusion: str | Sequence[str] = ()
+    bprop_variable_exclusion: str | Sequence[str] = ()
 
     def __post_init__(self) -> None:
         if self.grad_accum_steps < 1:
             raise ValueError(f"Learner.grad_accum_steps must be >= 1, got {self.grad_accum_steps}.")
+        trainable.check_fields(self.bprop_variable_inclusion, self.bprop_variable_exclusion)
 
 
 @dataclasses.dataclass(frozen=True)

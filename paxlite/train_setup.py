@@ -24,6 +24,7 @@ from paxlite import (
     input_positions,
     partitioning,
     summaries,
+    trainable,
     trainer_lib,
 )
 from paxlite.job import Job
@@ -230,11 +231,16 @@ def log_state_sizes(job: Job, run: RunState) -> None:
     """One console line: mesh, devices, parameter count, per-device state sizes."""
     state, mib = run.state, 2**20
     num_params = sum(x.size for x in jax.tree_util.tree_leaves(state.params))
+    trained, _ = trainable.split(
+        state.params, trainable.trainable_keys(state.params, job.task.learner)
+    )
+    num_trained = sum(x.size for x in jax.tree_util.tree_leaves(trained))
+    frozen = f" ({num_trained:,} trained, the rest frozen)" if num_trained < num_params else ""
     summaries.log(
         f"Mesh {dict(job.mesh.shape)} on {jax.device_count()} {jax.devices()[0].platform} "
-        f"devices ({jax.process_count()} processes); {num_params:,} parameters; per device: "
-        f"params {partitioning.per_device_bytes(state.params) / mib:.2f} MiB, optimizer state "
-        f"{partitioning.per_device_bytes(state.opt_state) / mib:.2f} MiB"
+        f"devices ({jax.process_count()} processes); {num_params:,} parameters{frozen}; "
+        f"per device: params {partitioning.per_device_bytes(state.params) / mib:.2f} MiB, "
+        f"optimizer state {partitioning.per_device_bytes(state.opt_state) / mib:.2f} MiB"
     )
 
 

@@ -13,6 +13,7 @@ import jax
 import jax.numpy as jnp
 import optax
 
+from paxlite import trainable
 from paxlite.tasks_lib import SingleTask
 from paxlite.train_state import TrainState
 from praxis_lite.base_layer import (
@@ -31,18 +32,23 @@ def make_init_fn(task: SingleTask) -> Callable[[jax.Array, NestedMap], TrainStat
     """``init(key, sample_batch) -> TrainState`` with boxed (logically named) leaves.
 
     The optimizer state is initialized from the boxed params, so its per-param
-    moments carry the same logical axis names and shard like the params. The
-    batch only provides shapes (it may be abstract under ``jax.eval_shape``).
+    moments carry the same logical axis names and shard like the params; it covers
+    the trained parameters only (``paxlite.trainable``). The batch only provides
+    shapes (it may be abstract under ``jax.eval_shape``).
+
+    Raises:
+      trainable.FreezeError: the learner's inclusion/exclusion regexes do not fit.
     """
     tx = task.learner.optimizer.make()
 
     def init(key: jax.Array, sample_batch: NestedMap) -> TrainState:
         variables = task.model.init({"params": key, "dropout": key}, sample_batch)
         params = variables["params"]
+        trained, _ = trainable.split(params, trainable.trainable_keys(params, task.learner))
         return TrainState(
             step=jnp.zeros((), jnp.int32),
             params=params,
-            opt_state=tx.init(params),
+            opt_state=tx.init(trained),
             nonfinite_steps=jnp.zeros((), jnp.int32),
             first_nonfinite_step=jnp.full((), -1, jnp.int32),
         )
@@ -60,6 +66,8 @@ def make_train_step(
     A step whose loss or gradient norm is not finite leaves params and optimizer
     state unchanged and is counted in ``nonfinite_steps`` (checked on the host only
     at summary/save points, so there is no extra sync per step).
+    Only the parameters the learner trains are differentiated and updated; the frozen
+    ones (``paxlite.trainable``) pass through unchanged.
     Metrics: ``loss`` (the model's metric named by ``task.learner.loss_name``), the
     model's other metrics by name, ``num_tokens`` (the loss's weight), ``aux_loss``
     (the sum of the layers' ``add_aux_loss`` terms, added to the loss that is
@@ -86,18 +94,25 @@ def make_train_step(
 
     def train_step(state: TrainState, batch: NestedMap, key: jax.Array):
         step_key = jax.random.fold_in(key, state.step)
+        trained, frozen = trainable.split(
+            state.params, trainable.trainable_keys(state.params, task.learner)
+        )
+
+        def trained_loss_fn(part, batch, key):
+            return loss_fn(trainable.merge(part, frozen), batch, key)
+
         if accum_steps == 1:
-            grads, (model_metrics, aux_loss, summaries) = jax.grad(loss_fn, has_aux=True)(
-                state.params, batch, step_key
+            grads, (model_metrics, aux_loss, summaries) = jax.grad(trained_loss_fn, has_aux=True)(
+                trained, batch, step_key
             )
         else:
             grads, (model_metrics, aux_loss, summaries) = accumulated_gradients(
-                loss_fn, loss_name, state.params, batch, step_key, accum_steps
+                trained_loss_fn, loss_name, trained, batch, step_key, accum_steps
             )
         grad_norm = optax.tree.norm(grads)
         loss, num_tokens = model_metrics[loss_name]
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
-        new_state = _apply_if_finite(tx, state, grads, finite)
+        new_state = _apply_if_finite(tx, state, trained, frozen, grads, finite)
         metrics = {
             "loss": loss,
             **{k: mean for k, (mean, _) in model_metrics.items() if k != loss_name},
@@ -178,18 +193,25 @@ def _microbatches(x: jax.Array, num_microbatches: int) -> jax.Array:
 
 
 def _apply_if_finite(
-    tx: optax.GradientTransformation, state: TrainState, grads: Any, finite: jax.Array
+    tx: optax.GradientTransformation,
+    state: TrainState,
+    trained: Any,
+    frozen: Any,
+    grads: Any,
+    finite: jax.Array,
 ) -> TrainState:
-    """The next state: the update applied if ``finite``, else params and moments kept."""
-    updates, opt_state = tx.update(grads, state.opt_state, state.params)
-    params = optax.apply_updates(state.params, updates)
+    """The next state: the update of the ``trained`` parameters applied if ``finite``, else
+    they and their moments kept; the ``frozen`` ones returned as they are."""
+    updates, opt_state = tx.update(grads, state.opt_state, trained)
+    new_trained = optax.apply_updates(trained, updates)
     only_if_finite = lambda new, old: jnp.where(finite, new, old)  # noqa: E731
     first_bad = jnp.where(
         (state.first_nonfinite_step < 0) & ~finite, state.step, state.first_nonfinite_step
     )
+    new_trained = jax.tree_util.tree_map(only_if_finite, new_trained, trained)
     return TrainState(
         step=state.step + 1,
-        params=jax.tree_util.tree_map(only_if_finite, params, state.params),
+        params=trainable.merge(new_trained, frozen),
         opt_state=jax.tree_util.tree_map(only_if_finite, opt_state, state.opt_state),
         nonfinite_steps=state.nonfinite_steps + (~finite).astype(jnp.int32),
         first_nonfinite_step=first_bad,

@@ -21,13 +21,18 @@ from jax.ad_checkpoint import checkpoint_name
 
 from praxis_lite.base_layer import BaseLayer
 from praxis_lite.config import LayerTpl, template_field
+from praxis_lite.layers import lora as lora_lib
 from praxis_lite.layers.embedding_softmax import RotaryPositionalEmbedding
+from praxis_lite.layers.lora import LoraSettings
 from praxis_lite.sharding import ACTIVATION_EMBED, BATCH, EMBED, HEAD_DIM, HEADS, KV_HEADS, LENGTH
 
 CACHE = "cache"  # The flax collection of decoding state (keys, values, paddings, index).
 CACHE_KV_AXES = (BATCH, LENGTH, KV_HEADS, HEAD_DIM)
 
 _MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+#: DotProductAttention's LoRA targets and the weight each adapts ('qkv': the A shared by
+#: w_q, w_k and w_v).
+LORA_TARGETS = {"query": "w_q", "key": "w_k", "value": "w_v", "post": "w_post", "qkv": "w_qkv"}
 
 
 def attention_mask(
@@ -93,6 +98,13 @@ class DotProductAttention(BaseLayer):
       per_dim_scale: learn a scale per head dim for the queries (praxis's ``PerDimScale``,
         on by default in Pax's attention): ``q * 1.442695041 / sqrt(H) * softplus(s)``
         with ``s [H]`` (variable ``per_dim_scale``) starting at 0, i.e. at ``1 / sqrt(H)``.
+      lora: LoRA adapters (see ``layers.lora``) on the projections its ``targets`` name:
+        ``'query'``, ``'key'``, ``'value'`` (``w_q_lora_a [D, r]``, ``w_q_lora_b [r, N, H]``;
+        k and v with ``K`` heads), ``'post'`` (``w_post_lora_a [N, H, r]``,
+        ``w_post_lora_b [r, D]``) and ``'qkv'``: one A ``w_qkv_lora_a [D, r]`` shared by
+        q, k and v, with their own B's (PEFT's adapter on GPT-2's fused ``c_attn``; not
+        with ``'query'``/``'key'``/``'value'``). Not with ``combine_qkv``. KV-cache
+        decoding (``extend``) includes the adapters.
     """
 
     input_dims: int
@@ -110,6 +122,7 @@ class DotProductAttention(BaseLayer):
     rotary_tpl: LayerTpl = template_field(None)
     query_scale: float | None = None
     per_dim_scale: bool = False
+    lora: LoraSettings | None = None
 
     @property
     def kv_heads(self) -> int:
@@ -173,10 +186,46 @@ class DotProductAttention(BaseLayer):
             )
         self.rotary = self.create_child(self.rotary_tpl, input_dims=h) if self.rotary_tpl else None
         self.dropout = nn.Dropout(self.atten_dropout_prob)
+        self._setup_lora()
 
-    def project_qkv(self, x: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+    def _setup_lora(self) -> None:
+        """The targeted projections' adapters: ``lora_a`` and ``lora_b``, keyed by the base
+        weight's name (the shared A by ``'w_qkv'``); empty without ``lora``."""
+        targets = lora_lib.checked_targets(type(self).__name__, self.lora, tuple(LORA_TARGETS))
+        if targets and self.combine_qkv:
+            raise ValueError(
+                "DotProductAttention: LoRA with combine_qkv=True is unsupported; set "
+                "combine_qkv=False (the same model with separate q/k/v weights)."
+            )
+        if "qkv" in targets and {"query", "key", "value"} & set(targets):
+            raise ValueError(
+                "DotProductAttention: the LoRA target 'qkv' (one A shared by q, k and v) "
+                f"excludes 'query', 'key' and 'value'; got {targets}."
+            )
+        n, k, h, d = self.num_heads, self.kv_heads, self.head_dim, self.input_dims
+        inputs = {"w_post": ((n, h), (HEADS, HEAD_DIM))}  # The others': ((D,), (EMBED,)).
+        outputs = {
+            "w_q": ((n, h), (HEADS, HEAD_DIM)),
+            "w_k": ((k, h), (KV_HEADS, HEAD_DIM)),
+            "w_v": ((k, h), (KV_HEADS, HEAD_DIM)),
+            "w_post": ((d,), (EMBED,)),
+        }
+        a, b = {}, {}
+        for name in (LORA_TARGETS[target] for target in targets):
+            in_shape, in_axes = inputs.get(name, ((d,), (EMBED,)))
+            a[name] = lora_lib.create_lora_a(self, name, self.lora, in_shape, in_axes)
+            for base in lora_lib.SHARED_A.get(name, (name,)):
+                b[base] = lora_lib.create_lora_b(self, base, self.lora, *outputs[base])
+        self.lora_a, self.lora_b = a, b
+        if targets:
+            self.lora_dropout = nn.Dropout(self.lora.dropout_prob)
+
+    def project_qkv(
+        self, x: jax.Array, *, train: bool = False
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
         """``x [B, T, D]`` -> q ``[B, T, N, H]``, k and v ``[B, T, K, H]`` (with their
-        biases, and q and k normalised per head with ``qk_norm_tpl``).
+        adapters and biases, and q and k normalised per head with ``qk_norm_tpl``);
+        ``train`` enables the adapters' dropout.
 
         The projections are named for remat policies as in praxis:
         'combined_qkv_proj', or 'query_proj', 'key_proj' and 'value_proj'.
@@ -185,14 +234,41 @@ class DotProductAttention(BaseLayer):
             qkv = jnp.einsum("btd,cdnh->cbtnh", x, self.w_qkv)
             q, k, v = checkpoint_name(qkv, "combined_qkv_proj")
         else:
-            q = checkpoint_name(jnp.einsum("btd,dnh->btnh", x, self.w_q), "query_proj")
-            k = checkpoint_name(jnp.einsum("btd,dkh->btkh", x, self.w_k), "key_proj")
-            v = checkpoint_name(jnp.einsum("btd,dkh->btkh", x, self.w_v), "value_proj")
+            q = jnp.einsum("btd,dnh->btnh", x, self.w_q)
+            k = jnp.einsum("btd,dkh->btkh", x, self.w_k)
+            v = jnp.einsum("btd,dkh->btkh", x, self.w_v)
+            q, k, v = self._add_qkv_lora(x, (q, k, v), train)
+            q = checkpoint_name(q, "query_proj")
+            k = checkpoint_name(k, "key_proj")
+            v = checkpoint_name(v, "value_proj")
         if self.use_bias:
             q, k, v = q + self.b_q, k + self.b_k, v + self.b_v
         if self.qk_norm_tpl is not None:
             q, k = self.query_norm(q), self.key_norm(k)
         return q, k, v
+
+    def _add_qkv_lora(
+        self, x: jax.Array, qkv: tuple[jax.Array, ...], train: bool
+    ) -> tuple[jax.Array, ...]:
+        """q, k and v plus their adapters' additions (unchanged where none): ``x [B, T, D]``,
+        q ``[B, T, N, H]``, k/v ``[B, T, K, H]``. A shared A sees one dropout mask of ``x``
+        (PEFT's one module); separate adapters draw one each."""
+        if not self.lora_b:
+            return qkv
+        shared = None
+        if "w_qkv" in self.lora_a:
+            x_in = lora_lib.adapter_input(x, self.lora, self.lora_dropout, train)
+            shared = lora_lib.lora_down(x_in, self.lora_a["w_qkv"])
+        out = []
+        for name, y in zip(("w_q", "w_k", "w_v"), qkv, strict=True):
+            if name in self.lora_b:
+                h = shared
+                if h is None:
+                    x_in = lora_lib.adapter_input(x, self.lora, self.lora_dropout, train)
+                    h = lora_lib.lora_down(x_in, self.lora_a[name])
+                y = y + lora_lib.lora_up(h, self.lora_b[name], self.lora.scale, y.dtype)
+            out.append(y)
+        return tuple(out)
 
     def query_scaling(self, h: int) -> jax.Array:
         """What the queries are multiplied by: ``query_scale``, ``1 / sqrt(H)``, or per head
@@ -245,7 +321,7 @@ class DotProductAttention(BaseLayer):
           ``[B, T, D]`` in ``fprop_dtype``.
         """
         x = self.to_fprop(self.constrain(x, (BATCH, LENGTH, EMBED)))
-        q, k, v = self.project_qkv(x)
+        q, k, v = self.project_qkv(x, train=train)
         q = self.constrain(q, (BATCH, LENGTH, HEADS, HEAD_DIM))
         k = self.constrain(k, (BATCH, LENGTH, KV_HEADS, HEAD_DIM))
         v = self.constrain(v, (BATCH, LENGTH, KV_HEADS, HEAD_DIM))
@@ -262,12 +338,17 @@ class DotProductAttention(BaseLayer):
             window=self.sliding_window,
         )
         encoded = self.attend(q, k, v, mask, train)
-        return self.post_project(encoded)
+        return self.post_project(encoded, train=train)
 
-    def post_project(self, encoded: jax.Array) -> jax.Array:
+    def post_project(self, encoded: jax.Array, *, train: bool = False) -> jax.Array:
         """Heads back to model dims: ``[B, T, N, H] -> [B, T, D]`` (named 'out_proj', as
-        sharded: a remat policy keeping it keeps the split copy)."""
+        sharded: a remat policy keeping it keeps the split copy), with its adapter;
+        ``train`` enables the adapter's dropout."""
         out = jnp.einsum("btnh,nhd->btd", encoded, self.w_post)
+        if "w_post" in self.lora_b:
+            x_in = lora_lib.adapter_input(encoded, self.lora, self.lora_dropout, train)
+            a, b = self.lora_a["w_post"], self.lora_b["w_post"]
+            out = out + lora_lib.lora_delta(x_in, a, b, self.lora.scale, out.dtype)
         if self.post_bias:
             out = out + self.b_post
         return checkpoint_name(self.constrain(out, (BATCH, LENGTH, ACTIVATION_EMBED)), "out_proj")
@@ -342,4 +423,10 @@ class DotProductAttention(BaseLayer):
         return self.post_project(self.attend(q, keys, values, mask, train=False))
 
 
-__all__ = ["CACHE", "DotProductAttention", "RotaryPositionalEmbedding", "attention_mask"]
+__all__ = [
+    "CACHE",
+    "LORA_TARGETS",
+    "DotProductAttention",
+    "RotaryPositionalEmbedding",
+    "attention_mask",
+]

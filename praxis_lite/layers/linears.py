@@ -8,31 +8,48 @@ import jax.numpy as jnp
 
 from praxis_lite.base_layer import BaseLayer, Initializer
 from praxis_lite.config import LayerTpl, template_field
+from praxis_lite.layers import lora as lora_lib
 from praxis_lite.layers.activations import Identity, ReLU
+from praxis_lite.layers.lora import LoraSettings
 from praxis_lite.sharding import EMBED, MLP, LogicalAxes
 
 
 class Linear(BaseLayer):
     """``y = x @ w`` with no bias: ``[..., input_dims] -> [..., output_dims]``.
 
+    With ``lora``, ``y = x @ w + scale * (dropout(x) @ w_lora_a) @ w_lora_b`` with
+    ``w_lora_a [input_dims, r]`` and ``w_lora_b [r, output_dims]`` (see ``layers.lora``).
+
     Attributes:
       input_dims: size of the last input dimension.
       output_dims: size of the last output dimension.
       weight_axes: logical names of ``w``'s two axes ``[input_dims, output_dims]``.
       weight_init: initializer of ``w``.
+      lora: a LoRA adapter on ``w`` when set (its ``targets`` are not read here).
     """
 
     input_dims: int
     output_dims: int
     weight_axes: LogicalAxes = (EMBED, MLP)
     weight_init: Initializer = nn.initializers.lecun_normal()
+    lora: LoraSettings | None = None
 
     @nn.compact
-    def __call__(self, x: jax.Array) -> jax.Array:
+    def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        """``[..., input_dims] -> [..., output_dims]``; ``train`` enables LoRA dropout."""
         w = self.create_variable(
             "w", (self.input_dims, self.output_dims), self.weight_axes, self.weight_init
         )
-        return jnp.einsum("...i,io->...o", self.to_fprop(x), w)
+        x = self.to_fprop(x)
+        y = jnp.einsum("...i,io->...o", x, w)
+        if self.lora is None:
+            return y
+        in_axes, out_axes = self.weight_axes[:1], self.weight_axes[1:]
+        a = lora_lib.create_lora_a(self, "w", self.lora, (self.input_dims,), in_axes)
+        b = lora_lib.create_lora_b(self, "w", self.lora, (self.output_dims,), out_axes)
+        dropout = nn.Dropout(self.lora.dropout_prob, name="lora_dropout")
+        x_in = lora_lib.adapter_input(x, self.lora, dropout, train)
+        return y + lora_lib.lora_delta(x_in, a, b, self.lora.scale, y.dtype)
 
 
 class Bias(BaseLayer):

@@ -15,12 +15,18 @@ from jax.ad_checkpoint import checkpoint_name
 
 from praxis_lite.base_layer import BaseLayer
 from praxis_lite.config import LayerTpl, template_field
+from praxis_lite.layers import lora as lora_lib
 from praxis_lite.layers.activations import ReLU
 from praxis_lite.layers.attentions import DotProductAttention
 from praxis_lite.layers.linears import Bias, Linear
+from praxis_lite.layers.lora import LoraSettings
 from praxis_lite.layers.normalizations import LayerNorm
 from praxis_lite.model_flops import StackLayout
 from praxis_lite.sharding import ACTIVATION_EMBED, BATCH, EMBED, LENGTH, MLP
+
+#: TransformerFeedForward's LoRA targets: its projections' child names (the gate's only with
+#: ``use_gated_activation``).
+FFN_LORA_TARGETS = ("ffn_layer1", "ffn_layer1_gate", "ffn_layer2")
 
 
 class TransformerFeedForward(BaseLayer):
@@ -44,6 +50,9 @@ class TransformerFeedForward(BaseLayer):
         post-feedforward norm); ``None`` for none.
       relu_dropout_prob: dropout after the activation.
       residual_dropout_prob: dropout on the branch before the residual add.
+      lora: LoRA adapters on the projections its ``targets`` name, among ``ffn_layer1``,
+        ``ffn_layer1_gate`` (with ``use_gated_activation``) and ``ffn_layer2``: those get
+        ``lora=`` (and ``train=`` when called; see ``Linear``), the others are untouched.
     """
 
     input_dims: int
@@ -57,15 +66,16 @@ class TransformerFeedForward(BaseLayer):
     post_ln_tpl: LayerTpl = template_field(None)
     relu_dropout_prob: float = 0.0
     residual_dropout_prob: float = 0.0
+    lora: LoraSettings | None = None
 
     def setup(self) -> None:
         d, f = self.input_dims, self.hidden_dims
         self.layer_norm = self.create_child(self.ln_tpl, input_dims=d)
         self.post_layer_norm = self.create_child(self.post_ln_tpl, input_dims=d)
-        self.ffn_layer1 = self._projection(d, f, (EMBED, MLP))
+        self.ffn_layer1 = self._projection("ffn_layer1", d, f, (EMBED, MLP))
         if self.use_gated_activation:
-            self.ffn_layer1_gate = self._projection(d, f, (EMBED, MLP))
-        self.ffn_layer2 = self._projection(f, d, (MLP, EMBED))
+            self.ffn_layer1_gate = self._projection("ffn_layer1_gate", d, f, (EMBED, MLP))
+        self.ffn_layer2 = self._projection("ffn_layer2", f, d, (MLP, EMBED))
         if self.use_bias:
             self.bias1 = self.stamp_child(self.bias_tpl, input_dims=f, bias_axes=(MLP,))
             self.bias2 = self.stamp_child(self.bias_tpl, input_dims=d, bias_axes=(EMBED,))
@@ -73,25 +83,46 @@ class TransformerFeedForward(BaseLayer):
         self.relu_dropout = nn.Dropout(self.relu_dropout_prob)
         self.residual_dropout = nn.Dropout(self.residual_dropout_prob)
 
-    def _projection(self, input_dims: int, output_dims: int, axes: tuple[str, str]) -> BaseLayer:
-        """A fresh projection from ``linear_tpl`` (its dtypes are the template's own)."""
+    @property
+    def lora_targets(self) -> tuple[str, ...]:
+        """The projections (child names) that get LoRA adapters; checked."""
+        gated = self.use_gated_activation
+        valid = FFN_LORA_TARGETS if gated else FFN_LORA_TARGETS[::2]
+        hint = "" if gated else "ffn_layer1_gate needs use_gated_activation."
+        return lora_lib.checked_targets(type(self).__name__, self.lora, valid, hint)
+
+    def _projection(
+        self, name: str, input_dims: int, output_dims: int, axes: tuple[str, str]
+    ) -> BaseLayer:
+        """Projection ``name``, fresh from ``linear_tpl`` (its dtypes are the template's own),
+        given ``lora`` when it is a LoRA target."""
+        adapted = {"lora": self.lora} if name in self.lora_targets else {}
         return self.stamp_child(
-            self.linear_tpl, input_dims=input_dims, output_dims=output_dims, weight_axes=axes
+            self.linear_tpl,
+            input_dims=input_dims,
+            output_dims=output_dims,
+            weight_axes=axes,
+            **adapted,
         )
 
+    def _project(self, layer: BaseLayer, x: jax.Array, train: bool) -> jax.Array:
+        """``layer(x)``, with ``train=`` (its LoRA dropout) when ``layer`` is a LoRA target."""
+        return layer(x, train=train) if layer.name in self.lora_targets else layer(x)
+
     def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
+        """``[B, T, D] -> [B, T, D]``; ``train`` enables the dropouts."""
         x = self.to_fprop(x)
         h_in = self.constrain(self.layer_norm(x), (BATCH, LENGTH, ACTIVATION_EMBED))
-        h = self.ffn_layer1(h_in)
+        h = self._project(self.ffn_layer1, h_in, train)
         if self.use_bias:
             h = self.bias1(h)
         h = checkpoint_name(h, "ffn1")  # Names for remat policies, as praxis's.
         h = self.activation(h)
         if self.use_gated_activation:
-            h = h * self.ffn_layer1_gate(h_in)
+            h = h * self._project(self.ffn_layer1_gate, h_in, train)
         h = self.constrain(h, (BATCH, LENGTH, MLP))
         h = self.relu_dropout(h, deterministic=not train)
-        out = self.ffn_layer2(h)
+        out = self._project(self.ffn_layer2, h, train)
         if self.use_bias:
             out = self.bias2(out)
         out = checkpoint_name(self.constrain(out, (BATCH, LENGTH, ACTIVATION_EMBED)), "ffn2")

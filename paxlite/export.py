@@ -2,11 +2,14 @@
 directory that transformers loads::
 
     paxlite-export --job_log_dir=/tmp/ft --out=/tmp/ft_hf [--step=N] [--dtype=bfloat16]
+    paxlite-export --job_log_dir=/tmp/lora --out=/tmp/lora_adapter --adapter
 
 The job keeps its model's config.json, generation config and tokenizer in ``hf_model/``
 (``tasks.lm.hf.HfCausalLm`` copies them when it starts); the weights are its checkpoint's
 (the newest, or ``--step``), in the run's float32 unless ``--dtype`` says otherwise, under
-the family's names (a scanned stack is written back layer by layer).
+the family's names (a scanned stack is written back layer by layer). A run with LoRA
+adapters (LORA_RANK > 0) is written merged (``W + scale * A B``), or with ``--adapter`` as
+PEFT's adapter directory (``paxlite.formats.peft_adapter``) for the run's HF_MODEL.
 """
 
 from __future__ import annotations
@@ -21,8 +24,10 @@ from absl import app, flags
 from etils import epath
 from jax.sharding import SingleDeviceSharding
 
-from paxlite import checkpoint_sources, exits, storage
-from paxlite.formats import hf_checkpoint, hf_models
+from paxlite import adapters, checkpoint_sources, exits, job_config, storage
+from paxlite.formats import hf_checkpoint, hf_models, peft_adapter
+from praxis_lite import config as config_lib
+from praxis_lite.layers import lora
 
 #: The directory of a job that keeps its Hugging Face model's files (tasks.lm.hf.KEPT_DIR).
 KEPT_DIR = "hf_model"
@@ -40,6 +45,7 @@ def _define_flags() -> None:
     flags.DEFINE_string("out", None, "The Hugging Face directory to write.")
     flags.DEFINE_integer("step", None, "The checkpoint step to export (default: newest).")
     flags.DEFINE_enum("dtype", "float32", list(_DTYPES), "The weights' dtype.")
+    flags.DEFINE_bool("adapter", False, "Write the LoRA adapters as a PEFT adapter directory.")
 
 
 class ExportError(ValueError):
@@ -51,12 +57,15 @@ def export(
     out: epath.PathLike,
     step: int | None = None,
     dtype: str = "float32",
+    adapter: bool = False,
 ) -> list[str]:
     """Writes the job's checkpoint (``step``, default its newest) as a Hugging Face model
-    directory ``out``; returns the files written.
+    directory ``out`` (LoRA adapters merged), or with ``adapter`` its adapters as a PEFT
+    adapter directory; returns the files written.
 
     Raises:
-      ExportError: the job kept no Hugging Face model files (``hf_model/``).
+      ExportError: the job kept no Hugging Face model files (``hf_model/``), or
+        ``adapter`` for a run without adapters.
       checkpoint_sources.CheckpointSourceError: no such checkpoint.
     """
     job = storage.job_path(job_log_dir)
@@ -69,14 +78,46 @@ def export(
     config = hf_models.HfConfig.load(kept)
     family = hf_models.family_of(config)
     params = _host_params(job, step)
-    host = {path: value.astype(_DTYPES[dtype]) for path, value in params.items()}
+    settings = _lora_settings(job)
     out = epath.Path(out)
+    if adapter:
+        if settings is None:
+            raise ExportError(f"{job} trained no LoRA adapters (LORA_RANK=0); drop --adapter.")
+        return peft_adapter.save(out, params, family, _adapter_config(job, settings, family))
+    if settings is not None:
+        params = lora.merged(params, settings.scale)
+    host = {path: value.astype(_DTYPES[dtype]) for path, value in params.items()}
     files = hf_checkpoint.save(out, host, family, config.fields)
     for path in sorted(kept.iterdir()):
         if path.name != hf_models.CONFIG_FILE:
             path.copy(out / path.name, overwrite=True)
             files.append(path.name)
     return files
+
+
+def _lora_settings(job: epath.Path) -> lora.LoraSettings | None:
+    """The run's LoRA settings (from its config.json's model), or None without adapters."""
+    return adapters.settings_in(config_lib.from_json((job / "config.json").read_text())["task"])
+
+
+def _adapter_config(
+    job: epath.Path, settings: lora.LoraSettings, family: hf_models.Family
+) -> peft_adapter.AdapterConfig:
+    """PEFT's config of the run's adapters: its LoRA knobs, its HF_MODEL as the base."""
+    knobs = job_config.read_knobs(job)
+    modules = [m.strip() for m in str(knobs.get("LORA_TARGET_MODULES") or "").split(",")]
+    modules = [m for m in modules if m] or list(peft_adapter.default_modules(family))
+    if modules == [peft_adapter.ALL_LINEAR]:
+        modules = list(peft_adapter.module_targets(family.table))
+    return peft_adapter.AdapterConfig(
+        rank=settings.rank,
+        alpha=settings.alpha,
+        dropout=settings.dropout_prob,
+        use_rslora=settings.use_rslora,
+        target_modules=tuple(modules),
+        base_model_name_or_path=knobs.get("HF_MODEL"),
+        fan_in_fan_out=peft_adapter.fan_in_fan_out(family),
+    )
 
 
 def _host_params(job: epath.Path, step: int | None) -> dict[str, np.ndarray]:
@@ -105,7 +146,7 @@ def main(argv: Sequence[str]) -> None:
         exits.fail("paxlite-export needs --job_log_dir=DIR (the fine-tuned run) and --out=DIR.")
     out = given.out
     try:
-        files = export(given.job_log_dir, out, given.step, given.dtype)
+        files = export(given.job_log_dir, out, given.step, given.dtype, given.adapter)
     except (ExportError, checkpoint_sources.CheckpointSourceError, ValueError) as e:
         exits.fail(e)
     print(f"Wrote {out}: {', '.join(files)}")

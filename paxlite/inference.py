@@ -44,13 +44,14 @@ from etils import epath
 from flax import traverse_util
 from jax.sharding import NamedSharding, PartitionSpec
 
-from paxlite import checkpoint_sources, init_from, partitioning, storage
-from paxlite.formats import hf_checkpoint, hf_models
+from paxlite import adapters, checkpoint_sources, init_from, partitioning, storage
+from paxlite.formats import hf_checkpoint, hf_models, peft_adapter
 from paxlite.mesh import create_mesh, mesh_size
 from paxlite.overrides import resolve_experiment, resolve_experiment_class
 from paxlite.tasks_lib import CheckpointLoadingRules
 from praxis_lite import config as config_lib
 from praxis_lite import decoding, hf_chat
+from praxis_lite.layers import lora
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import (
     FSDP_RULES,
@@ -123,6 +124,12 @@ class Pretrained(abc.ABC):
             )
         directory = epath.Path(directory)
         flat = traverse_util.flatten_dict(self.params, sep="/")
+        if lora.adapter_paths(flat):
+            raise PretrainedError(
+                "this model carries LoRA adapters beside its weights; load it with "
+                "merge=True to save the merged model (paxlite-export --adapter writes a "
+                "trained run's adapters for PEFT)."
+            )
         host = {path: np.asarray(jax.device_get(value)) for path, value in flat.items()}
         files = hf_checkpoint.save(
             directory, host, self.origin.family, self.origin.config, max_shard_bytes=max_shard_bytes
@@ -315,6 +322,8 @@ def from_pretrained(
     exp: str | None = None,
     overrides: Sequence[str] = (),
     dtype: Any = None,
+    adapter: epath.PathLike | None = None,
+    merge: bool = False,
 ) -> PretrainedLm:
     """Loads any checkpoint ``paxlite.checkpoint_sources`` reads (a Hugging Face model
     directory; a paxlite job, checkpoints or step dir; a paxml checkpoint step with ``exp``).
@@ -329,6 +338,10 @@ def from_pretrained(
         device).
       dtype: a Hugging Face model's weights and compute dtype (e.g. ``jnp.float32``);
         None: the checkpoint's.
+      adapter: a PEFT LoRA adapter directory put on a Hugging Face model ``path`` (``path``
+        may be the adapter itself when its ``base_model_name_or_path`` is a local model).
+      merge: fold LoRA adapters (a PEFT adapter's, or a job's trained with LORA_RANK) into
+        the base weights; by default they stay beside them, applied in each projection.
 
     Raises:
       PretrainedError: a hub id, a paxml checkpoint without ``exp``, a paxlite one whose
@@ -341,13 +354,21 @@ def from_pretrained(
     _refuse_hub_id(path)
     path = storage.job_path(path)  # A local path or gs://...
     kind = checkpoint_sources.identify(path)
+    if kind.name == peft_adapter.PeftSource.kind:
+        path, adapter = adapters.base_of(path), path
+        kind = checkpoint_sources.identify(path)
     if kind.name == hf_checkpoint.HfSource.kind:
         if exp is not None or overrides:
             raise PretrainedError(
                 f"{path} is a Hugging Face model: its config.json says what to build; "
                 "call from_pretrained(path) without exp= or overrides=."
             )
-        return _from_hf(path, dtype)
+        adapter_dir = None if adapter is None else storage.job_path(adapter)
+        return _from_hf(path, dtype, adapter_dir, merge)
+    if adapter is not None:
+        raise PretrainedError(
+            f"adapter= goes with a Hugging Face model directory; {path} is a {kind.name}."
+        )
     task_cfg = None
     if exp is None:
         if kind.name not in _JOB_DIR_OF:
@@ -368,8 +389,12 @@ def from_pretrained(
     task = config_lib.instantiate(task_cfg)
     mesh, rules = _mesh_and_rules(experiment)
     layout = (getattr(experiment, "NUM_STAGES", 1), getattr(experiment, "CIRCULAR_REPEAT", 1))
-    params = _load_params(task.model, path, layout, mesh, rules)
-    return PretrainedLm(task.model, params, task.decoder_params(), mesh, rules)
+    params = _load_params(task.model, [path], layout, mesh, rules)
+    model, settings = task.model, adapters.settings_in(task_cfg.model)
+    if merge and settings is not None:
+        model_cfg, params = adapters.merged(task_cfg.model, params, settings)
+        model = config_lib.instantiate(model_cfg)
+    return PretrainedLm(model, params, task.decoder_params(), mesh, rules)
 
 
 def _placement_only(cls: type) -> Any:
@@ -392,20 +417,27 @@ def _refuse_hub_id(path: epath.PathLike) -> None:
         )
 
 
-def _from_hf(path: epath.Path, dtype: Any) -> PretrainedLm:
-    """A Hugging Face model directory on all devices, its weights split over them (FSDP)."""
+def _from_hf(path: epath.Path, dtype: Any, adapter: epath.Path | None, merge: bool) -> PretrainedLm:
+    """A Hugging Face model directory (with a PEFT adapter) on all devices, its weights
+    split over them (FSDP)."""
     config = hf_models.HfConfig.load(path)
     family, model_cfg = hf_models.build_model(config)
     if dtype is None:
         source = hf_checkpoint.HfSource(path, None)
         dtype = max((v.dtype for v in source.variables().values()), key=lambda d: d.itemsize)
     config_lib.set_dtypes(model_cfg, dtype=jnp.dtype(dtype), fprop_dtype=jnp.dtype(dtype))
+    settings = None if adapter is None else adapters.put_on(model_cfg, family, adapter)
     model = config_lib.instantiate(model_cfg)
     devices = jax.devices()
     mesh = create_mesh((1, len(devices), 1), None, ("replica", "data", "mdl"), devices)
     rules = filter_rules_for_mesh(FSDP_RULES, mesh)
-    params = _load_params(model, path, (1, 1), mesh, rules)
+    params = _load_params(model, [p for p in (adapter, path) if p is not None], (1, 1), mesh, rules)
     _check_all_used(path, params)
+    if adapter is not None:
+        adapters.check_all_used(adapter, family.table, params)
+        if merge:
+            model_cfg, params = adapters.merged(model_cfg, params, settings)
+            model = config_lib.instantiate(model_cfg)
     generation_config = _json_fields(path / hf_checkpoint.GENERATION_CONFIG_FILE)
     tokenizer = _tokenizer_of(path)
     generation = _hf_generation(generation_config, config.fields, tokenizer)
@@ -481,9 +513,10 @@ _JOB_DIR_OF = {
 
 
 def _load_params(
-    model: Any, path: epath.Path, layout: tuple[int, int], mesh: Any, rules: Any
+    model: Any, paths: list[epath.Path], layout: tuple[int, int], mesh: Any, rules: Any
 ) -> Any:
-    """The model's parameters from ``path``, each read onto its sharding; all must be there.
+    """The model's parameters from ``paths`` (the first that has one wins), each read onto
+    its sharding; all must be there.
 
     ``layout``: the pipeline's ``(stages, circular repeats)`` of a paxml checkpoint."""
     abstract, shardings = _abstract_params(model, mesh, rules)
@@ -493,13 +526,13 @@ def _load_params(
         ),
         sep="/",
     )
-    load = {str(path): CheckpointLoadingRules()}
-    with jax.set_mesh(mesh), init_from.opened(load, {str(path): layout}) as entries:
+    load = {str(path): CheckpointLoadingRules() for path in paths}
+    with jax.set_mesh(mesh), init_from.opened(load, dict.fromkeys(load, layout)) as entries:
         params = init_from.read_params(entries, run_params)
         missing = init_from.fresh_params(entries, run_params)
     if missing:
         raise init_from.InitFromError(
-            f"{path} holds another model's weights: it lacks {len(missing)} of this model's "
+            f"{paths[-1]} holds another model's weights: it lacks {len(missing)} of this model's "
             f"parameters ({', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''})."
         )
     return traverse_util.unflatten_dict(params, sep="/")

@@ -27,11 +27,11 @@ from flax import traverse_util
 
 from paxlite import checkpoint_sources, checkpoints, summaries
 from paxlite.checkpoints import CheckpointMismatchError
-from paxlite.formats import hf_checkpoint, pax_checkpoint, pax_layout
+from paxlite.formats import hf_checkpoint, pax_checkpoint, pax_layout, peft_adapter
 from paxlite.tasks_lib import CheckpointLoadingRules
 from paxlite.train_state import TrainState
 
-del hf_checkpoint, pax_checkpoint  # Imported to register their checkpoint kinds.
+del hf_checkpoint, pax_checkpoint, peft_adapter  # Imported to register their checkpoint kinds.
 _MAX_LISTED = 20  # Problems listed in an InitFromError.
 _MAX_NAMED = 6  # Fresh variables named on the console.
 
@@ -58,12 +58,15 @@ class Entry:
 
 
 def rules_of(task: Any, init_from: str | None) -> dict[str, CheckpointLoadingRules]:
-    """The run's rules: ``task.train.init_from_checkpoint_rules``, or INIT_FROM's.
+    """The run's rules: ``task.train.init_from_checkpoint_rules``, or INIT_FROM's (when
+    the experiment's rules name INIT_FROM themselves, they say how it combines).
 
     Raises:
       InitFromError: both are given.
     """
     rules = dict(task.train_params().init_from_checkpoint_rules)
+    if init_from in rules:  # The experiment placed INIT_FROM among its rules (an adapter).
+        return rules
     if init_from and rules:
         raise InitFromError(
             "INIT_FROM (--init_from) and task.train.init_from_checkpoint_rules are both set; "

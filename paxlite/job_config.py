@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import ast
 import os
 import pathlib
 import re
@@ -55,6 +56,25 @@ def format_config(
     for i, cfg in enumerate(decoder_datasets):
         lines += ["", f"## decoder_datasets[{i}]", _flattened(cfg)]
     return "\n".join(lines) + "\n"
+
+
+def read_knobs(job_log_dir: epath.Path) -> dict[str, Any]:
+    """The knobs a job's config.txt records (``KNOB: type = value`` lines of its Knobs
+    section), each value as a Python literal where it is one, else its text; {} without
+    a config.txt."""
+    path = epath.Path(job_log_dir) / "config.txt"
+    lines = path.read_text().splitlines() if path.is_file() else []
+    knobs: dict[str, Any] = {}
+    for line in lines[lines.index("## Knobs") + 1 :] if "## Knobs" in lines else []:
+        if line.startswith("## "):
+            break
+        name, _, rest = line.partition(": ")
+        text = rest.partition(" = ")[2]
+        try:
+            knobs[name] = ast.literal_eval(text)
+        except (ValueError, SyntaxError):
+            knobs[name] = text
+    return knobs
 
 
 def _flattened(cfg: Any) -> str:

@@ -33,7 +33,7 @@ from etils import epath
 
 from paxlite import experiment_registry
 from paxlite.base_experiment import KnobError
-from paxlite.formats import hf_checkpoint, hf_models
+from paxlite.formats import hf_checkpoint, hf_models, peft_adapter
 from paxlite.tasks_lib import CheckpointLoadingRules
 from praxis_lite import config as config_lib
 from praxis_lite.hf_chat import ChatTemplate, ChatTemplateError
@@ -81,7 +81,7 @@ class HfCausalLm(PromptCompletionKnobs):
         MAX_PROMPT_LEN tokens: a longer one keeps its end) the prompt.
     """
 
-    HF_MODEL: str
+    HF_MODEL: str | None = None
     RECORDS: Records = Records.TEXT
     MESSAGES_FIELD: str = "messages"
 
@@ -97,7 +97,15 @@ class HfCausalLm(PromptCompletionKnobs):
     MAX_SEQ_LEN = 512
 
     def __init__(self) -> None:
-        if isinstance(getattr(type(self), "HF_MODEL", None), str):  # Unset: super() says so.
+        adapter = self._init_adapter()
+        if adapter is not None:
+            self._take_adapter(adapter)
+        if self.HF_MODEL is None:
+            raise KnobError(
+                f"{type(self).__qualname__}: HF_MODEL is unset; set --set HF_MODEL=DIR (a Hugging "
+                "Face model directory: config.json, safetensors, tokenizer)."
+            )
+        if isinstance(self.HF_MODEL, str):
             self._check_sizes()
             self._check_vocab_path()
             # The model's vocabulary and tokenizer, for the inputs and the config's record.
@@ -135,6 +143,56 @@ class HfCausalLm(PromptCompletionKnobs):
                 "(chat_template.jinja, or chat_template in tokenizer_config.json); use an "
                 "instruct model's directory, or RECORDS=TEXT / PROMPT_COMPLETION."
             )
+
+    def _init_adapter(self) -> peft_adapter.AdapterConfig | None:
+        """INIT_FROM's adapter config when INIT_FROM is a PEFT adapter directory."""
+        if self.INIT_FROM is None or not peft_adapter.is_adapter_dir(epath.Path(self.INIT_FROM)):
+            return None
+        try:
+            return peft_adapter.AdapterConfig.load(self.INIT_FROM)
+        except peft_adapter.PeftError as e:
+            raise KnobError(f"{type(self).__qualname__}: INIT_FROM: {e}") from None
+
+    def _take_adapter(self, adapter: peft_adapter.AdapterConfig) -> None:
+        """HF_MODEL (when unset) and the LoRA knobs (when LORA_RANK is unset) from the
+        adapter INIT_FROM continues; KnobError when they cannot be, or disagree with it."""
+        name = type(self).__qualname__
+        if self.HF_MODEL is None:
+            base = adapter.base_model_name_or_path
+            if not base or not hf_checkpoint.is_hf_model_dir(epath.Path(base)):
+                raise KnobError(
+                    f"{name}: INIT_FROM={self.INIT_FROM} adapts {base!r}, which is no local "
+                    "Hugging Face model directory (a hub id? paxlite downloads nothing); "
+                    "set --set HF_MODEL=DIR to the base model."
+                )
+            self.HF_MODEL = base
+        theirs = {
+            "LORA_RANK": adapter.rank,
+            "LORA_ALPHA": adapter.alpha,
+            "LORA_USE_RSLORA": adapter.use_rslora,
+            "LORA_TARGET_MODULES": ",".join(adapter.target_modules),
+        }
+        if not self.LORA_RANK:
+            for knob, value in theirs.items():
+                setattr(self, knob, value)
+            self.LORA_DROPOUT = adapter.dropout
+            return
+        ours = {**{k: getattr(self, k) for k in theirs}, "LORA_TARGET_MODULES": self.lora_modules()}
+        ours["LORA_TARGET_MODULES"] = ",".join(sorted(ours["LORA_TARGET_MODULES"]))
+        differ = [f"{k}={ours[k]!r} (adapter: {v!r})" for k, v in theirs.items() if ours[k] != v]
+        if differ:
+            raise KnobError(
+                f"{name}: INIT_FROM={self.INIT_FROM} is an adapter these LoRA knobs disagree "
+                f"with: {'; '.join(differ)}; leave them unset to continue the adapter as it is."
+            )
+
+    def lora_targets(self) -> tuple[str, ...]:
+        """LORA_TARGET_MODULES in Hugging Face's module names (PEFT's default: the family's)."""
+        family = hf_models.family_of(self.hf_config)
+        try:
+            return peft_adapter.lora_targets(family, self.lora_modules())
+        except peft_adapter.PeftError as e:
+            raise KnobError(f"{type(self).__qualname__}: LORA_TARGET_MODULES: {e}") from None
 
     @functools.cached_property
     def hf_config(self) -> hf_models.HfConfig:
@@ -184,7 +242,12 @@ class HfCausalLm(PromptCompletionKnobs):
         """LmTextTiny's task over this model, its parameters from HF_MODEL at step 0 (unless
         INIT_FROM names another start, e.g. a job fine-tuned before)."""
         task = super().task()
-        if self.INIT_FROM is None and _has_weights(self.HF_MODEL):
+        if self._init_adapter() is not None:  # The adapter's tensors, then the base's.
+            task.train.init_from_checkpoint_rules = {
+                self.INIT_FROM: CheckpointLoadingRules(),
+                self.HF_MODEL: CheckpointLoadingRules(),
+            }
+        elif self.INIT_FROM is None and _has_weights(self.HF_MODEL):
             task.train.init_from_checkpoint_rules = {self.HF_MODEL: CheckpointLoadingRules()}
         if self.RECORDS in (Records.PROMPT_COMPLETION, Records.CHAT):
             task = self.decode_with_every_eval(task)

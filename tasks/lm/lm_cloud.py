@@ -34,15 +34,17 @@ from tasks.lm import model_params
 from tasks.lm.classification import ClassificationModelAdam
 from tasks.lm.knob_groups import AdamKnobs, LoopKnobs, LrSchedule, LrScheduleKnobs, knob_group
 from tasks.lm.lm_knobs import TransformerLmKnobs
+from tasks.lm.lora_knobs import LoraKnobs
 from tasks.lm.model_params import Activation
 
 
 @knob_group
-class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs):
+class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, LoraKnobs):
     """Family knobs of dense decoder-only LMs trained with Adam: the model
     (``TransformerLmKnobs``), Adam (``AdamKnobs``), the learning-rate schedule
-    (``LrScheduleKnobs``: cosine by default) and the loop (``LoopKnobs``); validated
-    here against each other and the mesh (``paxlite.mesh_checks``).
+    (``LrScheduleKnobs``: cosine by default), the loop (``LoopKnobs``) and LoRA
+    adapters (``LoraKnobs``: off unless LORA_RANK > 0); validated here against each
+    other and the mesh (``paxlite.mesh_checks``).
 
     Pipeline parallelism (``praxis_lite.layers.pipeline``): NUM_STAGES > 1 splits
     the layers over that many stages along a 'stage' mesh axis (MESH_AXIS_NAMES
@@ -185,7 +187,8 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs):
         ]
 
     def task(self) -> Any:
-        return self.single_task(self.model(), self.learner(self.lr_schedule()))
+        task = self.single_task(self.model(), self.learner(self.lr_schedule()))
+        return self.with_lora(task)
 
 
 def bfloat16_compute(task_cfg: Any) -> None:

@@ -291,7 +291,7 @@ def test_a_scanned_stack_reads_and_writes_the_same_tensors(name, tmp_path):
     model = config_lib.instantiate(hf_models.scanned(model_cfg))
     mesh = create_mesh((1, 8, 1), None, ("replica", "data", "mdl"), jax.devices())
     rules = filter_rules_for_mesh(inference.FSDP_RULES, mesh)
-    params = inference._load_params(model, _HF / name, (1, 1), mesh, rules)
+    params = inference._load_params(model, [_HF / name], (1, 1), mesh, rules)
     assert "repeat" in params["lm"]["transformer"]
     lm = inference.PretrainedLm(model, params, None, mesh, rules)
     out = _outputs(name)

@@ -8,6 +8,7 @@ read back against the job they came from.
 
 import json
 import pathlib
+import re
 
 import jax
 import numpy as np
@@ -143,3 +144,35 @@ def test_lora_trains_only_the_adapters_and_exports_what_loads_back(tmp_path):
     _close(from_pretrained(tmp_path / "adapter").logits(ids), ours)  # Its base: local.
     export.export(job, tmp_path / "merged")
     _close(from_pretrained(tmp_path / "merged").logits(ids), ours)
+
+
+@pytest.mark.parametrize(
+    "knobs, message",
+    [
+        (dict(LORA_RANK=4, LORA_TARGET_MODULES="q_proj,c_attn"), "llama has no module 'c_attn'"),
+        (dict(LORA_RANK=-1), "LORA_RANK=-1 must be >= 0"),
+        (dict(LORA_RANK=4, LORA_BASE_DTYPE="int8"), "LORA_BASE_DTYPE='int8'"),
+        (
+            dict(LORA_RANK=8, INIT_FROM=str(_HF / "llama3_lora")),
+            "LORA_RANK=8 (adapter: 4)",
+        ),
+    ],
+)
+def test_lora_knob_errors_are_one_line(knobs, message):
+    with pytest.raises(KnobError, match=re.escape(message)) as e:
+        _experiment("llama3", 2, HF_MODEL=str(_HF / "llama3"), **knobs)
+    assert "\n" not in str(e.value)
+
+
+def test_our_own_lms_take_praxis_target_names():
+    from tasks.lm.synthetic import LmSyntheticTiny
+
+    exp = base_experiment.with_overrides(
+        LmSyntheticTiny, {"LORA_RANK": 2, "LORA_TARGET_MODULES": "all-linear"}
+    )()
+    task = config_lib.instantiate(exp.task())
+    assert task.learner.bprop_variable_inclusion == ("params/.*_lora_[ab]$",)
+    with pytest.raises(KnobError, match="does not have; choose from query, key"):
+        base_experiment.with_overrides(
+            LmSyntheticTiny, {"LORA_RANK": 2, "LORA_TARGET_MODULES": "q_proj"}
+        )()

@@ -11,6 +11,7 @@ import pathlib
 import re
 
 import jax
+import jax.numpy as jnp
 import numpy as np
 import pytest
 from flax import traverse_util
@@ -20,6 +21,7 @@ from paxlite.base_experiment import KnobError
 from paxlite.inference import from_pretrained
 from paxlite.job import build_job
 from praxis_lite import config as config_lib
+from praxis_lite.py_utils import NestedMap
 from tasks.lm.hf import HfCausalLm
 from tests.paxlite.test_init_from import FixtureBatches
 from tests.tasks.test_hf_finetune import FAST
@@ -176,3 +178,36 @@ def test_our_own_lms_take_praxis_target_names():
         base_experiment.with_overrides(
             LmSyntheticTiny, {"LORA_RANK": 2, "LORA_TARGET_MODULES": "q_proj"}
         )()
+
+
+def test_a_bfloat16_base_with_float32_adapters_and_their_optimizer_state_only():
+    """LORA_BASE_DTYPE=bfloat16 on LmSyntheticTiny, abstract state (nothing allocated)."""
+    from paxlite import trainer_lib
+    from tasks.lm.synthetic import LmSyntheticTiny
+
+    knobs = {"LORA_RANK": 2, "LORA_TARGET_MODULES": "query,value,ffn_layer2"}
+    exp = base_experiment.with_overrides(
+        LmSyntheticTiny, {**knobs, "LORA_BASE_DTYPE": "bfloat16"}
+    )()
+    task = config_lib.instantiate(exp.task())
+    dtypes = dict(ids=np.int32, labels=np.int32, weights=np.float32, paddings=np.float32)
+    batch = NestedMap({k: jax.ShapeDtypeStruct((2, 8), v) for k, v in dtypes.items()})
+    init = trainer_lib.make_init_fn(task)
+    state = jax.eval_shape(lambda b: init(jax.random.key(0), b), batch)
+    params = traverse_util.flatten_dict(state.params, sep="/")
+    adapters_ = {p: v.value.dtype for p, v in params.items() if "_lora_" in p}
+    assert {p.rsplit("/", 1)[-1] for p in adapters_} == {
+        "w_q_lora_a",
+        "w_q_lora_b",
+        "w_v_lora_a",
+        "w_v_lora_b",
+        "w_lora_a",
+        "w_lora_b",
+    }
+    assert set(adapters_.values()) == {np.dtype(np.float32)}
+    assert {v.value.dtype for p, v in params.items() if p not in adapters_} == {
+        np.dtype(jnp.bfloat16)
+    }
+    moments = jax.tree_util.tree_leaves(state.opt_state)
+    adapter_size = sum(v.value.size for p, v in params.items() if p in adapters_)
+    assert sum(x.size for x in moments if x.ndim) == 2 * adapter_size  # Adam's mu and nu.

@@ -22,9 +22,10 @@ import ml_dtypes
 import numpy as np
 from absl import app, flags
 from etils import epath
+from flax import traverse_util
 from jax.sharding import SingleDeviceSharding
 
-from paxlite import adapters, checkpoint_sources, exits, job_config, storage
+from paxlite import adapters, checkpoint_sources, exits, inference, job_config, storage
 from paxlite.formats import hf_checkpoint, hf_models, peft_adapter
 from praxis_lite import config as config_lib
 from praxis_lite.layers import lora
@@ -84,6 +85,8 @@ def export(
         if settings is None:
             raise ExportError(f"{job} trained no LoRA adapters (LORA_RANK=0); drop --adapter.")
         return peft_adapter.save(out, params, family, _adapter_config(job, settings, family))
+    if _froze_parameters(job):  # Its checkpoints hold what it trained: the rest as it began.
+        params = _whole_params(job, step)
     if settings is not None:
         params = lora.merged(params, settings.scale)
     host = {path: value.astype(_DTYPES[dtype]) for path, value in params.items()}
@@ -118,6 +121,23 @@ def _adapter_config(
         base_model_name_or_path=knobs.get("HF_MODEL"),
         fan_in_fan_out=peft_adapter.fan_in_fan_out(family),
     )
+
+
+def _froze_parameters(job: epath.Path) -> bool:
+    """Whether the job's learner froze parameters (its checkpoints then leave them out)."""
+    learner = config_lib.from_json((job / "config.json").read_text())["task"].learner
+    return bool(learner.bprop_variable_inclusion or learner.bprop_variable_exclusion)
+
+
+def _whole_params(job: epath.Path, step: int | None) -> dict[str, np.ndarray]:
+    """Every parameter of the job's step as host arrays, its frozen ones read from where
+    the job started them (``paxlite.inference.from_pretrained`` of the job, on one device)."""
+    path = job if step is None else job / "checkpoints" / str(step)
+    model = inference.from_pretrained(
+        path, overrides=["ICI_MESH_SHAPE=1,1,1", "DCN_MESH_SHAPE=None"]
+    )
+    flat = traverse_util.flatten_dict(model.params, sep="/")
+    return {name: np.asarray(jax.device_get(value)) for name, value in flat.items()}
 
 
 def _host_params(job: epath.Path, step: int | None) -> dict[str, np.ndarray]:

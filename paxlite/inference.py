@@ -44,7 +44,15 @@ from etils import epath
 from flax import traverse_util
 from jax.sharding import NamedSharding, PartitionSpec
 
-from paxlite import adapters, checkpoint_sources, init_from, partitioning, storage
+from paxlite import (
+    adapters,
+    checkpoint_sources,
+    init_from,
+    job_config,
+    partitioning,
+    storage,
+    trainable,
+)
 from paxlite.formats import hf_checkpoint, hf_models, peft_adapter
 from paxlite.mesh import create_mesh, mesh_size
 from paxlite.overrides import resolve_experiment, resolve_experiment_class
@@ -369,18 +377,27 @@ def from_pretrained(
         raise PretrainedError(
             f"adapter= goes with a Hugging Face model directory; {path} is a {kind.name}."
         )
-    task_cfg = None
+    return _from_checkpoint(path, kind.name, exp, overrides, merge)
+
+
+def _from_checkpoint(
+    path: epath.Path, kind: str, exp: str | None, overrides: Sequence[str], merge: bool
+) -> PretrainedLm:
+    """A paxlite job's (its config.json's model; frozen weights from where the job started)
+    or a paxml checkpoint's (``exp``'s model) weights, on the experiment's mesh."""
+    task_cfg, paths = None, [path]
     if exp is None:
-        if kind.name not in _JOB_DIR_OF:
+        if kind not in _JOB_DIR_OF:
             raise PretrainedError(
-                f"{path} is a {kind.name}; name the experiment it was trained with: "
+                f"{path} is a {kind}; name the experiment it was trained with: "
                 "from_pretrained(path, exp='tasks.lm.params.lm_cloud.LmCloudSpmd2B')."
             )
-        job_dir = _JOB_DIR_OF[kind.name](path)
+        job_dir = _JOB_DIR_OF[kind](path)
         exp, mesh_knobs = _job_experiment(job_dir)
         given = {o.partition("=")[0].strip() for o in overrides}
         overrides = [*(k for k in mesh_knobs if k.partition("=")[0] not in given), *overrides]
         task_cfg = config_lib.from_json((job_dir / "config.json").read_text())["task"]
+        paths += _start_paths(job_dir, task_cfg)
     if task_cfg is None:
         experiment = resolve_experiment(exp, list(overrides), ("tasks",))
         task_cfg = experiment.task()
@@ -389,12 +406,24 @@ def from_pretrained(
     task = config_lib.instantiate(task_cfg)
     mesh, rules = _mesh_and_rules(experiment)
     layout = (getattr(experiment, "NUM_STAGES", 1), getattr(experiment, "CIRCULAR_REPEAT", 1))
-    params = _load_params(task.model, [path], layout, mesh, rules)
+    params = _load_params(task.model, paths, layout, mesh, rules, task.learner)
     model, settings = task.model, adapters.settings_in(task_cfg.model)
     if merge and settings is not None:
         model_cfg, params = adapters.merged(task_cfg.model, params, settings)
         model = config_lib.instantiate(model_cfg)
     return PretrainedLm(model, params, task.decoder_params(), mesh, rules)
+
+
+def _start_paths(job_dir: epath.Path, task_cfg: Any) -> list[epath.Path]:
+    """Where a job that froze parameters started them (its INIT_FROM, its loading rules'
+    checkpoints): its checkpoints hold only what it trained. None for other jobs."""
+    learner = task_cfg.learner
+    if not (learner.bprop_variable_inclusion or learner.bprop_variable_exclusion):
+        return []
+    init_from_path = job_config.read_knobs(job_dir).get("INIT_FROM")
+    rules = dict(task_cfg.train.init_from_checkpoint_rules or {})
+    starts = ([init_from_path] if init_from_path else []) + list(rules)
+    return [storage.job_path(p) for p in dict.fromkeys(starts)]
 
 
 def _placement_only(cls: type) -> Any:
@@ -513,10 +542,16 @@ _JOB_DIR_OF = {
 
 
 def _load_params(
-    model: Any, paths: list[epath.Path], layout: tuple[int, int], mesh: Any, rules: Any
+    model: Any,
+    paths: list[epath.Path],
+    layout: tuple[int, int],
+    mesh: Any,
+    rules: Any,
+    learner: Any = None,
 ) -> Any:
     """The model's parameters from ``paths`` (the first that has one wins), each read onto
-    its sharding; all must be there.
+    its sharding; all must be there. With ``learner``, the first is a job's checkpoint:
+    the parameters it froze come from the others.
 
     ``layout``: the pipeline's ``(stages, circular repeats)`` of a paxml checkpoint."""
     abstract, shardings = _abstract_params(model, mesh, rules)
@@ -527,6 +562,9 @@ def _load_params(
         sep="/",
     )
     load = {str(path): CheckpointLoadingRules() for path in paths}
+    if learner is not None:
+        frozen = trainable.frozen_rules([f"params/{p}" for p in run_params], learner)
+        load[str(paths[0])] = CheckpointLoadingRules(ignore_rules=frozen or None)
     with jax.set_mesh(mesh), init_from.opened(load, dict.fromkeys(load, layout)) as entries:
         params = init_from.read_params(entries, run_params)
         missing = init_from.fresh_params(entries, run_params)

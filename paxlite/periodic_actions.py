@@ -16,7 +16,15 @@ from typing import Any
 
 import jax
 
-from paxlite import checkpoints, decode_lib, eval_lib, input_positions, prefetch, summaries
+from paxlite import (
+    checkpoints,
+    decode_lib,
+    eval_lib,
+    input_positions,
+    prefetch,
+    summaries,
+    trainable,
+)
 from paxlite.step_cost import StepCost
 
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM: "stopped by the scheduler, resumable".
@@ -172,7 +180,7 @@ class Checkpointing:
             self._batches.save_position(
                 lambda inp, pending: input_positions.save(ckpt.directory, step, inp, pending)
             )
-        ckpt.save(step, ctx.state, self._batches.input_state())
+        ckpt.save(step, trainable.saved(ctx.state, self._task.learner), self._batches.input_state())
 
     def finish(self) -> None:
         """Waits until the last save is complete, then prunes the input positions of the

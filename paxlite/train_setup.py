@@ -124,25 +124,56 @@ def init_or_restore(
     latest = _latest_step(checkpointer, source)
     rules = {} if source is StateSource.FRESH else init_from.rules_of(job.task, _init_from(job))
     if latest is not None:
-        state, input_state = checkpointer.restore(latest, abstract)
-        replay = input_positions.restore(checkpointer.directory, latest, job.train_input)
-        if replay is None:  # No saved reader position: the input re-reads up to its state.
-            job.train_input.set_state(input_state)
-        how = "its saved batch count" if replay is None else "its saved reader position"
-        summaries.log(
-            f"Restored checkpoint at step {latest} from {checkpointer.directory} (input: {how})"
+        return _resumed(
+            job, checkpointer, latest, (abstract, shardings), rules, (init_key, key, sample)
         )
-        if rules:
-            summaries.log(
-                f"Not reading {', '.join(rules)}: this job resumes from its own checkpoint "
-                "(an initial checkpoint only starts a job that has none)."
-            )
-        return RunState(state, shardings, sample, key, latest, replay or [])
+    return RunState(
+        _starting_state(job, shardings, init_key, sample, rules), shardings, sample, key
+    )
+
+
+def _starting_state(
+    job: Job, shardings: Any, init_key: Any, sample: NestedMap, rules: dict[str, Any]
+) -> Any:
+    """The state of step 0: initialised from the seed, then what the loading rules load."""
     init_fn = trainer_lib.make_init_fn(job.task)
     state = init_with_shardings(init_fn, shardings, init_key, sample)
     if rules:
         state = init_from.initialise(state, rules, _layouts(job, rules))
-    return RunState(state, shardings, sample, key)
+    return state
+
+
+def _resumed(
+    job: Job,
+    checkpointer: checkpoints.Checkpointer,
+    latest: int,
+    abstract_and_shardings: tuple[Any, Any],
+    rules: dict[str, Any],
+    keys_and_sample: tuple[Any, Any, NestedMap],
+) -> RunState:
+    """The run resumed from its checkpoint ``latest``; frozen parameters (never saved) are
+    the starting state's again (the seed's and the loading rules')."""
+    (abstract, shardings), (init_key, key, sample) = abstract_and_shardings, keys_and_sample
+    learner = job.task.learner
+    state, input_state = checkpointer.restore(latest, trainable.saved(abstract, learner))
+    replay = input_positions.restore(checkpointer.directory, latest, job.train_input)
+    if replay is None:  # No saved reader position: the input re-reads up to its state.
+        job.train_input.set_state(input_state)
+    how = "its saved batch count" if replay is None else "its saved reader position"
+    summaries.log(
+        f"Restored checkpoint at step {latest} from {checkpointer.directory} (input: {how})"
+    )
+    if trainable.freezes(abstract.params, learner):
+        summaries.log("Frozen parameters (not in checkpoints) re-read as the run started them:")
+        start = _starting_state(job, shardings, init_key, sample, rules)
+        _, frozen = trainable.split(start.params, trainable.trainable_keys(start.params, learner))
+        state = state.replace(params=trainable.merge(state.params, frozen))
+    elif rules:
+        summaries.log(
+            f"Not reading {', '.join(rules)}: this job resumes from its own checkpoint "
+            "(an initial checkpoint only starts a job that has none)."
+        )
+    return RunState(state, shardings, sample, key, latest, replay or [])
 
 
 def _init_from(job: Job) -> str | None:
@@ -178,10 +209,14 @@ def restore_params(
     if path is None:
         path = str(_own_checkpoints(job, purpose))
     run_params = traverse_util.flatten_dict(abstract.params, sep="/")
-    rules = {path: CheckpointLoadingRules(step=step)}
+    frozen = trainable.frozen_rules([f"params/{p}" for p in run_params], job.task.learner)
+    rules = {path: CheckpointLoadingRules(step=step, ignore_rules=frozen or None)}
     with init_from.opened(rules, _layouts(job, rules)) as entries:
         params = init_from.read_params(entries, run_params)
+        if frozen:  # Not in the run's checkpoints: as the run started them.
+            params.update(_frozen_params(job, shardings, sample))
         missing = init_from.fresh_params(entries, run_params)
+        missing = [name for name in missing if name[len("params/") :] not in params]
         source = entries[0].source
         if missing:
             raise init_from.InitFromError(
@@ -199,6 +234,17 @@ def restore_params(
         first_nonfinite_step=None,
     )
     return RunState(state, shardings, sample, None, source.step)
+
+
+def _frozen_params(job: Job, shardings: Any, sample: NestedMap) -> dict[str, Any]:
+    """The frozen parameters as the run started them (``{path: array}``): checkpoints
+    do not hold them."""
+    summaries.log("Frozen parameters (not in checkpoints) read as the run started them:")
+    init_key, _ = jax.random.split(jax.random.key(job.experiment.SEED))
+    rules = init_from.rules_of(job.task, _init_from(job))
+    params = _starting_state(job, shardings, init_key, sample, rules).params
+    _, frozen = trainable.split(params, trainable.trainable_keys(params, job.task.learner))
+    return traverse_util.flatten_dict(frozen, sep="/")
 
 
 def _own_checkpoints(job: Job, purpose: str) -> Any:

@@ -5,7 +5,9 @@ variable names in the loading rules' form, ``params/<path>`` with ``/`` between 
 (``params/lm/transformer/x_layers_0/self_attention/w_q``; a scanned stack's
 ``params/lm/transformer/repeat/block/...``). With inclusion, only the matched parameters
 train; with exclusion, all but them. The others are frozen: no gradient is taken for them,
-they get no optimizer state, and the train step returns them untouched (bit for bit)::
+they get no optimizer state, the train step returns them untouched (bit for bit), and
+checkpoints leave them out (:func:`saved`: a LoRA run's checkpoints hold its adapters and
+their optimizer state; a run re-reads its frozen weights from where it started)::
 
     --fdl_set "task.learner.bprop_variable_exclusion=['.*/embedding/.*', '.*/softmax/.*']"
 
@@ -92,6 +94,17 @@ def _check_hits(field: str, pattern: str, hits: set[str], names: Sequence[str]) 
         )
 
 
+def frozen_rules(names: Sequence[str], learner: Any) -> list[str]:
+    """Loading-rule regexes (``ignore_rules``) naming exactly the frozen ones of ``names``
+    (``params/<path>``): a run's own checkpoints do not hold them. [] when none is frozen."""
+    inclusion = learner.bprop_variable_inclusion
+    exclusion = learner.bprop_variable_exclusion
+    if not patterns_of(inclusion) and not patterns_of(exclusion):
+        return []
+    frozen = set(names) - trainable_names(names, inclusion, exclusion)
+    return [re.escape(name) + "$" for name in sorted(frozen)]
+
+
 def trainable_keys(params: Any, learner: Any) -> frozenset[tuple[str, ...]] | None:
     """The key paths of ``params`` (the ``params`` collection) that train; None when all do."""
     inclusion = learner.bprop_variable_inclusion
@@ -113,6 +126,18 @@ def split(params: Any, keys: frozenset[tuple[str, ...]] | None) -> tuple[Any, An
     trainable = {k: v for k, v in flat.items() if k in keys}
     frozen = {k: v for k, v in flat.items() if k not in keys}
     return traverse_util.unflatten_dict(trainable), traverse_util.unflatten_dict(frozen)
+
+
+def saved(state: Any, learner: Any) -> Any:
+    """The part of a TrainState a checkpoint holds: every field, the params only the
+    trained ones (the frozen ones are the run's starting values: re-read, never saved)."""
+    trained, _ = split(state.params, trainable_keys(state.params, learner))
+    return state.replace(params=trained)
+
+
+def freezes(params: Any, learner: Any) -> bool:
+    """Whether the learner leaves some of ``params`` frozen."""
+    return trainable_keys(params, learner) is not None
 
 
 def merge(trainable: Any, frozen: Any) -> Any:

@@ -16,7 +16,16 @@ import numpy as np
 import pytest
 from flax import traverse_util
 
-from paxlite import adapters, base_experiment, experiment_registry, export, job_config, train
+from paxlite import (
+    adapters,
+    base_experiment,
+    checkpoint_sources,
+    experiment_registry,
+    export,
+    job_config,
+    train,
+    train_setup,
+)
 from paxlite.base_experiment import KnobError
 from paxlite.inference import from_pretrained
 from paxlite.job import build_job
@@ -132,6 +141,23 @@ def test_lora_trains_only_the_adapters_and_exports_what_loads_back(tmp_path):
     for path, value in base.items():
         np.testing.assert_array_equal(trained[path], value, err_msg=path)  # Bit for bit.
     assert all(np.abs(v).max() > 0 for p, v in trained.items() if p.endswith("_lora_b"))
+    source = checkpoint_sources.open_source(job)  # Small: the adapters (and their moments).
+    assert {n.rsplit("/", 1)[-1] for n in source.variables()} == {
+        "w_q_lora_a",
+        "w_q_lora_b",
+        "w_v_lora_a",
+        "w_v_lora_b",
+    }
+    source.close()
+    again = _train(exp, job).state  # Resumed at its last step: the frozen base re-read.
+    devices = jax.devices()[:8]
+    with train_setup.restored(
+        build_job(exp, exp.task(), exp.datasets(), job, devices), "eval"
+    ) as run:
+        evaluated = run.state.params  # What --mode=eval and --mode=decode read.
+    for params in (again.params, evaluated):
+        for path, value in traverse_util.flatten_dict(jax.device_get(params), sep="/").items():
+            np.testing.assert_array_equal(value, trained[path], err_msg=path)
 
     ids = np.load(_HF / "llama3" / "outputs.npz")["ids"]
     ours = from_pretrained(job).logits(ids)  # Unmerged: the adapters in each projection.

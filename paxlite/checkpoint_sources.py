@@ -161,6 +161,21 @@ def sharded_array(target: Any, read: Callable[[tuple[slice, ...]], np.ndarray]) 
     return jax.make_array_from_callback(target.shape, target.sharding, slice_of)
 
 
+#: A paxlite kind's path -> its job dir (where config.txt and config.json are).
+_JOB_DIR_OF = {
+    "paxlite job": lambda p: p,
+    "paxlite checkpoints dir": lambda p: p.parent,
+    "paxlite step": lambda p: p.parent.parent,
+}
+
+
+def job_dir_of(path: epath.PathLike) -> epath.Path | None:
+    """The paxlite job directory a checkpoint path belongs to; None for other kinds."""
+    path = storage.job_path(path)
+    kind = identify(path).name
+    return _JOB_DIR_OF[kind](path) if kind in _JOB_DIR_OF else None
+
+
 def open_source(
     path: epath.PathLike,
     step: int | None = None,

@@ -387,17 +387,18 @@ def _from_checkpoint(
     or a paxml checkpoint's (``exp``'s model) weights, on the experiment's mesh."""
     task_cfg, paths = None, [path]
     if exp is None:
-        if kind not in _JOB_DIR_OF:
+        job_dir = checkpoint_sources.job_dir_of(path)
+        if job_dir is None:
             raise PretrainedError(
                 f"{path} is a {kind}; name the experiment it was trained with: "
                 "from_pretrained(path, exp='tasks.lm.params.lm_cloud.LmCloudSpmd2B')."
             )
-        job_dir = _JOB_DIR_OF[kind](path)
         exp, mesh_knobs = _job_experiment(job_dir)
         given = {o.partition("=")[0].strip() for o in overrides}
         overrides = [*(k for k in mesh_knobs if k.partition("=")[0] not in given), *overrides]
         task_cfg = config_lib.from_json((job_dir / "config.json").read_text())["task"]
-        paths += _start_paths(job_dir, task_cfg)
+        start = job_config.frozen_start(job_dir)
+        paths += [storage.job_path(p) for p in (start.paths if start else ())]
     if task_cfg is None:
         experiment = resolve_experiment(exp, list(overrides), ("tasks",))
         task_cfg = experiment.task()
@@ -412,18 +413,6 @@ def _from_checkpoint(
         model_cfg, params = adapters.merged(task_cfg.model, params, settings)
         model = config_lib.instantiate(model_cfg)
     return PretrainedLm(model, params, task.decoder_params(), mesh, rules)
-
-
-def _start_paths(job_dir: epath.Path, task_cfg: Any) -> list[epath.Path]:
-    """Where a job that froze parameters started them (its INIT_FROM, its loading rules'
-    checkpoints): its checkpoints hold only what it trained. None for other jobs."""
-    learner = task_cfg.learner
-    if not (learner.bprop_variable_inclusion or learner.bprop_variable_exclusion):
-        return []
-    init_from_path = job_config.read_knobs(job_dir).get("INIT_FROM")
-    rules = dict(task_cfg.train.init_from_checkpoint_rules or {})
-    starts = ([init_from_path] if init_from_path else []) + list(rules)
-    return [storage.job_path(p) for p in dict.fromkeys(starts)]
 
 
 def _placement_only(cls: type) -> Any:
@@ -531,14 +520,6 @@ def _hf_generation(
         eos_token_id=eos,
         pad_token_id=int(pad),
     )
-
-
-#: A paxlite kind's path -> its job dir (where config.txt and config.json are).
-_JOB_DIR_OF = {
-    "paxlite job": lambda p: p,
-    "paxlite checkpoints dir": lambda p: p.parent,
-    "paxlite step": lambda p: p.parent.parent,
-}
 
 
 def _load_params(

@@ -25,7 +25,7 @@ import jax
 import numpy as np
 from flax import traverse_util
 
-from paxlite import checkpoint_sources, checkpoints, summaries
+from paxlite import checkpoint_sources, checkpoints, job_config, summaries
 from paxlite.checkpoints import CheckpointMismatchError
 from paxlite.formats import hf_checkpoint, pax_checkpoint, pax_layout, peft_adapter
 from paxlite.tasks_lib import CheckpointLoadingRules
@@ -72,7 +72,25 @@ def rules_of(task: Any, init_from: str | None) -> dict[str, CheckpointLoadingRul
             "INIT_FROM (--init_from) and task.train.init_from_checkpoint_rules are both set; "
             "give one (add INIT_FROM's path to the rules, with LOAD_ALL, to use both)."
         )
-    return {init_from: CheckpointLoadingRules()} if init_from else rules
+    return _init_from_rules(init_from) if init_from else rules
+
+
+def _init_from_rules(init_from: str) -> dict[str, CheckpointLoadingRules]:
+    """INIT_FROM's rules: every parameter from it; from a paxlite job that froze some (its
+    checkpoints hold what it trained), what it trained from it, the rest where it began."""
+    job_dir = checkpoint_sources.job_dir_of(init_from)
+    start = job_config.frozen_start(job_dir) if job_dir is not None else None
+    if start is None:
+        return {init_from: CheckpointLoadingRules()}
+    trained = (
+        CheckpointLoadingRules(load_rules=[(f"({p})", "{}") for p in start.inclusion])
+        if start.inclusion
+        else CheckpointLoadingRules(ignore_rules=list(start.exclusion))
+    )
+    rules = {init_from: trained}
+    for path in start.paths:
+        rules.setdefault(path, CheckpointLoadingRules())
+    return rules
 
 
 def initialise(

@@ -3,6 +3,7 @@
 from __future__ import annotations
 
 import ast
+import dataclasses
 import os
 import pathlib
 import re
@@ -13,7 +14,7 @@ from typing import Any
 from etils import epath
 from fiddle import printing
 
-from paxlite import base_experiment, storage
+from paxlite import base_experiment, storage, trainable
 from paxlite.flags import UsageError
 from praxis_lite import config as config_lib
 
@@ -75,6 +76,35 @@ def read_knobs(job_log_dir: epath.Path) -> dict[str, Any]:
         except (ValueError, SyntaxError):
             knobs[name] = text
     return knobs
+
+
+@dataclasses.dataclass(frozen=True)
+class FrozenStart:
+    """How a job that froze parameters holds them: its learner's regexes (praxis's
+    ``bprop_variable_inclusion`` / ``_exclusion``) and where it started the frozen ones
+    (its INIT_FROM, then its loading rules' checkpoints): its checkpoints hold only what it
+    trained."""
+
+    inclusion: tuple[str, ...]
+    exclusion: tuple[str, ...]
+    paths: tuple[str, ...]
+
+
+def frozen_start(job_log_dir: epath.Path) -> FrozenStart | None:
+    """The job's :class:`FrozenStart` from its config files; None for a job that froze
+    nothing (or has no config.json)."""
+    path = epath.Path(job_log_dir) / "config.json"
+    if not path.is_file():
+        return None
+    task = config_lib.from_json(path.read_text())["task"]
+    inclusion = trainable.patterns_of(task.learner.bprop_variable_inclusion)
+    exclusion = trainable.patterns_of(task.learner.bprop_variable_exclusion)
+    if not inclusion and not exclusion:
+        return None
+    init_from = read_knobs(job_log_dir).get("INIT_FROM")
+    rules = dict(task.train.init_from_checkpoint_rules or {})
+    paths = tuple(dict.fromkeys(([init_from] if init_from else []) + list(rules)))
+    return FrozenStart(inclusion, exclusion, paths)
 
 
 def _flattened(cfg: Any) -> str:

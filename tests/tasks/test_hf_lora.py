@@ -172,6 +172,10 @@ def test_lora_trains_only_the_adapters_and_exports_what_loads_back(tmp_path):
     _close(from_pretrained(tmp_path / "adapter").logits(ids), ours)  # Its base: local.
     export.export(job, tmp_path / "merged")
     _close(from_pretrained(tmp_path / "merged").logits(ids), ours)
+    # Another run starting from this one: its adapters from the job, the base from HF_MODEL.
+    more = _experiment("llama3", 8, HF_MODEL=str(_HF / "llama3"), **knobs, INIT_FROM=str(job))
+    first = _train(more, tmp_path / "more").history[0][1]["loss"]
+    np.testing.assert_allclose(first, _loss(ours, ids), rtol=1e-5)
 
 
 @pytest.mark.parametrize(

@@ -20,12 +20,12 @@ from collections.abc import Sequence
 import jax
 import ml_dtypes
 import numpy as np
-from absl import app, flags
+from absl import app, flags, logging
 from etils import epath
 from flax import traverse_util
 from jax.sharding import SingleDeviceSharding
 
-from paxlite import adapters, checkpoint_sources, exits, inference, job_config, storage
+from paxlite import adapters, checkpoint_sources, exits, job_record, storage
 from paxlite.formats import hf_checkpoint, hf_models, peft_adapter
 from praxis_lite import config as config_lib
 from praxis_lite.layers import lora
@@ -39,14 +39,25 @@ _DTYPES = {
 }
 
 
+#: The command line's own flags: paxlite.inference (read for frozen weights) brings the
+#: trainer's absl flags, some of the same names, into absl's global FLAGS.
+_FLAGS = flags.FlagValues()
+
+
 def _define_flags() -> None:
-    """The command line's flags (defined by :func:`run` only: importing this module for
-    :func:`export` leaves absl's flags to paxlite.main's)."""
-    flags.DEFINE_string("job_log_dir", None, "The job directory to export.")
-    flags.DEFINE_string("out", None, "The Hugging Face directory to write.")
-    flags.DEFINE_integer("step", None, "The checkpoint step to export (default: newest).")
-    flags.DEFINE_enum("dtype", "float32", list(_DTYPES), "The weights' dtype.")
-    flags.DEFINE_bool("adapter", False, "Write the LoRA adapters as a PEFT adapter directory.")
+    """The command line's flags (defined by :func:`run` only)."""
+    flags.DEFINE_string("job_log_dir", None, "The job directory to export.", flag_values=_FLAGS)
+    flags.DEFINE_string("out", None, "The Hugging Face directory to write.", flag_values=_FLAGS)
+    flags.DEFINE_integer(
+        "step", None, "The checkpoint step to export (default: newest).", flag_values=_FLAGS
+    )
+    flags.DEFINE_enum("dtype", "float32", list(_DTYPES), "The weights' dtype.", flag_values=_FLAGS)
+    flags.DEFINE_bool(
+        "adapter",
+        False,
+        "Write the LoRA adapters as a PEFT adapter directory.",
+        flag_values=_FLAGS,
+    )
 
 
 class ExportError(ValueError):
@@ -107,7 +118,7 @@ def _adapter_config(
     job: epath.Path, settings: lora.LoraSettings, family: hf_models.Family
 ) -> peft_adapter.AdapterConfig:
     """PEFT's config of the run's adapters: its LoRA knobs, its HF_MODEL as the base."""
-    knobs = job_config.read_knobs(job)
+    knobs = job_record.read_knobs(job)
     modules = [m.strip() for m in str(knobs.get("LORA_TARGET_MODULES") or "").split(",")]
     modules = [m for m in modules if m] or list(peft_adapter.default_modules(family))
     if modules == [peft_adapter.ALL_LINEAR]:
@@ -132,6 +143,9 @@ def _froze_parameters(job: epath.Path) -> bool:
 def _whole_params(job: epath.Path, step: int | None) -> dict[str, np.ndarray]:
     """Every parameter of the job's step as host arrays, its frozen ones read from where
     the job started them (``paxlite.inference.from_pretrained`` of the job, on one device)."""
+    # Imported here: inference brings paxlite.main's absl flags, which share names with ours.
+    from paxlite import inference
+
     path = job if step is None else job / "checkpoints" / str(step)
     model = inference.from_pretrained(
         path, overrides=["ICI_MESH_SHAPE=1,1,1", "DCN_MESH_SHAPE=None"]
@@ -161,7 +175,7 @@ def _host_params(job: epath.Path, step: int | None) -> dict[str, np.ndarray]:
 def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         exits.fail(f"unexpected arguments {' '.join(argv[1:])}; see paxlite-export --help.")
-    given = flags.FLAGS
+    given = _FLAGS
     if not given.job_log_dir or not given.out:
         exits.fail("paxlite-export needs --job_log_dir=DIR (the fine-tuned run) and --out=DIR.")
     out = given.out
@@ -172,7 +186,22 @@ def main(argv: Sequence[str]) -> None:
     print(f"Wrote {out}: {', '.join(files)}")
 
 
+def _parse(argv: list[str]) -> list[str]:
+    """``argv`` parsed into :data:`_FLAGS`: the rest of it, or a one-line error (``--help``:
+    the flags)."""
+    if any(arg in ("--help", "-h", "--helpfull") for arg in argv[1:]):
+        print(f"paxlite-export: a fine-tuned run as a Hugging Face model.\n\n{_FLAGS}")
+        sys.exit(0)
+    try:
+        rest = _FLAGS(argv)
+    except flags.Error as e:
+        exits.fail(f"{e}; see paxlite-export --help.")
+    flags.FLAGS.mark_as_parsed()  # absl's own (logging's) flags keep their defaults,
+    logging.set_verbosity(logging.WARNING)  # and libraries stay quiet, as in paxlite's runs.
+    return rest
+
+
 def run() -> None:
     """Console-script entry point."""
     _define_flags()
-    app.run(main, argv=sys.argv)
+    app.run(main, argv=sys.argv, flags_parser=_parse)

@@ -48,7 +48,7 @@ from paxlite import (
     adapters,
     checkpoint_sources,
     init_from,
-    job_config,
+    job_record,
     partitioning,
     storage,
     trainable,
@@ -397,7 +397,7 @@ def _from_checkpoint(
         given = {o.partition("=")[0].strip() for o in overrides}
         overrides = [*(k for k in mesh_knobs if k.partition("=")[0] not in given), *overrides]
         task_cfg = config_lib.from_json((job_dir / "config.json").read_text())["task"]
-        start = job_config.frozen_start(job_dir)
+        start = job_record.frozen_start(job_dir)
         paths += [storage.job_path(p) for p in (start.paths if start else ())]
     if task_cfg is None:
         experiment = resolve_experiment(exp, list(overrides), ("tasks",))

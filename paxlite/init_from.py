@@ -25,7 +25,7 @@ import jax
 import numpy as np
 from flax import traverse_util
 
-from paxlite import checkpoint_sources, checkpoints, job_config, summaries
+from paxlite import checkpoint_sources, checkpoints, job_record, summaries
 from paxlite.checkpoints import CheckpointMismatchError
 from paxlite.formats import hf_checkpoint, pax_checkpoint, pax_layout, peft_adapter
 from paxlite.tasks_lib import CheckpointLoadingRules
@@ -79,7 +79,7 @@ def _init_from_rules(init_from: str) -> dict[str, CheckpointLoadingRules]:
     """INIT_FROM's rules: every parameter from it; from a paxlite job that froze some (its
     checkpoints hold what it trained), what it trained from it, the rest where it began."""
     job_dir = checkpoint_sources.job_dir_of(init_from)
-    start = job_config.frozen_start(job_dir) if job_dir is not None else None
+    start = job_record.frozen_start(job_dir) if job_dir is not None else None
     if start is None:
         return {init_from: CheckpointLoadingRules()}
     trained = (

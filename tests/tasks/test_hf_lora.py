@@ -7,8 +7,11 @@ read back against the job they came from.
 """
 
 import json
+import os
 import pathlib
 import re
+import subprocess
+import sys
 
 import jax
 import jax.numpy as jnp
@@ -241,3 +244,20 @@ def test_a_bfloat16_base_with_float32_adapters_and_their_optimizer_state_only():
     moments = jax.tree_util.tree_leaves(state.opt_state)
     adapter_size = sum(v.value.size for p, v in params.items() if p in adapters_)
     assert sum(x.size for x in moments if x.ndim) == 2 * adapter_size  # Adam's mu and nu.
+
+
+def test_export_command_line_flags_live_beside_the_trainers():
+    """paxlite-export reads frozen weights through paxlite.inference, which brings the
+    trainer's absl flags (--job_log_dir too): the two sets must not collide."""
+    code = (
+        "from paxlite import export; export._define_flags(); import paxlite.inference; "
+        "print(export._parse(['paxlite-export', '--job_log_dir=a', '--out=b', '--adapter']))"
+    )
+    proc = subprocess.run(
+        [sys.executable, "-c", code],
+        capture_output=True,
+        text=True,
+        env={**os.environ, "JAX_PLATFORMS": "cpu"},
+    )
+    assert proc.returncode == 0, proc.stderr[-2000:]
+    assert proc.stdout.strip() == "['paxlite-export']"

@@ -170,9 +170,13 @@ _JOB_DIR_OF = {
 
 
 def job_dir_of(path: epath.PathLike) -> epath.Path | None:
-    """The paxlite job directory a checkpoint path belongs to; None for other kinds."""
+    """The paxlite job directory a checkpoint path belongs to; None for other kinds (and
+    for a path that holds no checkpoint)."""
     path = storage.job_path(path)
-    kind = identify(path).name
+    try:
+        kind = identify(path).name
+    except CheckpointSourceError:
+        return None
     return _JOB_DIR_OF[kind](path) if kind in _JOB_DIR_OF else None
 
 

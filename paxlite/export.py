@@ -142,7 +142,8 @@ def _froze_parameters(job: epath.Path) -> bool:
 
 def _whole_params(job: epath.Path, step: int | None) -> dict[str, np.ndarray]:
     """Every parameter of the job's step as host arrays, its frozen ones read from where
-    the job started them (``paxlite.inference.from_pretrained`` of the job, on one device)."""
+    the job started them (``paxlite.inference.from_pretrained`` of the job, on one device:
+    the command line runs on the CPU)."""
     # Imported here: inference brings paxlite.main's absl flags, which share names with ours.
     from paxlite import inference
 
@@ -202,6 +203,8 @@ def _parse(argv: list[str]) -> list[str]:
 
 
 def run() -> None:
-    """Console-script entry point."""
+    """Console-script entry point: on the host's CPU (an export only moves weights; a job's
+    frozen weights are read onto one CPU device, never onto an accelerator's memory)."""
+    jax.config.update("jax_platforms", "cpu")
     _define_flags()
     app.run(main, argv=sys.argv, flags_parser=_parse)

@@ -385,7 +385,7 @@ def _from_checkpoint(
 ) -> PretrainedLm:
     """A paxlite job's (its config.json's model; frozen weights from where the job started)
     or a paxml checkpoint's (``exp``'s model) weights, on the experiment's mesh."""
-    task_cfg, paths = None, [path]
+    task_cfg, sources = None, {str(path): CheckpointLoadingRules()}
     if exp is None:
         job_dir = checkpoint_sources.job_dir_of(path)
         if job_dir is None:
@@ -397,8 +397,10 @@ def _from_checkpoint(
         given = {o.partition("=")[0].strip() for o in overrides}
         overrides = [*(k for k in mesh_knobs if k.partition("=")[0] not in given), *overrides]
         task_cfg = config_lib.from_json((job_dir / "config.json").read_text())["task"]
-        start = job_record.frozen_start(job_dir)
-        paths += [storage.job_path(p) for p in (start.paths if start else ())]
+        start = job_record.frozen_start(job_dir)  # Frozen weights: where the job began.
+        sources.update(
+            {p: r for p, r in (start.rules if start else {}).items() if p not in sources}
+        )
     if task_cfg is None:
         experiment = resolve_experiment(exp, list(overrides), ("tasks",))
         task_cfg = experiment.task()
@@ -407,7 +409,7 @@ def _from_checkpoint(
     task = config_lib.instantiate(task_cfg)
     mesh, rules = _mesh_and_rules(experiment)
     layout = (getattr(experiment, "NUM_STAGES", 1), getattr(experiment, "CIRCULAR_REPEAT", 1))
-    params = _load_params(task.model, paths, layout, mesh, rules, task.learner)
+    params = _load_params(task.model, sources, layout, mesh, rules, task.learner)
     model, settings = task.model, adapters.settings_in(task_cfg.model)
     if merge and settings is not None:
         model_cfg, params = adapters.merged(task_cfg.model, params, settings)
@@ -449,7 +451,8 @@ def _from_hf(path: epath.Path, dtype: Any, adapter: epath.Path | None, merge: bo
     devices = jax.devices()
     mesh = create_mesh((1, len(devices), 1), None, ("replica", "data", "mdl"), devices)
     rules = filter_rules_for_mesh(FSDP_RULES, mesh)
-    params = _load_params(model, [p for p in (adapter, path) if p is not None], (1, 1), mesh, rules)
+    sources = {str(p): CheckpointLoadingRules() for p in (adapter, path) if p is not None}
+    params = _load_params(model, sources, (1, 1), mesh, rules)
     _check_all_used(path, params)
     if adapter is not None:
         adapters.check_all_used(adapter, family.table, params)
@@ -524,15 +527,15 @@ def _hf_generation(
 
 def _load_params(
     model: Any,
-    paths: list[epath.Path],
+    sources: dict[str, CheckpointLoadingRules],
     layout: tuple[int, int],
     mesh: Any,
     rules: Any,
     learner: Any = None,
 ) -> Any:
-    """The model's parameters from ``paths`` (the first that has one wins), each read onto
-    its sharding; all must be there. With ``learner``, the first is a job's checkpoint:
-    the parameters it froze come from the others.
+    """The model's parameters from ``sources`` (path -> loading rules; the first that
+    loads one wins), each read onto its sharding; all must be there. With ``learner``, the
+    first is a job's checkpoint: the parameters it froze come from the others.
 
     ``layout``: the pipeline's ``(stages, circular repeats)`` of a paxml checkpoint."""
     abstract, shardings = _abstract_params(model, mesh, rules)
@@ -542,17 +545,17 @@ def _load_params(
         ),
         sep="/",
     )
-    load = {str(path): CheckpointLoadingRules() for path in paths}
+    load = dict(sources)
     if learner is not None:
         frozen = trainable.frozen_rules([f"params/{p}" for p in run_params], learner)
-        load[str(paths[0])] = CheckpointLoadingRules(ignore_rules=frozen or None)
+        load[next(iter(load))] = CheckpointLoadingRules(ignore_rules=frozen or None)
     with jax.set_mesh(mesh), init_from.opened(load, dict.fromkeys(load, layout)) as entries:
         params = init_from.read_params(entries, run_params)
         missing = init_from.fresh_params(entries, run_params)
     if missing:
         raise init_from.InitFromError(
-            f"{paths[-1]} holds another model's weights: it lacks {len(missing)} of this model's "
-            f"parameters ({', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''})."
+            f"{list(sources)[-1]} holds another model's weights: it lacks {len(missing)} of this "
+            f"model's parameters ({', '.join(missing[:8])}{' ...' if len(missing) > 8 else ''})."
         )
     return traverse_util.unflatten_dict(params, sep="/")
 

@@ -77,20 +77,12 @@ def rules_of(task: Any, init_from: str | None) -> dict[str, CheckpointLoadingRul
 
 def _init_from_rules(init_from: str) -> dict[str, CheckpointLoadingRules]:
     """INIT_FROM's rules: every parameter from it; from a paxlite job that froze some (its
-    checkpoints hold what it trained), what it trained from it, the rest where it began."""
+    checkpoints hold what it trained), what it trained from it, the rest as it began."""
     job_dir = checkpoint_sources.job_dir_of(init_from)
     start = job_record.frozen_start(job_dir) if job_dir is not None else None
     if start is None:
         return {init_from: CheckpointLoadingRules()}
-    trained = (
-        CheckpointLoadingRules(load_rules=[(f"({p})", "{}") for p in start.inclusion])
-        if start.inclusion
-        else CheckpointLoadingRules(ignore_rules=list(start.exclusion))
-    )
-    rules = {init_from: trained}
-    for path in start.paths:
-        rules.setdefault(path, CheckpointLoadingRules())
-    return rules
+    return {init_from: start.trained_rules(), **start.rules}
 
 
 def initialise(
@@ -145,8 +137,9 @@ def read_params(entries: list[Entry], run_params: Mapping[str, Any]) -> dict[str
     """
     _check(entries, run_params)
     loaded: dict[str, Any] = {}
-    for entry in entries:
-        loaded.update(entry.source.read(entry.assigned, run_params))
+    for entry in entries:  # The first entry to load a leaf wins (sources name leaves apart).
+        for path, value in entry.source.read(entry.assigned, run_params).items():
+            loaded.setdefault(path, value)
     return loaded
 
 

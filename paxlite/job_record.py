@@ -1,5 +1,6 @@
 """What a job directory records about its run, read back without the trainer's flags:
-its knobs (config.txt) and how it froze parameters (config.json, ``paxlite.trainable``).
+its knobs (config.txt) and, for a run that froze parameters (``paxlite.trainable``), the
+loading rules its frozen parameters came from (frozen_start.json).
 
 ``paxlite.job_config`` writes these files; readers (``paxlite.export``,
 ``paxlite.inference``, ``paxlite.init_from``) come here.
@@ -9,12 +10,14 @@ from __future__ import annotations
 
 import ast
 import dataclasses
+import json
+from collections.abc import Mapping
 from typing import Any
 
 from etils import epath
 
 from paxlite import trainable
-from praxis_lite import config as config_lib
+from paxlite.tasks_lib import CheckpointLoadingRules
 
 
 def read_knobs(job_log_dir: epath.Path) -> dict[str, Any]:
@@ -36,30 +39,67 @@ def read_knobs(job_log_dir: epath.Path) -> dict[str, Any]:
     return knobs
 
 
+#: Where a run that froze parameters records how it started them (written at step 0).
+FROZEN_START_FILE = "frozen_start.json"
+
+
 @dataclasses.dataclass(frozen=True)
 class FrozenStart:
     """How a job that froze parameters holds them: its learner's regexes (praxis's
-    ``bprop_variable_inclusion`` / ``_exclusion``) and where it started the frozen ones
-    (its INIT_FROM, then its loading rules' checkpoints): its checkpoints hold only what it
-    trained."""
+    ``bprop_variable_inclusion`` / ``_exclusion``) and the loading rules it started from
+    (the frozen parameters' values: its checkpoints hold only what it trained; none for
+    parameters it initialised from its seed).
+
+    Attributes:
+      inclusion, exclusion: the learner's regexes (one of the two is empty).
+      rules: ``{path: CheckpointLoadingRules}`` as the run resolved them at step 0.
+    """
 
     inclusion: tuple[str, ...]
     exclusion: tuple[str, ...]
-    paths: tuple[str, ...]
+    rules: dict[str, CheckpointLoadingRules]
+
+    def trained_rules(self) -> CheckpointLoadingRules:
+        """Rules that load from this job's checkpoints exactly what it trained."""
+        if self.inclusion:  # The whole name: the regexes need only match its start.
+            return CheckpointLoadingRules(
+                load_rules=[(f"((?:{p}).*)", "{}") for p in self.inclusion]
+            )
+        return CheckpointLoadingRules(ignore_rules=list(self.exclusion))
+
+
+def write_frozen_start(
+    job_log_dir: epath.Path, learner: Any, rules: Mapping[str, CheckpointLoadingRules]
+) -> None:
+    """Records :class:`FrozenStart` in the job directory (call once, at step 0, process 0)."""
+    fields = {
+        "inclusion": list(trainable.patterns_of(learner.bprop_variable_inclusion)),
+        "exclusion": list(trainable.patterns_of(learner.bprop_variable_exclusion)),
+        "rules": {
+            path: {
+                "step": rule.step,
+                "load_rules": [list(r) for r in rule.load_rules],
+                "ignore_rules": list(rule.ignore_rules) if rule.ignore_rules else None,
+            }
+            for path, rule in rules.items()
+        },
+    }
+    path = epath.Path(job_log_dir) / FROZEN_START_FILE
+    path.write_text(json.dumps(fields, indent=2) + "\n")
 
 
 def frozen_start(job_log_dir: epath.Path) -> FrozenStart | None:
-    """The job's :class:`FrozenStart` from its config files; None for a job that froze
-    nothing (or has no config.json)."""
-    path = epath.Path(job_log_dir) / "config.json"
+    """The job's recorded :class:`FrozenStart`; None for a job that froze nothing."""
+    path = epath.Path(job_log_dir) / FROZEN_START_FILE
     if not path.is_file():
         return None
-    task = config_lib.from_json(path.read_text())["task"]
-    inclusion = trainable.patterns_of(task.learner.bprop_variable_inclusion)
-    exclusion = trainable.patterns_of(task.learner.bprop_variable_exclusion)
-    if not inclusion and not exclusion:
-        return None
-    init_from = read_knobs(job_log_dir).get("INIT_FROM")
-    rules = dict(task.train.init_from_checkpoint_rules or {})
-    paths = tuple(dict.fromkeys(([init_from] if init_from else []) + list(rules)))
-    return FrozenStart(inclusion, exclusion, paths)
+    fields = json.loads(path.read_text())
+    rules = {
+        source: CheckpointLoadingRules(
+            step=rule["step"],
+            load_rules=[tuple(r) for r in rule["load_rules"]],
+            ignore_rules=rule["ignore_rules"],
+        )
+        for source, rule in fields["rules"].items()
+    }
+    return FrozenStart(tuple(fields["inclusion"]), tuple(fields["exclusion"]), rules)

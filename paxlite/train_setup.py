@@ -19,9 +19,11 @@ from flax import traverse_util
 from jax.sharding import NamedSharding, PartitionSpec
 
 from paxlite import (
+    checkpoint_sources,
     checkpoints,
     init_from,
     input_positions,
+    job_record,
     partitioning,
     summaries,
     trainable,
@@ -127,9 +129,11 @@ def init_or_restore(
         return _resumed(
             job, checkpointer, latest, (abstract, shardings), rules, (init_key, key, sample)
         )
-    return RunState(
-        _starting_state(job, shardings, init_key, sample, rules), shardings, sample, key
-    )
+    state = _starting_state(job, shardings, init_key, sample, rules)
+    if source is StateSource.LATEST_OR_FRESH and trainable.freezes(state.params, job.task.learner):
+        if jax.process_index() == 0:  # Where its frozen parameters come from, for good.
+            job_record.write_frozen_start(job.job_log_dir, job.task.learner, rules)
+    return RunState(state, shardings, sample, key)
 
 
 def _starting_state(
@@ -165,7 +169,7 @@ def _resumed(
     )
     if trainable.freezes(abstract.params, learner):
         summaries.log("Frozen parameters (not in checkpoints) re-read as the run started them:")
-        start = _starting_state(job, shardings, init_key, sample, rules)
+        start = _starting_state(job, shardings, init_key, sample, _frozen_rules(job, rules))
         _, frozen = trainable.split(start.params, trainable.trainable_keys(start.params, learner))
         state = state.replace(params=trainable.merge(state.params, frozen))
     elif rules:
@@ -214,7 +218,7 @@ def restore_params(
     with init_from.opened(rules, _layouts(job, rules)) as entries:
         params = init_from.read_params(entries, run_params)
         if frozen:  # Not in the run's checkpoints: as the run started them.
-            params.update(_frozen_params(job, shardings, sample))
+            params.update(_frozen_params(job, shardings, sample, path))
         missing = init_from.fresh_params(entries, run_params)
         missing = [name for name in missing if name[len("params/") :] not in params]
         source = entries[0].source
@@ -236,12 +240,23 @@ def restore_params(
     return RunState(state, shardings, sample, None, source.step)
 
 
-def _frozen_params(job: Job, shardings: Any, sample: NestedMap) -> dict[str, Any]:
-    """The frozen parameters as the run started them (``{path: array}``): checkpoints
-    do not hold them."""
+def _frozen_rules(job: Job, rules: dict[str, Any], checkpoint: str | None = None) -> dict[str, Any]:
+    """The loading rules the frozen parameters came from: as recorded by the job that
+    wrote ``checkpoint`` (default: this job) when it started, else this run's ``rules``."""
+    job_dir = checkpoint_sources.job_dir_of(checkpoint) if checkpoint else job.job_log_dir
+    start = job_record.frozen_start(job_dir) if job_dir is not None else None
+    if start is None:
+        summaries.log(f"No {job_record.FROZEN_START_FILE} in {job_dir}: this run's rules.")
+        return rules
+    return start.rules
+
+
+def _frozen_params(job: Job, shardings: Any, sample: NestedMap, checkpoint: str) -> dict[str, Any]:
+    """The frozen parameters as the job that wrote ``checkpoint`` started them (``{path:
+    array}``): checkpoints do not hold them."""
     summaries.log("Frozen parameters (not in checkpoints) read as the run started them:")
     init_key, _ = jax.random.split(jax.random.key(job.experiment.SEED))
-    rules = init_from.rules_of(job.task, _init_from(job))
+    rules = _frozen_rules(job, init_from.rules_of(job.task, _init_from(job)), checkpoint)
     params = _starting_state(job, shardings, init_key, sample, rules).params
     _, frozen = trainable.split(params, trainable.trainable_keys(params, job.task.learner))
     return traverse_util.flatten_dict(frozen, sep="/")

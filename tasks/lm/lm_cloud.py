@@ -163,6 +163,11 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, Lor
                 f"{name}: COMBINE_QKV needs NUM_KV_HEADS equal to NUM_HEADS (or None), got "
                 f"NUM_KV_HEADS={self.NUM_KV_HEADS}; set COMBINE_QKV=false for grouped heads."
             )
+        if self.COMBINE_QKV and self.LORA_RANK:
+            raise KnobError(
+                f"{name}: LoRA (LORA_RANK={self.LORA_RANK}) adapts separate q, k and v "
+                "weights, and COMBINE_QKV=true stores them as one; set COMBINE_QKV=false."
+            )
 
     def _head_dims(self) -> int:
         return self.DIMS_PER_HEAD or self.MODEL_DIMS // self.NUM_HEADS

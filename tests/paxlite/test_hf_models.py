@@ -26,6 +26,7 @@ from paxlite import inference
 from paxlite.formats import hf_checkpoint, hf_layout, hf_models
 from paxlite.inference import PretrainedError, from_pretrained
 from paxlite.mesh import create_mesh
+from paxlite.tasks_lib import CheckpointLoadingRules
 from praxis_lite import config as config_lib
 from praxis_lite.sharding import FSDP_AND_TENSOR_PARALLEL_RULES, filter_rules_for_mesh
 
@@ -291,7 +292,9 @@ def test_a_scanned_stack_reads_and_writes_the_same_tensors(name, tmp_path):
     model = config_lib.instantiate(hf_models.scanned(model_cfg))
     mesh = create_mesh((1, 8, 1), None, ("replica", "data", "mdl"), jax.devices())
     rules = filter_rules_for_mesh(inference.FSDP_RULES, mesh)
-    params = inference._load_params(model, [_HF / name], (1, 1), mesh, rules)
+    params = inference._load_params(
+        model, {str(_HF / name): CheckpointLoadingRules()}, (1, 1), mesh, rules
+    )
     assert "repeat" in params["lm"]["transformer"]
     lm = inference.PretrainedLm(model, params, None, mesh, rules)
     out = _outputs(name)

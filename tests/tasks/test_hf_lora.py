@@ -112,10 +112,15 @@ def test_peft_adapter_continues_training_from_peft_logits(tmp_path):
         "llama3_lora", 2, HF_MODEL=str(_HF / "llama3"), INIT_FROM=str(_HF / "llama3_lora")
     )
     assert (exp.LORA_RANK, exp.LORA_ALPHA, exp.LORA_TARGET_MODULES) == (4, 8.0, "q_proj,v_proj")
-    losses = [s["loss"] for _, s in _train(exp, tmp_path / "job").history]
+    result = _train(exp, tmp_path / "job")
+    losses = [s["loss"] for _, s in result.history]
     expected = np.load(_HF / "llama3_lora" / "outputs.npz")
     np.testing.assert_allclose(losses[0], _loss(expected["logits"], expected["ids"]), rtol=1e-5)
     assert losses[-1] < losses[0], losses
+    # Loaded back: the trained adapters (not INIT_FROM's), the base from HF_MODEL.
+    loaded = traverse_util.flatten_dict(from_pretrained(tmp_path / "job").params, sep="/")
+    for path, value in traverse_util.flatten_dict(result.state.params, sep="/").items():
+        np.testing.assert_array_equal(np.asarray(loaded[path]), np.asarray(value), err_msg=path)
     with pytest.raises(KnobError, match="no local Hugging Face model directory") as e:
         _experiment("llama3_lora", 2, INIT_FROM=str(_HF / "llama3_lora"))  # No HF_MODEL.
     assert "\n" not in str(e.value)
@@ -144,6 +149,9 @@ def test_lora_trains_only_the_adapters_and_exports_what_loads_back(tmp_path):
     for path, value in base.items():
         np.testing.assert_array_equal(trained[path], value, err_msg=path)  # Bit for bit.
     assert all(np.abs(v).max() > 0 for p, v in trained.items() if p.endswith("_lora_b"))
+    assert json.loads((job / "frozen_start.json").read_text())["rules"] == {
+        str(_HF / "llama3"): {"step": None, "load_rules": [["(.*)", "{}"]], "ignore_rules": None}
+    }
     source = checkpoint_sources.open_source(job)  # Small: the adapters (and their moments).
     assert {n.rsplit("/", 1)[-1] for n in source.variables()} == {
         "w_q_lora_a",
@@ -211,6 +219,8 @@ def test_our_own_lms_take_praxis_target_names():
         base_experiment.with_overrides(
             LmSyntheticTiny, {"LORA_RANK": 2, "LORA_TARGET_MODULES": "q_proj"}
         )()
+    with pytest.raises(KnobError, match="set COMBINE_QKV=false"):
+        base_experiment.with_overrides(LmSyntheticTiny, {"LORA_RANK": 2, "COMBINE_QKV": True})()
 
 
 def test_a_bfloat16_base_with_float32_adapters_and_their_optimizer_state_only():

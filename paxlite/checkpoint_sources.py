@@ -106,6 +106,34 @@ class Source(abc.ABC):
         )
 
 
+class LayeredSource(Source):
+    """A source whose tensors are one per layer where a run's scanned stack has one
+    ``[L, ...]`` array (Hugging Face's, PEFT's): a leaf is read whole or not at all."""
+
+    @abc.abstractmethod
+    def _layer_names(self, run_params: Mapping[str, Any]) -> list[tuple[str, Any, list[str]]]:
+        """``(run leaf path, where it is, its variable names: one per layer when stacked)``
+        of each run leaf this source names."""
+
+    def unreadable(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> list[str]:
+        problems = []
+        for path, _, names in self._layer_names(run_params):
+            have = [n for n in names if n in assigned]
+            if have and len(have) < len(names):
+                problems.append(
+                    f"{PARAMS}{path} stacks {len(names)} layers' tensors ({names[0]} ...): load "
+                    f"all or none of them (the rules load {len(have)})"
+                )
+        return problems
+
+    def loaded_leaves(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> set[str]:
+        return {
+            path
+            for path, _, names in self._layer_names(run_params)
+            if all(n in assigned for n in names)
+        }
+
+
 @dataclasses.dataclass(frozen=True)
 class Kind:
     """A registered kind of checkpoint path.

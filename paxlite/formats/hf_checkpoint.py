@@ -45,7 +45,7 @@ _DTYPES = {
 }
 
 
-class HfSource(checkpoint_sources.Source):
+class HfSource(checkpoint_sources.LayeredSource):
     """A Hugging Face model directory opened for reading (its config.json and safetensors).
 
     Attributes:
@@ -83,24 +83,6 @@ class HfSource(checkpoint_sources.Source):
             )
             out.update(dict.fromkeys(names, variable))
         return out
-
-    def unreadable(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> list[str]:
-        problems = []
-        for path, _, names in self._layer_names(run_params):
-            have = [n for n in names if n in assigned]
-            if have and len(have) < len(names):
-                problems.append(
-                    f"{PARAMS}{path} stacks {len(names)} layers' tensors ({names[0]} ...): load "
-                    f"all or none of them (the rules load {len(have)})"
-                )
-        return problems
-
-    def loaded_leaves(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> set[str]:
-        return {
-            path
-            for path, _, names in self._layer_names(run_params)
-            if all(n in assigned for n in names)
-        }
 
     def read(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> dict[str, Any]:
         out = {}

@@ -290,7 +290,7 @@ def _table_of(names: Sequence[str]) -> hf_layout.Table:
     )
 
 
-class PeftSource(checkpoint_sources.Source):
+class PeftSource(checkpoint_sources.LayeredSource):
     """A PEFT LoRA adapter directory opened for reading.
 
     Attributes:
@@ -321,21 +321,6 @@ class PeftSource(checkpoint_sources.Source):
             variable = Variable(place.their_shape(ours), np.dtype(run_params[path].dtype))
             out.update(dict.fromkeys(names, variable))
         return out
-
-    def unreadable(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> list[str]:
-        problems = []
-        for path, _, names in self._layer_names(run_params):
-            have = [n for n in names if n in assigned]
-            if have and len(have) < len(names):
-                problems.append(f"{PARAMS}{path}: load all or none of its layers' adapters")
-        return problems
-
-    def loaded_leaves(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> set[str]:
-        return {
-            path
-            for path, _, names in self._layer_names(run_params)
-            if all(n in assigned for n in names)
-        }
 
     def read(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> dict[str, Any]:
         loaded = self.loaded_leaves(assigned, run_params)

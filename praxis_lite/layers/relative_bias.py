@@ -1,0 +1,80 @@
+"""T5's relative position bias: a learned scalar per head and distance bucket, added to the
+attention logits (Raffel et al. 2020, section 2.1; mesh TensorFlow's
+``_relative_position_bucket``, as T5X and Hugging Face's T5 compute it).
+
+The distance ``key - query`` falls in one of ``num_buckets`` buckets: exact for short
+distances (below half the buckets), then logarithmically spaced up to ``max_distance``,
+beyond which all distances share the last bucket. Bidirectional (an encoder's) bias halves
+the buckets between keys before and after the query; causal (a decoder's) counts only keys
+before it. One table per stack, shared by its layers; cross-attention has none.
+"""
+
+from __future__ import annotations
+
+import math
+
+import flax.linen as nn
+import jax
+import jax.numpy as jnp
+
+from praxis_lite.base_layer import BaseLayer
+from praxis_lite.sharding import HEADS
+
+
+def relative_position_bucket(
+    relative_position: jax.Array, *, bidirectional: bool, num_buckets: int, max_distance: int
+) -> jax.Array:
+    """The bucket (int32, in ``[0, num_buckets)``) of each ``key - query`` distance."""
+    bucket = jnp.zeros(relative_position.shape, jnp.int32)
+    if bidirectional:
+        num_buckets //= 2
+        bucket += jnp.where(relative_position > 0, num_buckets, 0)
+        distance = jnp.abs(relative_position)
+    else:
+        distance = jnp.maximum(-relative_position, 0)  # Keys after the query: distance 0.
+    max_exact = num_buckets // 2
+    # log(distance / max_exact) / log(max_distance / max_exact) of the other half of the
+    # buckets; the distance floored at 1 only keeps log() finite where it is not used.
+    scaled = jnp.log(jnp.maximum(distance, 1).astype(jnp.float32) / max_exact) / math.log(
+        max_distance / max_exact
+    )
+    large = max_exact + (scaled * (num_buckets - max_exact)).astype(jnp.int32)
+    large = jnp.minimum(large, num_buckets - 1)
+    return bucket + jnp.where(distance < max_exact, distance, large)
+
+
+class RelativePositionBias(BaseLayer):
+    """Per-head bias of T5's bucketed relative positions: ``[N, T, S]`` for queries at
+    ``query_positions [T]`` and keys at ``key_positions [S]``.
+
+    Attributes:
+      num_heads: ``N``.
+      num_buckets: distance buckets (T5's 32).
+      max_distance: distances from here on share the last bucket (T5's 128).
+      bidirectional: keys after the query have buckets of their own (an encoder's);
+        False: they share distance 0's (a decoder's).
+    """
+
+    num_heads: int
+    num_buckets: int = 32
+    max_distance: int = 128
+    bidirectional: bool = True
+
+    @nn.compact
+    def __call__(self, query_positions: jax.Array, key_positions: jax.Array) -> jax.Array:
+        """``query_positions [T]``, ``key_positions [S]`` (int) -> bias ``[N, T, S]``
+        (``fprop_dtype``)."""
+        table = self.create_variable(
+            "rel_embedding",  # T5X's name and layout: [N, buckets].
+            (self.num_heads, self.num_buckets),
+            (HEADS, None),
+            nn.initializers.variance_scaling(1.0, "fan_avg", "uniform"),
+        )
+        relative = key_positions[None, :] - query_positions[:, None]
+        buckets = relative_position_bucket(
+            relative,
+            bidirectional=self.bidirectional,
+            num_buckets=self.num_buckets,
+            max_distance=self.max_distance,
+        )
+        return jnp.take(table, buckets, axis=1)  # [N, T, S]

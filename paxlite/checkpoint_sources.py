@@ -106,30 +106,32 @@ class Source(abc.ABC):
         )
 
 
-class LayeredSource(Source):
-    """A source whose tensors are one per layer where a run's scanned stack has one
-    ``[L, ...]`` array (Hugging Face's, PEFT's): a leaf is read whole or not at all."""
+class PartsSource(Source):
+    """A source that may store one run leaf as several arrays (a scanned stack's layers as
+    one tensor each: Hugging Face's, PEFT's; Pax's parts of a leaf): a leaf is read whole
+    or not at all."""
 
     @abc.abstractmethod
-    def _layer_names(self, run_params: Mapping[str, Any]) -> list[tuple[str, Any, list[str]]]:
-        """``(run leaf path, where it is, its variable names: one per layer when stacked)``
-        of each run leaf this source names."""
+    def _leaf_parts(self, run_params: Mapping[str, Any]) -> list[tuple[str, Any, list[str]]]:
+        """``(run leaf path, where it is, the variable names it is stored as)`` of each run
+        leaf this source names."""
 
     def unreadable(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> list[str]:
         problems = []
-        for path, _, names in self._layer_names(run_params):
+        for path, _, names in self._leaf_parts(run_params):
             have = [n for n in names if n in assigned]
             if have and len(have) < len(names):
+                shown = ", ".join(names[:3]) + (" ..." if len(names) > 3 else "")
                 problems.append(
-                    f"{PARAMS}{path} stacks {len(names)} layers' tensors ({names[0]} ...): load "
-                    f"all or none of them (the rules load {len(have)})"
+                    f"{PARAMS}{path} is stored as {len(names)} arrays ({shown}): load all or "
+                    f"none of them (the rules load {len(have)})"
                 )
         return problems
 
     def loaded_leaves(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> set[str]:
         return {
             path
-            for path, _, names in self._layer_names(run_params)
+            for path, _, names in self._leaf_parts(run_params)
             if all(n in assigned for n in names)
         }
 

@@ -45,7 +45,7 @@ _DTYPES = {
 }
 
 
-class HfSource(checkpoint_sources.LayeredSource):
+class HfSource(checkpoint_sources.PartsSource):
     """A Hugging Face model directory opened for reading (its config.json and safetensors).
 
     Attributes:
@@ -76,7 +76,7 @@ class HfSource(checkpoint_sources.LayeredSource):
 
     def run_names(self, run_params: Mapping[str, Any]) -> dict[str, Variable]:
         out = {}
-        for path, where, names in self._layer_names(run_params):
+        for path, where, names in self._leaf_parts(run_params):
             shape = tuple(run_params[path].shape)[1 if where.stacked else 0 :]
             variable = Variable(
                 hf_layout.their_shape(where, shape), np.dtype(run_params[path].dtype)
@@ -87,13 +87,13 @@ class HfSource(checkpoint_sources.LayeredSource):
     def read(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> dict[str, Any]:
         out = {}
         loaded = self.loaded_leaves(assigned, run_params)
-        for path, where, names in sorted(self._layer_names(run_params), key=lambda x: x[0]):
+        for path, where, names in sorted(self._leaf_parts(run_params), key=lambda x: x[0]):
             if path in loaded:
                 stored = [self._name_of[assigned[n]] for n in names]
                 out[path] = self._read_leaf(path, stored, where, run_params[path])
         return out
 
-    def _layer_names(self, run_params: Mapping[str, Any]) -> list[tuple[str, Any, list[str]]]:
+    def _leaf_parts(self, run_params: Mapping[str, Any]) -> list[tuple[str, Any, list[str]]]:
         """``(our path, where it is, its variable names: one per layer when stacked)``."""
         named = hf_layout.their_names(self.family.table, list(run_params))
         return [

@@ -27,7 +27,7 @@ _PAX_STEP = re.compile(r"checkpoint_(\d{8})")
 _RUN_PREFIX = checkpoint_sources.PARAMS
 
 
-class PaxSource(checkpoint_sources.Source):
+class PaxSource(checkpoint_sources.PartsSource):
     """A paxml 1.4 step: one zarr array per variable, ``state/mdl_vars.params.<dotted path>``.
 
     Run names are Pax's (``pax_layout.to_pax`` under the source's pipeline ``layout``);
@@ -65,24 +65,11 @@ class PaxSource(checkpoint_sources.Source):
             for k, v in pax.items()
         }
 
-    def unreadable(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> list[str]:
-        problems = []
-        for path, recipe in self._recipes(run_params).items():
-            names = [_RUN_PREFIX + n for n in recipe.pax_names]
-            have = [n for n in names if n in assigned]
-            if have and len(have) < len(names):
-                problems.append(
-                    f"{_RUN_PREFIX}{path} is stored in Pax's {', '.join(names)}: load all or none "
-                    f"of them (the rules load {', '.join(have)})"
-                )
-        return problems
-
-    def loaded_leaves(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> set[str]:
-        return {
-            path
+    def _leaf_parts(self, run_params: Mapping[str, Any]) -> list[tuple[str, Any, list[str]]]:
+        return [
+            (path, recipe, [_RUN_PREFIX + n for n in recipe.pax_names])
             for path, recipe in self._recipes(run_params).items()
-            if all(_RUN_PREFIX + n in assigned for n in recipe.pax_names)
-        }
+        ]
 
     def read(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> dict[str, Any]:
         out = {}

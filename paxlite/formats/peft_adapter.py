@@ -290,7 +290,7 @@ def _table_of(names: Sequence[str]) -> hf_layout.Table:
     )
 
 
-class PeftSource(checkpoint_sources.LayeredSource):
+class PeftSource(checkpoint_sources.PartsSource):
     """A PEFT LoRA adapter directory opened for reading.
 
     Attributes:
@@ -316,7 +316,7 @@ class PeftSource(checkpoint_sources.LayeredSource):
 
     def run_names(self, run_params: Mapping[str, Any]) -> dict[str, Variable]:
         out = {}
-        for path, place, names in self._layer_names(run_params):
+        for path, place, names in self._leaf_parts(run_params):
             ours = tuple(run_params[path].shape)[1 if place.stacked else 0 :]
             variable = Variable(place.their_shape(ours), np.dtype(run_params[path].dtype))
             out.update(dict.fromkeys(names, variable))
@@ -325,7 +325,7 @@ class PeftSource(checkpoint_sources.LayeredSource):
     def read(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> dict[str, Any]:
         loaded = self.loaded_leaves(assigned, run_params)
         out = {}
-        for path, place, names in self._layer_names(run_params):
+        for path, place, names in self._leaf_parts(run_params):
             if path not in loaded:
                 continue
             target = run_params[path]
@@ -337,7 +337,7 @@ class PeftSource(checkpoint_sources.LayeredSource):
             out[path] = checkpoint_sources.sharded_array(target, lambda index, w=whole: w[index])
         return out
 
-    def _layer_names(self, run_params: Mapping[str, Any]) -> list[tuple[str, _Place, list[str]]]:
+    def _leaf_parts(self, run_params: Mapping[str, Any]) -> list[tuple[str, _Place, list[str]]]:
         """``(our adapter path, its place, its variable names: one per layer when stacked)``."""
         out = []
         for path, place in sorted(_places(self.table, list(run_params)).items()):

@@ -205,7 +205,8 @@ def decode(
 
 
 def lm_decode_fns(model: nn.Module, variables: dict[str, Any]) -> tuple[PrefillFn, StepFn]:
-    """Prefill and step functions of a ``LanguageModel`` (``prefill``/``extend_step``)."""
+    """Prefill and step functions of a ``LanguageModel`` (``prefill``/``extend_step``; the
+    step serves every model whose ``extend_step`` reads the ``'cache'`` collection)."""
 
     def prefill(ids, paddings, positions, max_len):
         logits, mutated = model.apply(
@@ -244,3 +245,38 @@ def decode_lm(
     """:func:`decode` with a ``LanguageModel`` (``variables`` holds its ``params``)."""
     prefill, step = lm_decode_fns(model, variables)
     return decode(prefill, step, prompt_ids, prompt_lengths, key, params, max_new_tokens)
+
+
+def decode_seq2seq(
+    model: nn.Module,
+    variables: dict[str, Any],
+    input_ids: jax.Array,
+    key: jax.Array,
+    params: DecoderParams,
+    max_new_tokens: int,
+    start_id: int = 0,
+) -> NestedMap:
+    """:func:`decode` with an encoder-decoder (``EncoderDecoderModel``'s ``prefill`` and
+    ``extend_step``): ``input_ids [B, S]`` (right-padded with 0) encoded once, then
+    ``max_new_tokens`` targets decoded from ``start_id`` (T5's decoder start, 0).
+
+    The start id is the one-token prompt of every row; the outputs are :func:`decode`'s.
+    """
+    b = input_ids.shape[0]
+
+    def prefill(ids, paddings, positions, max_len):
+        del paddings  # The one-token prompt has none.
+        logits, mutated = model.apply(
+            variables,
+            input_ids,
+            ids,
+            positions=positions,
+            max_len=max_len,
+            method=model.prefill,
+            mutable=[CACHE],
+        )
+        return logits, strip_boxes(mutated[CACHE])
+
+    _, step = lm_decode_fns(model, variables)
+    start = jnp.full((b, 1), start_id, jnp.int32)
+    return decode(prefill, step, start, jnp.ones((b,), jnp.int32), key, params, max_new_tokens)

@@ -148,6 +148,76 @@ class LmShape:
 
 
 @dataclasses.dataclass(frozen=True)
+class EncoderDecoderShape:
+    """What the FLOPs of an encoder-decoder Transformer depend on.
+
+    Attributes:
+      encoder: the encoder's blocks (``vocab_size`` 0: the logits are the decoder's;
+        ``causal`` False).
+      decoder: the decoder's blocks and the vocabulary; each block also has a
+        cross-attention with the decoder's heads: q and the output projection per target
+        token, k and v per input token, a full ``T x S`` attention map.
+    """
+
+    encoder: LmShape
+    decoder: LmShape
+
+    @property
+    def cross_params(self) -> tuple[int, int]:
+        """One cross-attention's matmul weights ``(q + output, k + v)``."""
+        dec = self.decoder
+        per_head = dec.model_dims * dec.dims_per_head
+        return 2 * per_head * dec.num_heads, 2 * per_head * dec.num_kv_heads
+
+    @property
+    def non_embedding_params(self) -> int:
+        """Every block's matmul weights, cross-attentions included."""
+        cross = sum(self.cross_params) * self.decoder.num_layers
+        return self.encoder.non_embedding_params + self.decoder.non_embedding_params + cross
+
+    def six_n_flops(self, s: int, t: int) -> float:
+        """``6N`` of one example: each weight times the tokens it multiplies (the
+        encoder's and the cross k/v's: ``S`` inputs; the decoder's: ``T`` targets)."""
+        enc, dec = self.encoder, self.decoder
+        q_out, k_v = self.cross_params
+        per_input = enc.non_embedding_params + dec.num_layers * k_v
+        per_target = dec.non_embedding_params + dec.num_layers * q_out
+        return 6.0 * (per_input * s + per_target * t)
+
+    def flops_per_example(self, s: int, t: int, definition: FlopsDefinition) -> float:
+        """Train-step FLOPs of one example of ``s`` inputs and ``t`` targets.
+
+        ``palm`` adds the logits (``6 D V T``) and every attention map in full (``12 H Q``
+        per query-key pair: the encoder's ``S^2``, the decoder's ``T^2``, the cross
+        ``T S``); ``causal`` halves the decoder's self-attention only.
+        """
+        six_n = self.six_n_flops(s, t)
+        if definition is FlopsDefinition.SIX_N:
+            return six_n
+        enc, dec = self.encoder, self.decoder
+        enc_map = enc.num_layers * enc.num_heads * enc.dims_per_head * s * s
+        dec_map = dec.num_layers * dec.num_heads * dec.dims_per_head * t * t
+        cross_map = dec.num_layers * dec.num_heads * dec.dims_per_head * t * s
+        self_share = 6.0 if definition is FlopsDefinition.CAUSAL else 12.0
+        logits = 6.0 * dec.model_dims * dec.vocab_size * t
+        return six_n + logits + 12.0 * (enc_map + cross_map) + self_share * dec_map
+
+    def block_flops_per_example(self, s: int, t: int) -> tuple[float, float]:
+        """``palm`` FLOPs of one encoder block and of one decoder block, per example."""
+        enc, dec = self.encoder, self.decoder
+        q_out, k_v = self.cross_params
+        encoder = enc.block_flops_per_token(s) * s
+        heads = dec.num_heads * dec.dims_per_head
+        cross = 6.0 * (q_out * t + k_v * s) + 12.0 * heads * t * s
+        return encoder, dec.block_flops_per_token(t) * t + cross
+
+    def describe(self) -> str:
+        """``enc L=2 ... | dec L=2 ... V=64`` style one-liner."""
+        enc = self.encoder.describe().rsplit(" V=", 1)[0]
+        return f"enc {enc} | dec {self.decoder.describe()}"
+
+
+@dataclasses.dataclass(frozen=True)
 class TrainFlops:
     """A model's training FLOPs (forward + backward) for one example of a batch.
 
@@ -170,6 +240,41 @@ class TrainFlops:
     scan_trips: int = 1
     scan_body_per_example: float = 0.0
     xla_note: str | None = None
+
+    @classmethod
+    def of_encoder_decoder(
+        cls,
+        shape: EncoderDecoderShape,
+        lengths: tuple[int, int],
+        layouts: tuple[StackLayout, StackLayout],
+    ) -> TrainFlops:
+        """The count of an encoder-decoder of ``shape`` on examples of ``lengths = (S, T)``
+        input and target tokens; ``layouts``: the encoder's and the decoder's stacks.
+
+        Tokens per example: the targets ``T`` (what the loss counts: T5X's target tokens).
+        Both stacks scanned: XLA counts one trip of each, and the missed trips of both are
+        stated as ``scan_trips - 1`` bodies of their mean (``scan_body_per_example``).
+        """
+        s, t = lengths
+        bodies = shape.block_flops_per_example(s, t)
+        missed = sum(
+            (layout.scan_trips - 1) * body * (4 / 3 if layout.remat else 1)
+            for layout, body in zip(layouts, bodies, strict=True)
+        )
+        scanned = sum(layout.scan_trips - 1 for layout in layouts)  # Trips XLA missed.
+        return cls(
+            per_example={d.value: shape.flops_per_example(s, t, d) for d in FlopsDefinition},
+            tokens_per_example=t,
+            description=f"{shape.describe()} S={s} T={t}",
+            non_embedding_params=shape.non_embedding_params,
+            scan_trips=scanned + 1,
+            scan_body_per_example=missed / scanned if scanned else 0.0,
+            xla_note=(
+                "loop bodies (pipeline iterations, scanned layers) counted once; not corrected"
+                if any(layout.pipelined for layout in layouts)
+                else None
+            ),
+        )
 
     @classmethod
     def of_lm(cls, shape: LmShape, seq_len: int, layout: StackLayout) -> TrainFlops:

@@ -1,4 +1,5 @@
-"""Task-facing models and the contract the trainer meets them through.
+"""Task-facing models and the contract the trainer meets them through: decoder-only
+(``LanguageModel``), encoder-decoder (``EncoderDecoderModel``) and classification models.
 
 The trainer (``paxlite``) never reads a model's field or class names: it asks
 the methods of :class:`BaseModel`. A new model family is a new subclass.
@@ -8,15 +9,19 @@ from __future__ import annotations
 
 from typing import Any
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
+from praxis_lite import decoding
 from praxis_lite.base_layer import BaseLayer
 from praxis_lite.config import LayerTpl, template_field, unbound_layer
+from praxis_lite.decoding import DecoderParams
 from praxis_lite.layers.embedding_softmax import SharedEmbeddingSoftmax
+from praxis_lite.layers.encoder_decoder import TransformerEncoderDecoder
 from praxis_lite.layers.linears import MLPBlock
 from praxis_lite.layers.transformer_models import TransformerLm
-from praxis_lite.model_flops import FlopsDefinition, TrainFlops
+from praxis_lite.model_flops import EncoderDecoderShape, FlopsDefinition, LmShape, TrainFlops
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import BATCH, EMBED, LENGTH
 
@@ -60,13 +65,44 @@ class BaseModel(BaseLayer):
     def decode_unsupported(self) -> str | None:
         """Why this model cannot decode (one sentence with the fix), or None if it can.
 
-        A model that decodes has ``prefill(ids, paddings=, positions=, max_len=)``
-        and ``extend_step(ids, positions=)`` (see :class:`LanguageModel`).
+        A model that decodes implements :meth:`decode_prompt_keys` and :meth:`decode`.
         """
         return (
-            f"{type(self).__name__} cannot decode: it needs prefill() and extend_step() "
-            "(LanguageModel has them)."
+            f"{type(self).__name__} cannot decode: it needs decode_prompt_keys() and decode() "
+            "(LanguageModel and EncoderDecoderModel have them)."
         )
+
+    def decode_prompt_keys(self) -> tuple[str, str]:
+        """The decode batch's keys of what is decoded from: ``(ids [B, P], lengths [B])``
+        (an LM's prefix, a seq2seq model's inputs); the batch's ``target_ids`` and
+        ``target_lengths`` are the references."""
+        raise NotImplementedError
+
+    @nn.nowrap
+    def decode(
+        self,
+        variables: dict[str, Any],
+        prompt_ids: jax.Array,
+        prompt_lengths: jax.Array,
+        key: jax.Array,
+        params: DecoderParams,
+        max_new_tokens: int,
+    ) -> NestedMap:
+        """New tokens after each prompt (call inside jit, on the unbound model).
+
+        Args:
+          variables: ``{'params': ...}``.
+          prompt_ids: ``[B, P]`` right-padded (the batch's ``decode_prompt_keys()[0]``).
+          prompt_lengths: ``[B]``.
+          key: the sampling RNG.
+          params: how to decode.
+          max_new_tokens: ``N``.
+
+        Returns:
+          ``praxis_lite.decoding.decode``'s NestedMap: ``tokens [B, N]``, ``lengths [B]``,
+          ``log_probs [B, N]``, ``scores [B]``.
+        """
+        raise NotImplementedError
 
 
 class LanguageModel(BaseModel):
@@ -124,6 +160,24 @@ class LanguageModel(BaseModel):
         """The Transformer count (``praxis_lite.model_flops``) for ``T = ids.shape[1]``."""
         return self._lm().train_flops(int(batch["ids"].shape[1]))
 
+    def decode_prompt_keys(self) -> tuple[str, str]:
+        return ("prefix_ids", "prefix_lengths")
+
+    @nn.nowrap
+    def decode(
+        self,
+        variables: dict[str, Any],
+        prompt_ids: jax.Array,
+        prompt_lengths: jax.Array,
+        key: jax.Array,
+        params: DecoderParams,
+        max_new_tokens: int,
+    ) -> NestedMap:
+        """Continues each prefix (``decoding.decode_lm``)."""
+        return decoding.decode_lm(
+            self, variables, prompt_ids, prompt_lengths, key, params, max_new_tokens
+        )
+
     def decode_unsupported(self) -> str | None:
         stack = unbound_layer(self._lm().stacked_transformer_tpl)
         if hasattr(stack, "extend"):
@@ -167,6 +221,130 @@ class LanguageModel(BaseModel):
         Reads and extends the ``'cache'`` collection written by :meth:`prefill`.
         """
         return self.lm.extend(ids[:, None], positions=positions[:, None])[:, 0]
+
+
+class EncoderDecoderModel(BaseModel):
+    """Targets predicted from inputs (T5): an encoder-decoder over a seq2seq batch.
+
+    The batch has seqio's ``EncDecFeatureConverter`` keys (T5X's): ``encoder_input_tokens
+    [B, S]``, ``decoder_input_tokens [B, T]`` (the targets shifted right, 0 first),
+    ``decoder_target_tokens [B, T]``, optionally ``decoder_loss_weights [B, T]`` (else
+    ``targets > 0``) and, packed, ``encoder_segment_ids``, ``decoder_segment_ids``,
+    ``decoder_positions``. Id 0 is padding. Decode batches prompt with ``input_ids [B, S]``
+    and ``input_lengths [B]``; decoding starts from id 0 (T5's decoder start).
+
+    Attributes:
+      encoder_decoder_tpl: the network (``TransformerEncoderDecoder``).
+    """
+
+    encoder_decoder_tpl: LayerTpl = template_field(TransformerEncoderDecoder)
+
+    def setup(self) -> None:
+        self.network = self.create_child(self.encoder_decoder_tpl)
+
+    def __call__(self, batch: NestedMap, *, train: bool = False) -> NestedMap:
+        """The network's loss terms, ``num_tokens``, and the contract's metrics and
+        per_example (as ``LanguageModel``'s: ``total_loss``, ``accuracy``, ``log_pplx``,
+        weighted by the counted target tokens)."""
+        labels = batch["decoder_target_tokens"]
+        weights = batch.get("decoder_loss_weights")
+        weights = (labels > 0) if weights is None else weights
+        weights = weights.astype(jnp.float32)
+        out = self.network(
+            batch["encoder_input_tokens"],
+            batch["decoder_input_tokens"],
+            labels=labels,
+            label_weights=weights,
+            input_segment_ids=batch.get("encoder_segment_ids"),
+            decoder_segment_ids=batch.get("decoder_segment_ids"),
+            decoder_positions=batch.get("decoder_positions"),
+            train=train,
+        )
+        out.num_tokens = weight = out.total_weight
+        out.metrics = {
+            "total_loss": (out.total_loss, weight),
+            "accuracy": (out.accuracy, weight),
+            "log_pplx": (out.log_pplx, weight),
+        }
+        weighted = weights > 0
+        last = jnp.max(jnp.where(weighted, jnp.arange(weighted.shape[-1]) + 1, 0), axis=-1)
+        out.per_example = NestedMap(
+            score=-jnp.sum(out.per_token_xent * weights, axis=-1),
+            weight=jnp.sum(weights, axis=-1),
+            target_ids=labels,
+            target_lengths=last,
+        )
+        return out
+
+    def batch_spec(self) -> dict[str, int]:
+        return {"encoder_input_tokens": 2, "decoder_input_tokens": 2, "decoder_target_tokens": 2}
+
+    def train_flops(self, batch: NestedMap) -> TrainFlops:
+        """The encoder-decoder count (``model_flops.EncoderDecoderShape``) for ``S`` =
+        ``encoder_input_tokens.shape[1]`` inputs and ``T`` targets."""
+        network = unbound_layer(self.encoder_decoder_tpl)
+        stacks = [
+            unbound_layer(network.encoder_stack_tpl),
+            unbound_layer(network.decoder_stack_tpl),
+        ]
+        layouts = tuple(stack.layout() for stack in stacks)
+        sides = [
+            LmShape(
+                num_layers=layout.num_layers,
+                model_dims=network.model_dims,
+                vocab_size=vocab,
+                **unbound_layer(layout.block).matmul_shape(),
+            )
+            for layout, vocab in zip(layouts, (0, network.vocab_size), strict=True)
+        ]
+        lengths = (
+            int(batch["encoder_input_tokens"].shape[1]),
+            int(batch["decoder_target_tokens"].shape[1]),
+        )
+        return TrainFlops.of_encoder_decoder(EncoderDecoderShape(*sides), lengths, layouts)
+
+    def decode_prompt_keys(self) -> tuple[str, str]:
+        return ("input_ids", "input_lengths")
+
+    @nn.nowrap
+    def decode(
+        self,
+        variables: dict[str, Any],
+        prompt_ids: jax.Array,
+        prompt_lengths: jax.Array,
+        key: jax.Array,
+        params: DecoderParams,
+        max_new_tokens: int,
+    ) -> NestedMap:
+        """Targets of each input (``decoding.decode_seq2seq``: encoded once, then the
+        decoder from id 0)."""
+        del prompt_lengths  # The encoder masks the inputs' padding (id 0) itself.
+        return decoding.decode_seq2seq(self, variables, prompt_ids, key, params, max_new_tokens)
+
+    def decode_unsupported(self) -> str | None:
+        return None
+
+    def encode(self, input_ids: jax.Array) -> jax.Array:
+        """The encoder's outputs ``[B, S, D]`` of ``input_ids [B, S]``."""
+        return self.network.encode(input_ids).outputs
+
+    def logits(self, batch: NestedMap) -> jax.Array:
+        """``[B, T, V]`` logits of ``batch``'s ``decoder_input_tokens`` given its
+        ``encoder_input_tokens`` (teacher forcing)."""
+        return self.network(batch["encoder_input_tokens"], batch["decoder_input_tokens"]).logits
+
+    def prefill(
+        self, input_ids: jax.Array, decoder_ids: jax.Array, *, positions: jax.Array, max_len: int
+    ) -> jax.Array:
+        """Encodes ``input_ids [B, S]`` and starts the decoder with ``decoder_ids [B, P]``
+        in a fresh ``max_len``-slot cache (the cross-attentions cache the encoder's keys
+        and values). Returns ``[B, P, V]`` logits; apply with ``mutable=['cache']``."""
+        memory = self.network.encode(input_ids)
+        return self.network.extend(decoder_ids, positions=positions, max_len=max_len, memory=memory)
+
+    def extend_step(self, ids: jax.Array, *, positions: jax.Array) -> jax.Array:
+        """One decode step: ``ids [B]`` at ``positions [B]`` -> next-token logits ``[B, V]``."""
+        return self.network.extend(ids[:, None], positions=positions[:, None])[:, 0]
 
 
 def _token_weights(batch: NestedMap) -> jax.Array:

@@ -98,6 +98,9 @@ class DotProductAttention(BaseLayer):
       per_dim_scale: learn a scale per head dim for the queries (praxis's ``PerDimScale``,
         on by default in Pax's attention): ``q * 1.442695041 / sqrt(H) * softplus(s)``
         with ``s [H]`` (variable ``per_dim_scale``) starting at 0, i.e. at ``1 / sqrt(H)``.
+      query_scale_in_init: T5's: the queries are not scaled in the forward pass; the
+        ``1 / sqrt(H)`` is in ``w_q``'s initial values instead (T5X and Hugging Face
+        initialise it so). Not with ``query_scale`` or ``per_dim_scale``.
       lora: LoRA adapters (see ``layers.lora``) on the projections its ``targets`` name:
         ``'query'``, ``'key'``, ``'value'`` (``w_q_lora_a [D, r]``, ``w_q_lora_b [r, N, H]``;
         k and v with ``K`` heads), ``'post'`` (``w_post_lora_a [N, H, r]``,
@@ -122,6 +125,7 @@ class DotProductAttention(BaseLayer):
     rotary_tpl: LayerTpl = template_field(None)
     query_scale: float | None = None
     per_dim_scale: bool = False
+    query_scale_in_init: bool = False
     lora: LoraSettings | None = None
 
     @property
@@ -148,8 +152,12 @@ class DotProductAttention(BaseLayer):
             raise ValueError(f"num_heads={n} must be a multiple of num_kv_heads={k}.")
         if self.combine_qkv and k != n:
             raise ValueError("combine_qkv needs num_kv_heads == num_heads (or None).")
-        if self.query_scale is not None and self.per_dim_scale:
-            raise ValueError("query_scale and per_dim_scale both scale the queries; set one.")
+        scalings = [self.query_scale is not None, self.per_dim_scale, self.query_scale_in_init]
+        if sum(scalings) > 1:
+            raise ValueError(
+                "query_scale, per_dim_scale and query_scale_in_init each scale the queries; "
+                "set one."
+            )
         if self.sliding_window is not None and self.sliding_window < 1:
             raise ValueError(f"sliding_window must be >= 1 or None, got {self.sliding_window}.")
         init = nn.initializers.lecun_normal(in_axis=0, out_axis=(1, 2))
@@ -161,7 +169,14 @@ class DotProductAttention(BaseLayer):
                 nn.initializers.lecun_normal(in_axis=1, out_axis=(2, 3), batch_axis=(0,)),
             )
         else:
-            self.w_q = self.create_variable("w_q", (d, n, h), (EMBED, HEADS, HEAD_DIM), init)
+            query_init = init
+            if self.query_scale_in_init:
+                query_init = nn.initializers.variance_scaling(
+                    1.0 / h, "fan_in", "truncated_normal", in_axis=0, out_axis=(1, 2)
+                )
+            self.w_q = self.create_variable(
+                "w_q", (d, n, h), (EMBED, HEADS, HEAD_DIM), query_init
+            )
             self.w_k = self.create_variable("w_k", (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), init)
             self.w_v = self.create_variable("w_v", (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), init)
         self.w_post = self.create_variable(
@@ -273,18 +288,27 @@ class DotProductAttention(BaseLayer):
     def query_scaling(self, h: int) -> jax.Array:
         """What the queries are multiplied by: ``query_scale``, ``1 / sqrt(H)``, or per head
         dim ``[H]`` with ``per_dim_scale`` (praxis's: ``1 / softplus(0) = 1.442695041`` makes
-        it start equal)."""
+        it start equal); 1 with ``query_scale_in_init``."""
         if self.query_scale is not None:
             return jnp.asarray(self.query_scale, jnp.float32)
+        if self.query_scale_in_init:
+            return jnp.asarray(1.0, jnp.float32)
         if not self.per_dim_scale:
             return jnp.asarray(1.0 / math.sqrt(h), jnp.float32)
         scale = jax.nn.softplus(self.dim_scale.astype(jnp.float32))
         return scale * jnp.asarray(1.442695041 / math.sqrt(h), jnp.float32)
 
     def attend(
-        self, q: jax.Array, k: jax.Array, v: jax.Array, mask: jax.Array, train: bool
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        v: jax.Array,
+        mask: jax.Array,
+        train: bool,
+        bias: jax.Array | None = None,
     ) -> jax.Array:
-        """Scaled dot-product attention: q ``[B,T,N,H]``, k/v ``[B,S,K,H]`` -> ``[B,T,N,H]``."""
+        """Scaled dot-product attention: q ``[B,T,N,H]``, k/v ``[B,S,K,H]`` -> ``[B,T,N,H]``;
+        ``bias`` ``[N, T, S]`` is added to the logits (after the cap, before the mask)."""
         b, t, n, h = q.shape
         kv_heads = k.shape[2]
         q = q * self.query_scaling(h).astype(q.dtype)
@@ -293,6 +317,8 @@ class DotProductAttention(BaseLayer):
         if self.atten_logit_cap > 0:
             cap = self.atten_logit_cap
             logits = cap * jnp.tanh(logits / cap)
+        if bias is not None:
+            logits = logits + bias.astype(jnp.float32).reshape(kv_heads, n // kv_heads, t, -1)
         logits = jnp.where(mask, logits, _MASK_VALUE)
         probs = jax.nn.softmax(logits, axis=-1).astype(v.dtype)
         probs = self.dropout(probs, deterministic=not train)
@@ -306,6 +332,7 @@ class DotProductAttention(BaseLayer):
         paddings: jax.Array | None = None,
         segment_ids: jax.Array | None = None,
         positions: jax.Array | None = None,
+        attention_bias: jax.Array | None = None,
         train: bool = False,
     ) -> jax.Array:
         """Self-attention over ``x [B, T, D]``.
@@ -315,6 +342,7 @@ class DotProductAttention(BaseLayer):
           paddings: ``[B, T]``, 1.0 at padded positions (not attended to).
           segment_ids: ``[B, T]`` packed-sequence ids; attention stays within one.
           positions: ``[B, T]`` positions for RoPE (default ``0..T-1``).
+          attention_bias: ``[N, T, T]`` added to the logits (T5's relative position bias).
           train: enables attention dropout (needs the 'dropout' RNG).
 
         Returns:
@@ -337,8 +365,54 @@ class DotProductAttention(BaseLayer):
             key_segment_ids=segment_ids,
             window=self.sliding_window,
         )
-        encoded = self.attend(q, k, v, mask, train)
+        encoded = self.attend(q, k, v, mask, train, attention_bias)
         return self.post_project(encoded, train=train)
+
+    def cross_attend(
+        self,
+        x: jax.Array,
+        memory: jax.Array,
+        *,
+        memory_paddings: jax.Array | None = None,
+        segment_ids: jax.Array | None = None,
+        memory_segment_ids: jax.Array | None = None,
+        train: bool = False,
+    ) -> jax.Array:
+        """Cross-attention: queries from ``x [B, T, D]``, keys and values from ``memory [B, S,
+        D]`` (an encoder's output); no causal mask, no position terms.
+
+        Args:
+          memory_paddings: ``[B, S]``, 1.0 at padded memory slots (never attended).
+          segment_ids / memory_segment_ids: ``[B, T]`` / ``[B, S]`` packed-sequence ids; a
+            query attends the memory of its own segment only.
+
+        Returns:
+          ``[B, T, D]``.
+        """
+        x = self.to_fprop(self.constrain(x, (BATCH, LENGTH, EMBED)))
+        q, k, v = self._cross_projections(x, memory, train)
+        mask = attention_mask(
+            x.shape[1],
+            memory.shape[1],
+            causal=False,
+            key_paddings=memory_paddings,
+            query_segment_ids=segment_ids,
+            key_segment_ids=memory_segment_ids,
+        )
+        return self.post_project(self.attend(q, k, v, mask, train), train=train)
+
+    def _cross_projections(
+        self, x: jax.Array, memory: jax.Array, train: bool
+    ) -> tuple[jax.Array, jax.Array, jax.Array]:
+        """q of ``x [B, T, D]``, k and v of ``memory [B, S, D]``. Each source goes through
+        ``project_qkv`` (with the adapters); the projections not used are dead code that
+        XLA removes."""
+        q, _, _ = self.project_qkv(x, train=train)
+        _, k, v = self.project_qkv(self.to_fprop(memory), train=train)
+        q = self.constrain(q, (BATCH, LENGTH, HEADS, HEAD_DIM))
+        k = self.constrain(k, (BATCH, LENGTH, KV_HEADS, HEAD_DIM))
+        v = self.constrain(v, (BATCH, LENGTH, KV_HEADS, HEAD_DIM))
+        return q, k, v
 
     def post_project(self, encoded: jax.Array, *, train: bool = False) -> jax.Array:
         """Heads back to model dims: ``[B, T, N, H] -> [B, T, D]`` (named 'out_proj', as
@@ -361,6 +435,7 @@ class DotProductAttention(BaseLayer):
         positions: jax.Array,
         paddings: jax.Array | None = None,
         max_len: int | None = None,
+        attention_bias: jax.Array | None = None,
     ) -> jax.Array:
         """Appends ``T`` tokens to the key/value cache and attends them to everything cached.
 
@@ -380,6 +455,7 @@ class DotProductAttention(BaseLayer):
           positions: ``[B, T]`` positions of the new tokens (for RoPE).
           paddings: ``[B, T]``, 1.0 at padding tokens; default none.
           max_len: ``S``, the cache size; needed on the first call only.
+          attention_bias: ``[N, T, S]`` added to the logits (queries by cache slot).
 
         Returns:
           ``[B, T, D]``.
@@ -420,6 +496,48 @@ class DotProductAttention(BaseLayer):
         if self.sliding_window is not None:  # Slots are contiguous after the left padding.
             visible = visible & (behind < self.sliding_window)
         mask = visible[None, None, None] & (key_paddings < 0.5)[:, None, None, None, :]
+        encoded = self.attend(q, keys, values, mask, train=False, bias=attention_bias)
+        return self.post_project(encoded)
+
+    @nn.compact
+    def cross_extend(
+        self,
+        x: jax.Array,
+        memory: jax.Array | None = None,
+        memory_paddings: jax.Array | None = None,
+    ) -> jax.Array:
+        """Cross-attention while decoding: the memory's keys and values are computed once,
+        on the first call (which passes ``memory [B, S, D]`` and ``memory_paddings [B,
+        S]``), kept in the ``'cache'`` collection (``key``/``value`` ``[B, S, K, H]``,
+        ``paddings [B, S]``), and read by every later call (``memory`` None).
+
+        Args:
+          x: ``[B, T, D]`` queries of the new tokens.
+
+        Returns:
+          ``[B, T, D]``.
+        """
+        x = self.to_fprop(self.constrain(x, (BATCH, LENGTH, EMBED)))
+        if memory is None:
+            if not self.has_variable(CACHE, "key"):
+                raise ValueError(
+                    "DotProductAttention.cross_extend: no cached memory yet; the first call "
+                    "passes memory (the encoder's output)."
+                )
+            q, _, _ = self.project_qkv(x)
+            keys, values, paddings = (
+                self.get_variable(CACHE, n) for n in ("key", "value", "paddings")
+            )
+        else:
+            q, keys, values = self._cross_projections(x, memory, train=False)
+            b, s = memory.shape[:2]
+            paddings = jnp.zeros((b, s), jnp.float32) if memory_paddings is None else memory_paddings
+            keys = self.constrain(keys.astype(self.fprop_dtype), CACHE_KV_AXES)
+            values = self.constrain(values.astype(self.fprop_dtype), CACHE_KV_AXES)
+            paddings = paddings.astype(jnp.float32)
+            for name, value in (("key", keys), ("value", values), ("paddings", paddings)):
+                self.put_variable(CACHE, name, value)
+        mask = (paddings < 0.5)[:, None, None, None, :]
         return self.post_project(self.attend(q, keys, values, mask, train=False))
 
 

@@ -109,6 +109,8 @@ class _SoftmaxBase(BaseLayer):
       num_chunks: ``C > 1`` runs the projection and the loss over ``C`` chunks of the time
         axis (``vocab_loss.chunked_token_stats``): the whole float32 ``[..., T, V]``
         logits never exist at once. ``C`` must divide ``T``.
+      logits_scale: the logits are multiplied by it before the bias and the cap (T5 1.0's
+        tied embedding: ``1 / sqrt(D)``); applied to ``x``, the cheaper side.
     """
 
     input_dims: int
@@ -117,6 +119,7 @@ class _SoftmaxBase(BaseLayer):
     label_smoothing: float = 0.0
     z_loss_weight: float = 0.0
     num_chunks: int = 1
+    logits_scale: float = 1.0
 
     #: ``x [..., D]`` and the kernel -> raw logits ``[..., V]``.
     logits_einsum: ClassVar[str] = ""
@@ -126,6 +129,8 @@ class _SoftmaxBase(BaseLayer):
         raise NotImplementedError
 
     def _project(self, x: jax.Array, kernel: jax.Array) -> jax.Array:
+        if self.logits_scale != 1.0:
+            x = x * jnp.asarray(self.logits_scale, x.dtype)
         return jnp.einsum(self.logits_einsum, x, kernel)
 
     def get_logits(self, x: jax.Array) -> jax.Array:

@@ -164,7 +164,8 @@ class LayerwiseShardablePipelined(BaseLayer):
         x = self.to_fprop(x)
         side = (paddings, segment_ids, positions)
         if self.is_initializing():
-            return self._flat_stack(train)(x, *side)[0]
+            context = dict(zip(("paddings", "segment_ids", "positions"), side, strict=True))
+            return self._flat_stack(train)(x, context)[0]
         num_micro = self.microbatches(x.shape[0])
         stored = self.variables[PARAMS]["repeat"]["block"]
         stored = jax.tree_util.tree_map(
@@ -192,7 +193,7 @@ class LayerwiseShardablePipelined(BaseLayer):
             _ScanBody,
             variable_axes={PARAMS: 0, SUMMARIES: 0, AUX_LOSS: 0},
             split_rngs={PARAMS: True, "dropout": True},
-            in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
+            in_axes=(nn.broadcast,),
             length=self.num_layers,
             metadata_params={nn.PARTITION_NAME: STAGES},
         )

@@ -18,6 +18,7 @@ import jax
 import jax.numpy as jnp
 
 from praxis_lite.base_layer import BaseLayer
+from praxis_lite.layers.attentions import CACHE
 from praxis_lite.sharding import HEADS
 
 
@@ -47,6 +48,10 @@ class RelativePositionBias(BaseLayer):
     """Per-head bias of T5's bucketed relative positions: ``[N, T, S]`` for queries at
     ``query_positions [T]`` and keys at ``key_positions [S]``.
 
+    A stack owns one (``relative_bias_tpl``), computes the bias once per call and hands it
+    to every block. Positions are slots of the row: with packed sequences each segment is
+    contiguous, so the distances inside it are its own (T5X's packing does the same).
+
     Attributes:
       num_heads: ``N``.
       num_buckets: distance buckets (T5's 32).
@@ -60,16 +65,17 @@ class RelativePositionBias(BaseLayer):
     max_distance: int = 128
     bidirectional: bool = True
 
-    @nn.compact
-    def __call__(self, query_positions: jax.Array, key_positions: jax.Array) -> jax.Array:
-        """``query_positions [T]``, ``key_positions [S]`` (int) -> bias ``[N, T, S]``
-        (``fprop_dtype``)."""
-        table = self.create_variable(
+    def setup(self) -> None:
+        self.rel_embedding = self.create_variable(
             "rel_embedding",  # T5X's name and layout: [N, buckets].
             (self.num_heads, self.num_buckets),
             (HEADS, None),
             nn.initializers.variance_scaling(1.0, "fan_avg", "uniform"),
         )
+
+    def __call__(self, query_positions: jax.Array, key_positions: jax.Array) -> jax.Array:
+        """``query_positions [T]``, ``key_positions [S]`` (int) -> bias ``[N, T, S]``
+        (``fprop_dtype``)."""
         relative = key_positions[None, :] - query_positions[:, None]
         buckets = relative_position_bucket(
             relative,
@@ -77,4 +83,29 @@ class RelativePositionBias(BaseLayer):
             num_buckets=self.num_buckets,
             max_distance=self.max_distance,
         )
-        return jnp.take(table, buckets, axis=1)  # [N, T, S]
+        return self.to_fprop(jnp.take(self.rel_embedding, buckets, axis=1))  # [N, T, S]
+
+    @nn.compact
+    def extend(self, num_new: int, max_len: int | None = None) -> jax.Array:
+        """The bias of ``num_new`` tokens appended to a KV cache: ``[N, T, S]`` by cache slot.
+
+        The first call (prefill) passes ``max_len``, the cache's slots ``S``; the slots written
+        so far are counted in the ``'cache'`` collection (``index``), so query ``t`` of a call
+        sits in slot ``index + t``. (A row's slots and positions differ by its left padding
+        only, which leaves every distance as it is.)
+        """
+        if not self.has_variable(CACHE, "index") and max_len is None:
+            raise ValueError("RelativePositionBias.extend: the first call must pass max_len.")
+        index = self.variable(CACHE, "index", lambda: jnp.zeros((), jnp.int32))
+        slots = self.variable(CACHE, "slots", lambda: jnp.arange(max_len, dtype=jnp.int32))
+        start = index.value
+        index.value = start + num_new
+        return self(start + jnp.arange(num_new, dtype=jnp.int32), slots.value)
+
+
+def stack_bias(bias_layer: RelativePositionBias | None, length: int) -> jax.Array | None:
+    """A stack's bias over ``length`` slots (queries and keys alike), or None without one."""
+    if bias_layer is None:
+        return None
+    slots = jnp.arange(length, dtype=jnp.int32)
+    return bias_layer(slots, slots)

@@ -7,6 +7,7 @@ decides which activations the backward pass recomputes.
 from __future__ import annotations
 
 import enum
+from typing import Any
 
 import flax.linen as nn
 import jax
@@ -15,7 +16,8 @@ from jax.ad_checkpoint import checkpoint_name
 from praxis_lite.base_layer import AUX_LOSS, PARAMS, SUMMARIES, BaseLayer
 from praxis_lite.config import LayerTpl, template_field
 from praxis_lite.layers.attentions import CACHE
-from praxis_lite.layers.transformers import Transformer
+from praxis_lite.layers import relative_bias as relative_bias_lib
+from praxis_lite.layers.transformers import Memory, Transformer, create_relative_bias
 from praxis_lite.model_flops import StackLayout
 from praxis_lite.sharding import LAYERS
 
@@ -123,8 +125,10 @@ _SAVED_NAMES = {
 
 
 class _ScanBody(BaseLayer):
-    """One scan step: ``(x, broadcast inputs) -> (block(x), None)``.
+    """One scan step: ``(x, context) -> (block(x, **context), None)``.
 
+    ``context`` holds the block's keyword arguments, the same for every layer (broadcast):
+    paddings, segment ids, positions, the stack's attention bias, an encoder's memory.
     With ``extend`` the step is the block's incremental decoding (``Transformer.extend``,
     ``max_len`` cache slots on the first call) instead of its training forward pass.
     """
@@ -137,15 +141,11 @@ class _ScanBody(BaseLayer):
     def setup(self) -> None:
         self.block = self.create_child(self.block_tpl)
 
-    def __call__(self, x, paddings, segment_ids, positions):
+    def __call__(self, x: jax.Array, context: dict[str, Any]) -> tuple[jax.Array, None]:
         if self.extend:
-            y = self.block.extend(x, positions=positions, paddings=paddings, max_len=self.max_len)
-            return y, None
+            return self.block.extend(x, max_len=self.max_len, **context), None
         x = checkpoint_name(x, "iteration_input")
-        y = self.block(
-            x, paddings=paddings, segment_ids=segment_ids, positions=positions, train=self.train
-        )
-        return y, None
+        return self.block(x, train=self.train, **context), None
 
 
 class StackedTransformerRepeated(BaseLayer):
@@ -162,12 +162,18 @@ class StackedTransformerRepeated(BaseLayer):
       checkpoint_policy: see :class:`AutodiffCheckpointType`.
       offload_to_host: keep a named policy's activations in host memory (see
         :meth:`AutodiffCheckpointType.checkpoint_policy`).
+      relative_bias_tpl: T5's relative position bias, one table for the stack (see
+        ``StackedTransformer``); ``None``: none.
     """
 
     num_layers: int
     block_tpl: LayerTpl = template_field(Transformer)
     checkpoint_policy: AutodiffCheckpointType = AutodiffCheckpointType.SAVE_NOTHING
     offload_to_host: bool = False
+    relative_bias_tpl: LayerTpl = template_field(None)
+
+    def setup(self) -> None:
+        self.relative_bias = create_relative_bias(self)
 
     def layout(self) -> StackLayout:
         """``num_layers`` blocks as one scanned loop body (remat when a policy is on)."""
@@ -185,10 +191,18 @@ class StackedTransformerRepeated(BaseLayer):
         paddings: jax.Array | None = None,
         segment_ids: jax.Array | None = None,
         positions: jax.Array | None = None,
+        memory: Memory | None = None,
         train: bool = False,
     ) -> jax.Array:
         """``[B, T, D] -> [B, T, D]`` (arguments as in StackedTransformer)."""
-        return self._scan(x, paddings, segment_ids, positions, train=train)
+        context = dict(
+            paddings=paddings,
+            segment_ids=segment_ids,
+            positions=positions,
+            attention_bias=relative_bias_lib.stack_bias(self.relative_bias, x.shape[1]),
+            memory=memory,
+        )
+        return self._scan(x, context, train=train)
 
     def extend(
         self,
@@ -197,27 +211,31 @@ class StackedTransformerRepeated(BaseLayer):
         positions: jax.Array,
         paddings: jax.Array | None = None,
         max_len: int | None = None,
+        memory: Memory | None = None,
     ) -> jax.Array:
         """Incremental decoding (see ``DotProductAttention.extend``), ``[B, T, D] -> [B, T, D]``.
 
         The blocks' caches are stacked like their weights: collection ``'cache'``
         scanned over a leading ``num_layers`` axis.
         """
-        return self._scan(x, paddings, None, positions, extend=True, max_len=max_len)
+        bias = None
+        if self.relative_bias is not None:
+            bias = self.relative_bias.extend(x.shape[1], max_len)
+        context = dict(positions=positions, paddings=paddings, attention_bias=bias, memory=memory)
+        return self._scan(x, context, extend=True, max_len=max_len)
 
     @nn.compact
     def _scan(
         self,
         x: jax.Array,
-        paddings: jax.Array | None,
-        segment_ids: jax.Array | None,
-        positions: jax.Array | None,
+        context: dict[str, Any],
         *,
         train: bool = False,
         extend: bool = False,
         max_len: int | None = None,
     ) -> jax.Array:
-        """The scan of the block over its stacked weights (and caches, when extending)."""
+        """The scan of the block over its stacked weights (and caches, when extending);
+        ``context``: the block's other arguments, the same for every layer."""
         body = _ScanBody
         policy = self.checkpoint_policy.checkpoint_policy(self.offload_to_host)
         if self.checkpoint_policy is not AutodiffCheckpointType.NONE and not extend:
@@ -226,12 +244,12 @@ class StackedTransformerRepeated(BaseLayer):
             body,
             variable_axes={PARAMS: 0, SUMMARIES: 0, AUX_LOSS: 0, CACHE: 0},
             split_rngs={PARAMS: True, "dropout": True},
-            in_axes=(nn.broadcast, nn.broadcast, nn.broadcast),
+            in_axes=(nn.broadcast,),
             length=self.num_layers,
             metadata_params={nn.PARTITION_NAME: LAYERS},
         )
         repeat = scanned(
             block_tpl=self.block_tpl, train=train, extend=extend, max_len=max_len, name="repeat"
         )
-        x, _ = repeat(self.to_fprop(x), paddings, segment_ids, positions)
+        x, _ = repeat(self.to_fprop(x), context)
         return x

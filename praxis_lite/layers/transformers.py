@@ -7,7 +7,7 @@ All blocks are pre-norm: ``x + dropout(sublayer(norm(x)))``.
 from __future__ import annotations
 
 import copy
-from typing import Any
+from typing import Any, NamedTuple
 
 import flax.linen as nn
 import jax
@@ -16,6 +16,7 @@ from jax.ad_checkpoint import checkpoint_name
 from praxis_lite.base_layer import BaseLayer
 from praxis_lite.config import LayerTpl, template_field
 from praxis_lite.layers import lora as lora_lib
+from praxis_lite.layers import relative_bias as relative_bias_lib
 from praxis_lite.layers.activations import ReLU
 from praxis_lite.layers.attentions import DotProductAttention
 from praxis_lite.layers.linears import Bias, Linear
@@ -27,6 +28,20 @@ from praxis_lite.sharding import ACTIVATION_EMBED, BATCH, EMBED, LENGTH, MLP
 #: TransformerFeedForward's LoRA targets: its projections' child names (the gate's only with
 #: ``use_gated_activation``).
 FFN_LORA_TARGETS = ("ffn_layer1", "ffn_layer1_gate", "ffn_layer2")
+
+
+class Memory(NamedTuple):
+    """What a decoder block's cross-attention reads: an encoder's output.
+
+    Attributes:
+      outputs: ``[B, S, D]``.
+      paddings: ``[B, S]``, 1.0 at padded slots (never attended); None: none.
+      segment_ids: ``[B, S]`` packed-sequence ids (a query sees its own segment's); None.
+    """
+
+    outputs: jax.Array
+    paddings: jax.Array | None = None
+    segment_ids: jax.Array | None = None
 
 
 class TransformerFeedForward(BaseLayer):
@@ -147,6 +162,10 @@ class Transformer(BaseLayer):
         post-attention norm); ``None`` for none.
       tr_atten_tpl: attention template (given dims, heads).
       tr_fflayer_tpl: feed-forward template (given dims; it holds its own norm).
+      cross_atten_tpl: an encoder-decoder's decoder block: attention over the encoder's
+        output between the self-attention and the feed-forward, pre-norm (its norm from
+        ``ln_tpl``) with a residual: ``x + dropout(cross(norm(x), memory))``; given dims
+        and heads like ``tr_atten_tpl``. ``None``: none (a decoder-only or encoder block).
     """
 
     input_dims: int
@@ -159,17 +178,21 @@ class Transformer(BaseLayer):
     post_ln_tpl: LayerTpl = template_field(None)
     tr_atten_tpl: LayerTpl = template_field(DotProductAttention)
     tr_fflayer_tpl: LayerTpl = template_field(TransformerFeedForward)
+    cross_atten_tpl: LayerTpl = template_field(None)
 
     def setup(self) -> None:
         self.layer_norm = self.create_child(self.ln_tpl, input_dims=self.input_dims)
         self.post_layer_norm = self.create_child(self.post_ln_tpl, input_dims=self.input_dims)
-        self.self_attention = self.create_child(
-            self.tr_atten_tpl,
+        heads = dict(
             input_dims=self.input_dims,
             num_heads=self.num_heads,
             num_kv_heads=self.num_kv_heads,
             dims_per_head=self.dims_per_head,
         )
+        self.self_attention = self.create_child(self.tr_atten_tpl, **heads)
+        if self.cross_atten_tpl is not None:
+            self.cross_layer_norm = self.create_child(self.ln_tpl, input_dims=self.input_dims)
+            self.cross_attention = self.create_child(self.cross_atten_tpl, **heads)
         self.ff_layer = self.create_child(
             self.tr_fflayer_tpl,
             input_dims=self.input_dims,
@@ -196,20 +219,34 @@ class Transformer(BaseLayer):
         paddings: jax.Array | None = None,
         segment_ids: jax.Array | None = None,
         positions: jax.Array | None = None,
+        attention_bias: jax.Array | None = None,
+        memory: Memory | None = None,
         train: bool = False,
     ) -> jax.Array:
-        """``x [B, T, D]`` (see DotProductAttention for the other arguments)."""
+        """``x [B, T, D]`` (see DotProductAttention for the other arguments); ``memory``: the
+        encoder's output a block with ``cross_atten_tpl`` attends to."""
         x = self.to_fprop(x)
         atten = self.self_attention(
             self.layer_norm(x),
             paddings=paddings,
             segment_ids=segment_ids,
             positions=positions,
+            attention_bias=attention_bias,
             train=train,
         )
         if self.post_layer_norm is not None:
             atten = self.post_layer_norm(atten)
         x = x + self.residual_dropout(atten, deterministic=not train)
+        if self.cross_atten_tpl is not None:
+            cross = self.cross_attention.cross_attend(
+                self.cross_layer_norm(x),
+                memory.outputs,
+                memory_paddings=memory.paddings,
+                segment_ids=segment_ids,
+                memory_segment_ids=memory.segment_ids,
+                train=train,
+            )
+            x = x + self.residual_dropout(cross, deterministic=not train)
         return checkpoint_name(self.ff_layer(x, train=train), "transformer_layer_out")
 
     def extend(
@@ -219,15 +256,28 @@ class Transformer(BaseLayer):
         positions: jax.Array,
         paddings: jax.Array | None = None,
         max_len: int | None = None,
+        attention_bias: jax.Array | None = None,
+        memory: Memory | None = None,
     ) -> jax.Array:
-        """Incremental decoding, ``[B, T, D] -> [B, T, D]``: see DotProductAttention.extend."""
+        """Incremental decoding, ``[B, T, D] -> [B, T, D]``: see DotProductAttention.extend
+        (and ``cross_extend``: ``memory`` on the first call only)."""
         x = self.to_fprop(x)
         atten = self.self_attention.extend(
-            self.layer_norm(x), positions=positions, paddings=paddings, max_len=max_len
+            self.layer_norm(x),
+            positions=positions,
+            paddings=paddings,
+            max_len=max_len,
+            attention_bias=attention_bias,
         )
         if self.post_layer_norm is not None:
             atten = self.post_layer_norm(atten)
-        return self.ff_layer(x + atten)
+        x = x + atten
+        if self.cross_atten_tpl is not None:
+            outputs, memory_paddings = (None, None) if memory is None else memory[:2]
+            x = x + self.cross_attention.cross_extend(
+                self.cross_layer_norm(x), outputs, memory_paddings
+            )
+        return self.ff_layer(x)
 
 
 class StackedTransformer(BaseLayer):
@@ -241,11 +291,15 @@ class StackedTransformer(BaseLayer):
       block_tpl: the block template (its dims are the blocks' dims).
       sliding_windows: per block, its attention's ``sliding_window`` (Gemma 2 alternates
         windowed and global layers); empty: the block template's own for every block.
+      relative_bias_tpl: T5's relative position bias (``RelativePositionBias``, given the
+        block's ``num_heads``): one table for the stack, its bias computed once per call and
+        added to every block's self-attention logits; ``None``: none.
     """
 
     num_layers: int
     block_tpl: LayerTpl = template_field(Transformer)
     sliding_windows: tuple[int | None, ...] = ()
+    relative_bias_tpl: LayerTpl = template_field(None)
 
     def setup(self) -> None:
         if self.sliding_windows and len(self.sliding_windows) != self.num_layers:
@@ -254,6 +308,7 @@ class StackedTransformer(BaseLayer):
                 f"{self.num_layers} layers; give one per layer (None: no window)."
             )
         self.x_layers = [self.stamp_child(self._block(i)) for i in range(self.num_layers)]
+        self.relative_bias = create_relative_bias(self)
 
     def _block(self, i: int) -> Any:
         """Block ``i``'s template: ``block_tpl``, with its window when ``sliding_windows``."""
@@ -274,12 +329,20 @@ class StackedTransformer(BaseLayer):
         paddings: jax.Array | None = None,
         segment_ids: jax.Array | None = None,
         positions: jax.Array | None = None,
+        memory: Memory | None = None,
         train: bool = False,
     ) -> jax.Array:
-        """``[B, T, D] -> [B, T, D]``."""
+        """``[B, T, D] -> [B, T, D]`` (``memory``: for blocks with cross-attention)."""
+        bias = relative_bias_lib.stack_bias(self.relative_bias, x.shape[1])
         for layer in self.x_layers:
             x = layer(
-                x, paddings=paddings, segment_ids=segment_ids, positions=positions, train=train
+                x,
+                paddings=paddings,
+                segment_ids=segment_ids,
+                positions=positions,
+                attention_bias=bias,
+                memory=memory,
+                train=train,
             )
         return x
 
@@ -290,8 +353,25 @@ class StackedTransformer(BaseLayer):
         positions: jax.Array,
         paddings: jax.Array | None = None,
         max_len: int | None = None,
+        memory: Memory | None = None,
     ) -> jax.Array:
-        """Incremental decoding through every block (each keeps its own cache)."""
+        """Incremental decoding through every block (each keeps its own cache; ``memory``
+        on the first call only)."""
+        bias = None
+        if self.relative_bias is not None:
+            bias = self.relative_bias.extend(x.shape[1], max_len)
         for layer in self.x_layers:
-            x = layer.extend(x, positions=positions, paddings=paddings, max_len=max_len)
+            x = layer.extend(
+                x,
+                positions=positions,
+                paddings=paddings,
+                max_len=max_len,
+                attention_bias=bias,
+                memory=memory,
+            )
         return x
+
+
+def create_relative_bias(stack: BaseLayer) -> BaseLayer | None:
+    """``stack``'s ``relative_bias_tpl`` layer with its block's heads (call from setup)."""
+    return stack.create_child(stack.relative_bias_tpl, num_heads=stack.block_tpl.value.num_heads)

@@ -45,7 +45,7 @@ from praxis_lite.decoding import DecoderParams
 from praxis_lite.py_utils import NestedMap
 
 DecodeFn = Callable[[Any, NestedMap, jax.Array], dict[str, jax.Array]]
-_PASSED_THROUGH = ("prefix_ids", "prefix_lengths", "target_ids", "target_lengths")
+_REFERENCES = ("target_ids", "target_lengths")
 
 
 class DecodeConfigError(ValueError):
@@ -66,8 +66,15 @@ def check_can_decode(model: Any) -> None:
         raise DecodeConfigError(reason)
 
 
-def check_decode_input(inp: BaseInput) -> None:
-    """Reads (and rewinds) ``inp``'s first batch; raises unless it is a decode batch."""
+def passed_through(model: Any) -> tuple[str, ...]:
+    """The decode batch's keys the model decodes from (``decode_prompt_keys``: an LM's
+    ``prefix_*``, a seq2seq model's ``input_*``) and the references, ``target_*``."""
+    return (*model.decode_prompt_keys(), *_REFERENCES)
+
+
+def check_decode_input(inp: BaseInput, model: Any) -> None:
+    """Reads (and rewinds) ``inp``'s first batch; raises unless it is a decode batch of
+    ``model``'s."""
     try:
         batch = inp.get_next()
     except StopIteration:
@@ -75,66 +82,75 @@ def check_decode_input(inp: BaseInput) -> None:
             f"Decoder input '{inp.name}' is empty: it yields no batch to decode."
         ) from None
     inp.reset()
-    check_decode_batch(batch, inp)
+    check_decode_batch(batch, inp, passed_through(model))
 
 
 def make_decode_fn(task: SingleTask, params: DecoderParams, max_new_tokens: int) -> DecodeFn:
     """``decode(model_params, batch, key) -> outputs`` (a pure function; jit it).
 
     Outputs: ``tokens [B, N]``, ``lengths [B]``, ``log_probs [B, N]``, ``scores [B]``
-    (see ``decoding.decode``) and the batch's prompt/target arrays, passed through
-    so that a replicated output holds every host's examples.
+    (see ``decoding.decode``) and the batch's prompt/target arrays (:func:`passed_through`),
+    so that a replicated output holds every host's examples. The model decodes (the
+    contract's ``decode``) from the batch's ``decode_prompt_keys()``.
     """
     model = task.model
     check_can_decode(model)
+    ids_key, lengths_key = model.decode_prompt_keys()
 
     def decode_fn(model_params: Any, batch: NestedMap, key: jax.Array) -> dict[str, jax.Array]:
-        out = decoding.decode_lm(
-            model,
+        out = model.decode(
             {"params": model_params},
-            batch["prefix_ids"],
-            batch["prefix_lengths"],
+            batch[ids_key],
+            batch[lengths_key],
             key,
             params,
             max_new_tokens,
         )
-        return {**out, **{k: batch[k] for k in _PASSED_THROUGH}}
+        return {**out, **{k: batch[k] for k in passed_through(model)}}
 
     return decode_fn
 
 
-def check_decode_batch(batch: NestedMap, inp: BaseInput) -> None:
-    """Raises :class:`DecodeConfigError` naming the missing keys if ``batch`` is no decode batch."""
-    missing = [k for k in _PASSED_THROUGH if k not in batch]
+def check_decode_batch(batch: NestedMap, inp: BaseInput, keys: tuple[str, ...]) -> None:
+    """Raises :class:`DecodeConfigError` naming the missing ``keys`` (the model's
+    :func:`passed_through`) if ``batch`` is no decode batch of the model's."""
+    missing = [k for k in keys if k not in batch]
     if missing:
         raise DecodeConfigError(
             f"Decoder input '{inp.name}' ({type(inp).__name__}) yields batches without "
-            f"{', '.join(missing)} (it has {', '.join(sorted(batch))}); a decoder dataset must "
-            "yield prompt/target batches: SyntheticLmInput with prompt_len > 0, or SeqIOInput "
-            "with decode_form (DecodeForm.TARGETS_PREFIX and prompt_len, or "
+            f"{', '.join(missing)} (it has {', '.join(sorted(batch))}); the model decodes "
+            f"from {keys[0]}: a decoder-only LM's decoder dataset yields prefix/target batches "
+            "(SyntheticLmInput with prompt_len > 0, or SeqIOInput with decode_form), an "
+            "encoder-decoder's yields input/target batches (SyntheticSeq2SeqInput with "
+            "decode=True, or SeqIOInput(encoder_decoder=True) with "
             "DecodeForm.INPUTS_TARGETS). Fix the experiment's decoder_datasets() or "
             "--fdl_set decoder_datasets[i]...; see README 'Decoding'."
         )
 
 
 def example_rows(
-    out: dict[str, np.ndarray], inp: BaseInput, eos_token_id: int | tuple[int, ...] | None
+    out: dict[str, np.ndarray],
+    inp: BaseInput,
+    eos_token_id: int | tuple[int, ...] | None,
+    prompt_keys: tuple[str, str],
 ) -> list[dict]:
-    """One JSON-ready dict per real example (prompt length > 0) of a decoded batch."""
-    real = np.flatnonzero(out["prefix_lengths"] > 0)
+    """One JSON-ready dict per real example (prompt length > 0) of a decoded batch whose
+    prompts are ``out[prompt_keys[0]]`` of lengths ``out[prompt_keys[1]]``."""
+    prompt_ids, prompt_lengths = (out[k] for k in prompt_keys)
+    real = np.flatnonzero(prompt_lengths > 0)
     tokens, lengths = out["tokens"][real], out["lengths"][real]
     last = tokens[np.arange(len(real)), np.maximum(lengths - 1, 0)]
     ended = (lengths > 0) & decoding.is_eos(last, eos_token_id)
-    prompts = inp.ids_to_strings(out["prefix_ids"][real], out["prefix_lengths"][real].tolist())
+    prompts = inp.ids_to_strings(prompt_ids[real], prompt_lengths[real].tolist())
     targets = inp.ids_to_strings(out["target_ids"][real], out["target_lengths"][real].tolist())
     decoded = inp.ids_to_strings(tokens, (lengths - ended).tolist())
     rows = []
     for i, r in enumerate(real):
-        n, p, t = int(lengths[i]), int(out["prefix_lengths"][r]), int(out["target_lengths"][r])
+        n, p, t = int(lengths[i]), int(prompt_lengths[r]), int(out["target_lengths"][r])
         rows.append(
             {
                 "prompt": prompts[i],
-                "prompt_ids": out["prefix_ids"][r, :p].tolist(),
+                "prompt_ids": prompt_ids[r, :p].tolist(),
                 "decoded": decoded[i],
                 "decoded_ids": tokens[i, :n].tolist(),
                 "target": targets[i],
@@ -153,8 +169,10 @@ def run_decode_pass(
     to_global: Callable[[NestedMap], Any],
     params: DecoderParams,
     step: int,
+    keys: tuple[str, ...],
 ) -> tuple[list[dict], dict[str, float]]:
-    """Decodes one pass of ``inp``: ``(rows, metrics)``.
+    """Decodes one pass of ``inp``: ``(rows, metrics)``; ``keys``: the model's
+    :func:`passed_through` (prompt ids and lengths first).
 
     ``decode_fn(model_params, global_batch, key, max_new_tokens)`` returns
     replicated numpy-gettable outputs (see :func:`make_decode_fn`). The pass reads
@@ -170,11 +188,12 @@ def run_decode_pass(
             batch = inp.get_next()
         except StopIteration:
             break
-        check_decode_batch(batch, inp)
+        check_decode_batch(batch, inp, keys)
         steps = params.max_new_tokens or int(batch["target_ids"].shape[1])
         key = jax.random.fold_in(base_key, num_batches)
         out = jax.device_get(decode_fn(model_params, to_global(batch), key, steps))
-        rows += example_rows({k: np.asarray(v) for k, v in out.items()}, inp, params.eos_token_id)
+        host = {k: np.asarray(v) for k, v in out.items()}
+        rows += example_rows(host, inp, params.eos_token_id, keys[:2])
         num_batches += 1
     if inp.reset_for_eval:
         inp.reset()
@@ -302,7 +321,13 @@ class DecodeProgram:
         results = {}
         for inp in self.inputs:
             rows, metrics = run_decode_pass(
-                self._decode, model_params, inp, self._to_global, self.params, step
+                self._decode,
+                model_params,
+                inp,
+                self._to_global,
+                self.params,
+                step,
+                passed_through(self.task.model),
             )
             path = output_path(self.job_log_dir, inp.name, step)
             write = functools.partial(write_jsonl, path, rows)

@@ -110,5 +110,5 @@ def build_job(
     for inp in [job.train_input, *job.eval_inputs]:
         partitioning.check_batch_divides(inp, layout)
     for inp in job.decoder_inputs:
-        decode_lib.check_decode_input(inp)
+        decode_lib.check_decode_input(inp, task.model)
     return job

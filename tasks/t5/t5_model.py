@@ -22,7 +22,7 @@ from typing import Any
 import jax.numpy as jnp
 
 from praxis_lite import config as config_lib
-from praxis_lite.layers.activations import GELU, ReLU
+from praxis_lite.layers.activations import GELU, ReLU, SiLU
 from praxis_lite.layers.embedding_softmax import Embedding, FullSoftmax, SharedEmbeddingSoftmax
 from praxis_lite.layers.encoder_decoder import TransformerEncoderDecoder
 from praxis_lite.layers.normalizations import RmsNorm
@@ -33,6 +33,8 @@ from praxis_lite.models import EncoderDecoderModel
 
 #: T5's norm epsilon.
 T5_NORM_EPSILON = 1e-6
+#: T5X's activation names -> layers (its 'gelu' is the tanh approximation, as here).
+ACTIVATIONS = {"gelu": GELU, "relu": ReLU, "silu": SiLU}
 
 
 @dataclasses.dataclass(frozen=True)
@@ -43,8 +45,11 @@ class T5Shape:
       num_encoder_layers / num_decoder_layers: blocks per stack.
       model_dims: ``D``; hidden_dims: the MLP's ``F``; num_heads and dims_per_head.
       vocab_size: ``V`` (T5's SentencePiece: 32128 with the extra ids).
-      gated_gelu: T5 1.1's gated tanh-GELU MLP and separate logits; False: T5 1.0's ReLU
-        MLP and logits through the embedding table.
+      mlp_activations: T5X's ``mlp_activations``: one activation (``'relu'``: T5 1.0), or
+        an activation and ``'linear'``, its gate (``('gelu', 'linear')``: T5 1.1's gated
+        tanh-GELU); see :data:`ACTIVATIONS`.
+      logits_via_embedding: T5X's: logits through the embedding table scaled by ``1 /
+        sqrt(D)`` (T5 1.0); False: a separate projection (T5 1.1).
       dropout_prob: every dropout (T5X's ``dropout_rate``).
     """
 
@@ -55,8 +60,23 @@ class T5Shape:
     num_heads: int
     dims_per_head: int
     vocab_size: int
-    gated_gelu: bool = True
+    mlp_activations: tuple[str, ...] = ("gelu", "linear")
+    logits_via_embedding: bool = False
     dropout_prob: float = 0.0
+
+    def __post_init__(self) -> None:
+        acts = tuple(self.mlp_activations)
+        if not (len(acts) in (1, 2) and acts[0] in ACTIVATIONS and acts[1:] in ((), ("linear",))):
+            raise ValueError(
+                f"mlp_activations={acts!r}: give one of {sorted(ACTIVATIONS)}, optionally "
+                "followed by 'linear' (its gate), e.g. ('gelu', 'linear') or ('relu',)."
+            )
+        object.__setattr__(self, "mlp_activations", acts)
+
+    @property
+    def gated(self) -> bool:
+        """The MLP has a linear gate (``mlp_activations`` ends with 'linear')."""
+        return len(self.mlp_activations) == 2
 
 
 def t5_model(
@@ -73,13 +93,13 @@ def t5_model(
     network = TransformerEncoderDecoder.HParams.config(
         model_dims=d, vocab_size=shape.vocab_size, dropout_prob=shape.dropout_prob
     )
-    if shape.gated_gelu:
-        network.embedding_tpl = Embedding.HParams.config(scale_sqrt_depth=False)
-        network.softmax_tpl = FullSoftmax.HParams.config(use_bias=False)
-    else:
+    if shape.logits_via_embedding:
         network.softmax_tpl = SharedEmbeddingSoftmax.HParams.config(
             scale_sqrt_depth=False, logits_scale=1.0 / math.sqrt(d)
         )
+    else:
+        network.embedding_tpl = Embedding.HParams.config(scale_sqrt_depth=False)
+        network.softmax_tpl = FullSoftmax.HParams.config(use_bias=False)
     network.softmax_tpl.z_loss_weight = z_loss_weight
     network.encoder_ln_tpl = _norm()
     network.decoder_ln_tpl = _norm()
@@ -133,7 +153,5 @@ def _configure_block(block: config_lib.Config, shape: T5Shape, decoder: bool) ->
     ff.use_bias = False
     ff.ln_tpl = _norm()
     ff.relu_dropout_prob = shape.dropout_prob
-    ff.use_gated_activation = shape.gated_gelu
-    ff.activation_tpl = (
-        GELU.HParams.config(approximate=True) if shape.gated_gelu else ReLU.HParams.config()
-    )
+    ff.use_gated_activation = shape.gated
+    ff.activation_tpl = ACTIVATIONS[shape.mlp_activations[0]].HParams.config()

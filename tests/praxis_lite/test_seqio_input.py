@@ -596,7 +596,13 @@ def test_decode_metrics_are_the_tasks_on_postprocessed_texts(qa_task):
         }
 
     rows, metrics = decode_lib.run_decode_pass(
-        shouting_oracle, None, inp, lambda b: NestedMap(b), DecoderParams(eos_token_id=1), step=0
+        shouting_oracle,
+        None,
+        inp,
+        lambda b: NestedMap(b),
+        DecoderParams(eos_token_id=1),
+        step=0,
+        keys=("prefix_ids", "prefix_lengths", "target_ids", "target_lengths"),
     )
     assert len(rows) == metrics["num_examples"] == len(QA)
     assert sorted(r["target"] for r in rows) == sorted(a for _, a in QA)

@@ -1,0 +1,132 @@
+"""The encoder-decoder (T5) family base: knobs -> task config.
+
+``T5Knobs`` declares the model's knobs once (T5X's sizes by their Pax-style names) and
+builds the ``EncoderDecoderModel`` config through ``tasks.t5.t5_model``; ``T5Spmd`` adds
+the optimizer, schedule and loop knob groups the decoder-only family uses. Leaves set
+sizes, batch, mesh and ``datasets()``.
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+import jax.numpy as jnp
+
+from paxlite import mesh_checks
+from paxlite.base_experiment import BaseExperiment, KnobError
+from praxis_lite import config as config_lib
+from praxis_lite.layers.repeats import AutodiffCheckpointType
+from praxis_lite.sharding import EMBED, HEAD_DIM, HEADS, KV_HEADS, LAYERS, MLP, TABLE_EMBED, VOCAB
+from tasks.lm.knob_groups import AdamKnobs, LoopKnobs, LrScheduleKnobs, check_at_least, knob_group
+from tasks.t5.t5_model import ACTIVATIONS, T5Shape, t5_model
+
+
+@knob_group
+class T5Knobs(BaseExperiment):
+    """Model knobs of a T5 encoder-decoder (T5X's ``network.T5Config`` fields, named as the
+    decoder-only knobs where those exist).
+
+    Shape: NUM_ENCODER_LAYERS, NUM_DECODER_LAYERS, MODEL_DIMS (T5X's ``emb_dim``),
+    HIDDEN_DIMS (``mlp_dim``), NUM_HEADS, DIMS_PER_HEAD (``head_dim``; None: MODEL_DIMS //
+    NUM_HEADS), VOCAB_SIZE. Variant: MLP_ACTIVATIONS (T5X's ``mlp_activations``:
+    ``gelu,linear`` for T5 1.1 and flan-t5, ``relu`` for T5 1.0), LOGITS_VIA_EMBEDDING
+    (T5 1.0's tied logits). DROPOUT_PROB (T5X's ``dropout_rate``), Z_LOSS_WEIGHT,
+    FPROP_DTYPE (compute; weights float32), USE_REPEATED_LAYER (scanned stacks) and
+    CHECKPOINT_POLICY (remat inside the scan).
+    """
+
+    NUM_ENCODER_LAYERS: int
+    NUM_DECODER_LAYERS: int
+    MODEL_DIMS: int
+    HIDDEN_DIMS: int
+    NUM_HEADS: int
+    DIMS_PER_HEAD: int | None = None
+    VOCAB_SIZE: int = 32128
+    MLP_ACTIVATIONS: tuple[str, ...] = ("gelu", "linear")
+    LOGITS_VIA_EMBEDDING: bool = False
+    DROPOUT_PROB: float = 0.0
+    Z_LOSS_WEIGHT: float = 0.0
+    FPROP_DTYPE: Any = jnp.bfloat16
+    USE_REPEATED_LAYER: bool = True
+    CHECKPOINT_POLICY: AutodiffCheckpointType = AutodiffCheckpointType.SAVE_NOTHING
+
+    def validate(self) -> None:
+        super().validate()
+        check_at_least(
+            self,
+            1,
+            "NUM_ENCODER_LAYERS",
+            "NUM_DECODER_LAYERS",
+            "MODEL_DIMS",
+            "HIDDEN_DIMS",
+            "NUM_HEADS",
+            "VOCAB_SIZE",
+        )
+        name = type(self).__qualname__
+        if self.DIMS_PER_HEAD is None and self.MODEL_DIMS % self.NUM_HEADS:
+            raise KnobError(
+                f"{name}: MODEL_DIMS={self.MODEL_DIMS} is not divisible by NUM_HEADS="
+                f"{self.NUM_HEADS}; set DIMS_PER_HEAD (T5's heads are 64 dims) or change them."
+            )
+        if not 0.0 <= self.DROPOUT_PROB < 1.0:
+            raise KnobError(f"{name}.DROPOUT_PROB = {self.DROPOUT_PROB}; it must be in [0, 1).")
+        try:
+            self.t5_shape()
+        except ValueError as e:
+            raise KnobError(f"{name}.MLP_ACTIVATIONS: {e} Known: {sorted(ACTIVATIONS)}.") from None
+
+    def head_dims(self) -> int:
+        """DIMS_PER_HEAD, or MODEL_DIMS // NUM_HEADS."""
+        return self.DIMS_PER_HEAD or self.MODEL_DIMS // self.NUM_HEADS
+
+    def t5_shape(self) -> T5Shape:
+        """The knobs' sizes and variant."""
+        return T5Shape(
+            num_encoder_layers=self.NUM_ENCODER_LAYERS,
+            num_decoder_layers=self.NUM_DECODER_LAYERS,
+            model_dims=self.MODEL_DIMS,
+            hidden_dims=self.HIDDEN_DIMS,
+            num_heads=self.NUM_HEADS,
+            dims_per_head=self.head_dims(),
+            vocab_size=self.VOCAB_SIZE,
+            mlp_activations=tuple(self.MLP_ACTIVATIONS),
+            logits_via_embedding=self.LOGITS_VIA_EMBEDDING,
+            dropout_prob=self.DROPOUT_PROB,
+        )
+
+    def model(self) -> config_lib.Config:
+        """The ``EncoderDecoderModel`` config of these knobs."""
+        return t5_model(
+            self.t5_shape(),
+            fprop_dtype=self.FPROP_DTYPE,
+            scanned=self.USE_REPEATED_LAYER,
+            checkpoint_policy=self.CHECKPOINT_POLICY,
+            z_loss_weight=self.Z_LOSS_WEIGHT,
+        )
+
+
+@knob_group
+class T5Spmd(T5Knobs, AdamKnobs, LrScheduleKnobs, LoopKnobs):
+    """Family knobs of T5 encoder-decoders: the model (``T5Knobs``), Adam, the schedule
+    and the loop (as ``tasks.lm.lm_cloud.LmCloudSpmd``'s), validated against the mesh."""
+
+    def validate(self) -> None:
+        """Sizes are sane and weights split evenly on the mesh."""
+        super().validate()
+        plan = mesh_checks.MeshPlan.of(self)
+        sizes = {
+            EMBED: ("MODEL_DIMS", self.MODEL_DIMS),
+            TABLE_EMBED: ("MODEL_DIMS", self.MODEL_DIMS),
+            MLP: ("HIDDEN_DIMS", self.HIDDEN_DIMS),
+            HEADS: ("NUM_HEADS", self.NUM_HEADS),
+            KV_HEADS: ("NUM_HEADS", self.NUM_HEADS),
+            HEAD_DIM: ("DIMS_PER_HEAD", self.head_dims()),
+            VOCAB: ("VOCAB_SIZE", self.VOCAB_SIZE),
+        }
+        plan.check_even_split(sizes)
+        if self.USE_REPEATED_LAYER:  # Each stack's weights: [layers, ...].
+            for knob in ("NUM_ENCODER_LAYERS", "NUM_DECODER_LAYERS"):
+                plan.check_even_split({LAYERS: (knob, getattr(self, knob))})
+
+    def task(self) -> Any:
+        return self.single_task(self.model(), self.learner(self.lr_schedule()))

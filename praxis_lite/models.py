@@ -7,7 +7,7 @@ the methods of :class:`BaseModel`. A new model family is a new subclass.
 
 from __future__ import annotations
 
-from typing import Any
+from typing import Any, ClassVar
 
 import flax.linen as nn
 import jax
@@ -33,9 +33,15 @@ class BaseModel(BaseLayer):
     """What the trainer needs from a model: batch spec, loss and metrics, FLOPs, decoding.
 
     Subclasses implement ``__call__`` and :meth:`batch_spec`; :meth:`train_flops`
-    and decoding (``prefill``/``extend_step`` with :meth:`decode_unsupported`
-    returning None) are optional.
+    and decoding (:meth:`decode_prompt_keys` and :meth:`decode`, with
+    :meth:`decode_unsupported` returning None) are optional.
+
+    Attributes:
+      is_encoder_decoder: targets come from inputs through an encoder (Hugging Face's
+        ``config.is_encoder_decoder``): what ``paxlite.inference`` wraps it in.
     """
+
+    is_encoder_decoder: ClassVar[bool] = False
 
     def __call__(self, batch: NestedMap, *, train: bool = False) -> NestedMap:
         """Loss and metrics of ``batch``.
@@ -238,6 +244,7 @@ class EncoderDecoderModel(BaseModel):
     """
 
     encoder_decoder_tpl: LayerTpl = template_field(TransformerEncoderDecoder)
+    is_encoder_decoder: ClassVar[bool] = True
 
     def setup(self) -> None:
         self.network = self.create_child(self.encoder_decoder_tpl)

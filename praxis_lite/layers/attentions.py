@@ -174,9 +174,7 @@ class DotProductAttention(BaseLayer):
                 query_init = nn.initializers.variance_scaling(
                     1.0 / h, "fan_in", "truncated_normal", in_axis=0, out_axis=(1, 2)
                 )
-            self.w_q = self.create_variable(
-                "w_q", (d, n, h), (EMBED, HEADS, HEAD_DIM), query_init
-            )
+            self.w_q = self.create_variable("w_q", (d, n, h), (EMBED, HEADS, HEAD_DIM), query_init)
             self.w_k = self.create_variable("w_k", (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), init)
             self.w_v = self.create_variable("w_v", (d, k, h), (EMBED, KV_HEADS, HEAD_DIM), init)
         self.w_post = self.create_variable(
@@ -531,7 +529,9 @@ class DotProductAttention(BaseLayer):
         else:
             q, keys, values = self._cross_projections(x, memory, train=False)
             b, s = memory.shape[:2]
-            paddings = jnp.zeros((b, s), jnp.float32) if memory_paddings is None else memory_paddings
+            paddings = (
+                jnp.zeros((b, s), jnp.float32) if memory_paddings is None else memory_paddings
+            )
             keys = self.constrain(keys.astype(self.fprop_dtype), CACHE_KV_AXES)
             values = self.constrain(values.astype(self.fprop_dtype), CACHE_KV_AXES)
             paddings = paddings.astype(jnp.float32)

@@ -98,7 +98,9 @@ class TransformerEncoderDecoder(BaseLayer):
           cross-attention reads.
         """
         paddings = (ids == 0).astype(jnp.float32)
-        x = self.encoder(self.embed(ids, train), paddings=paddings, segment_ids=segment_ids, train=train)
+        x = self.encoder(
+            self.embed(ids, train), paddings=paddings, segment_ids=segment_ids, train=train
+        )
         x = self.dropout(self.encoder_ln(x), deterministic=not train)
         x = self.constrain(x, (LM_BATCH, LENGTH, ACTIVATION_EMBED))
         return Memory(x, paddings, segment_ids)

@@ -96,7 +96,7 @@ _ABSENT = object()
 
 
 def _leaf_values(experiment: Any) -> dict[str, Any]:
-    """``{'task.model.lm_tpl.model_dims': 64, 'datasets[0].batch_size': 16, ...}``."""
+    """``{'task.learner.optimizer.learning_rate': 0.001, 'datasets[0].batch_size': 16, ...}``."""
     roots = {"task": experiment.task()}
     for group in ("datasets", "decoder_datasets"):
         for index, cfg in enumerate(getattr(experiment, group)()):

@@ -74,8 +74,8 @@ class Learner:
 
     Attributes:
       optimizer: the optimizer (learning rate, schedule, clipping, weight decay).
-      loss_name: the model metric minimized (a key of the model's ``metrics``; LanguageModel
-        names its objective ``total_loss``).
+      loss_name: the model metric minimized (a key of the model's ``metrics``; the
+        sequence models name their objective ``total_loss``).
       grad_accum_steps: each step's batch runs as this many microbatches, one after the
         other inside the step; their gradients are summed weighted by each microbatch's
         loss weight (tokens), then one update is applied (GRAD_ACCUM_STEPS).
@@ -103,7 +103,7 @@ class SingleTask:
     """One model trained by one learner (Pax's ``SingleTask``).
 
     Attributes:
-      model: a layer config (e.g. ``TransformerLm.HParams.config(...)``); it is
+      model: a model config (a ``praxis_lite.models.BaseModel`` subclass's); it is
         built by the trainer, so it stays a config here.
       learner: see :class:`Learner`.
       num_train_steps: train until this global step.

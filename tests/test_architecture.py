@@ -73,6 +73,48 @@ def test_no_trainer_module_names_a_model_family():
     assert bad == []
 
 
+#: Modules that read models by their classes and fields on purpose: the foreign formats and
+#: the Python API (``from_pretrained``) with what exports and adapts through it.
+_MODEL_AWARE = ("formats", "inference.py", "pretrained.py", "adapters.py", "export.py")
+
+
+def test_no_trainer_module_names_a_model_class_or_field():
+    """The trainer meets models through the contract (``praxis_lite.models.BaseModel``) only:
+    no trainer module names a model class, the layer it wraps, or a template field of the
+    model."""
+    from praxis_lite import models
+    from praxis_lite.base_layer import BaseLayer
+
+    classes = [c for c in vars(models).values() if isinstance(c, type) and issubclass(c, BaseLayer)]
+    classes = [c for c in classes if c.__module__ == models.__name__ and c is not models.BaseModel]
+    wrapped = [t.value.__fn_or_cls__ for c in classes for t in _template_defaults(c)]
+    own = {f for c in classes for f in c.__annotations__ if f.endswith("_tpl")}
+    names = {c.__name__ for c in classes + wrapped} | own
+    assert {"LanguageModel", "EncoderDecoderModel", "lm_tpl", "encoder_decoder_tpl"} <= names
+    bad = [
+        f"{path.relative_to(ROOT)} names {name}"
+        for path in (ROOT / "paxlite").rglob("*.py")
+        if not set(path.relative_to(ROOT / "paxlite").parts) & set(_MODEL_AWARE)
+        for name in sorted(names)
+        if re.search(rf"\b{name}\b", path.read_text())
+    ]
+    assert bad == []
+
+
+def _template_defaults(cls: type) -> list:
+    """The default templates of ``cls``'s template fields (what the model wraps)."""
+    import dataclasses
+
+    from praxis_lite.config import Template
+
+    out = []
+    for field in dataclasses.fields(cls):
+        default = field.default
+        if isinstance(default, Template) and default.value is not None:
+            out.append(default)
+    return out
+
+
 def test_no_import_cycles():
     # A package's __init__ importing its submodules is not a cycle of concerns: skip packages.
     packages = {m for m, p in _modules().items() if p.name == "__init__.py"}

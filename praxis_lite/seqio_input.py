@@ -16,6 +16,14 @@ task_feature_lengths['inputs'] + task_feature_lengths['targets']``; its
     segment_ids  decoder_segment_ids (int32, packed inputs only)
     segment_pos  decoder_positions (int32, packed inputs only)
 
+With ``encoder_decoder=True`` (T5) batches come from ``seqio.EncDecFeatureConverter``
+instead, with its keys (``encoder_input_tokens``, ``decoder_input_tokens``,
+``decoder_target_tokens``, ``decoder_loss_weights``; packed: the segment ids and
+positions of both sides), and decoder inputs yield ``input_ids`` / ``input_lengths`` (the
+encoder's prompt, no start token) with ``target_ids`` / ``target_lengths``; see
+``seqio_seq2seq``, which shapes them. Their id 0 must be padding: a Hugging Face
+vocabulary (below) is refused.
+
 Hugging Face vocabularies (``seqio_tasks.HfVocabulary``). seqio's converters and packing
 take id 0 for padding (loss weights, segment ids and packed lengths come from ``ids != 0``)
 and shift 0 in as BOS; in a Hugging Face model's vocabulary id 0 is a real token ("!" for
@@ -43,8 +51,8 @@ examples, packing and prefetch buffers), and ``restore_position`` puts a rebuilt
 back there without reading anything: a resume costs the same at any step. Both refuse a
 state saved with another number of input hosts (each host's stream is its own shard).
 
-Decoder inputs (``decode_form`` set; an experiment's ``decoder_datasets()``)
-yield BaseInput's prompt/target batches instead, from one Task::
+Decoder inputs (``decode_form`` set; an experiment's ``decoder_datasets()``) of a
+decoder-only LM yield BaseInput's prompt/target batches instead, from one Task::
 
     prefix_ids      [B, 1 + P] int32: BOS (0; a Hugging Face vocabulary's start id),
                                then the prompt; right-padded with 0
@@ -86,6 +94,7 @@ import seqio
 import tensorflow as tf
 from absl import logging
 
+from praxis_lite import seqio_seq2seq
 from praxis_lite.base_input import BaseInput, InputConfigError, InputDataError
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.seqio_checks import (
@@ -129,7 +138,7 @@ class DecodeForm(enum.Enum):
 
 @dataclasses.dataclass
 class SeqIOInput(BaseInput):
-    """Batches of a SeqIO Task or Mixture for a decoder-only LM.
+    """Batches of a SeqIO Task or Mixture for a decoder-only LM or an encoder-decoder.
 
     Attributes:
       mixture_name: a registered seqio Task or Mixture name.
@@ -145,6 +154,11 @@ class SeqIOInput(BaseInput):
         only and task_feature_lengths has no 'inputs' (seqio's DecoderFeatureConverter
         would make prefix-LM rows of it unasked). Not for decoder inputs (their
         ``DecodeForm.INPUTS_TARGETS`` prompts with the same 'inputs').
+      encoder_decoder: batches for an encoder-decoder (T5): 'inputs' to the encoder,
+        'targets' to the decoder (``seqio.EncDecFeatureConverter``, packed with
+        feature_converter_pack; the keys in ``seqio_seq2seq``). Every task needs both
+        features and a vocabulary whose id 0 is padding; task_feature_lengths gives
+        both lengths. Decoder inputs take ``DecodeForm.INPUTS_TARGETS``.
       shuffle: shuffle the examples; None: shuffle iff ``is_training``.
       shuffle_buffer_size: examples in the shuffle buffer; None: the Task's own
         (Tasks only; a Mixture's tasks use their own).
@@ -167,6 +181,7 @@ class SeqIOInput(BaseInput):
     split_name: str = "train"
     feature_converter_pack: bool = False
     prefix_lm: bool = False
+    encoder_decoder: bool = False
     shuffle: bool | None = None
     shuffle_buffer_size: int | None = None
     model_vocab_size: int | None = None
@@ -179,8 +194,9 @@ class SeqIOInput(BaseInput):
         super().__post_init__()
         where = f"SeqIOInput '{self.name}'"
         self.task_feature_lengths = dict(self.task_feature_lengths)
-        if not isinstance(self.task_feature_lengths.get("targets"), int) or (
-            self.task_feature_lengths["targets"] <= 0
+        if not self.encoder_decoder and (
+            not isinstance(self.task_feature_lengths.get("targets"), int)
+            or self.task_feature_lengths["targets"] <= 0
         ):
             raise InputConfigError(
                 f"{where}: task_feature_lengths needs a positive 'targets' length for a "
@@ -201,8 +217,10 @@ class SeqIOInput(BaseInput):
             check_split(task, self.split_name, where)
             check_files(task, self.split_name, where, flag or "the task's file pattern")
             check_tfds_files(task, self.split_name, where, flag or "--tfds_data_dir=DIR")
+        if self.encoder_decoder:
+            self._check_encoder_decoder(where)
         if self.model_vocab_size is not None:
-            size = self._vocabulary().vocab_size
+            size = max(v.vocab_size for v in self._model_vocabularies())
             if size > self.model_vocab_size:
                 raise InputConfigError(
                     f"{where}: the vocabulary of {self.mixture_name!r} has {size} ids but the "
@@ -322,7 +340,8 @@ class SeqIOInput(BaseInput):
         return fns
 
     def ids_to_strings(self, ids: np.ndarray, lengths: Sequence[int] | None = None) -> list[str]:
-        """Detokenizes rows of ``ids [B, T]`` with the task's 'targets' vocabulary.
+        """Detokenizes rows of ``ids [B, T]`` with the task's 'targets' vocabulary (an
+        encoder-decoder's prompts, ``input_ids``, too: T5's tasks share one vocabulary).
 
         Padding ids (0) are dropped (kept with a Hugging Face vocabulary, whose id 0 is a
         token: pass ``lengths``); as in Pax, decoding stops after the first EOS.
@@ -392,11 +411,27 @@ class SeqIOInput(BaseInput):
                 f"{self.prompt_len}; the rest of each example is the target."
             )
 
+    def _check_encoder_decoder(self, where: str) -> None:
+        """Raises unless the tasks, lengths and other fields fit ``encoder_decoder``."""
+        if self.prefix_lm:
+            raise InputConfigError(
+                f"{where}: prefix_lm makes decoder-only rows of inputs then targets, but "
+                "encoder_decoder reads 'inputs' in the encoder; set prefix_lm=False."
+            )
+        if self.decode_form is DecodeForm.TARGETS_PREFIX:
+            raise InputConfigError(
+                f"{where}: DecodeForm.TARGETS_PREFIX prompts a decoder-only LM with the first "
+                "'targets' tokens, but an encoder-decoder is prompted by 'inputs'; set "
+                "decode_form=DecodeForm.INPUTS_TARGETS."
+            )
+        seqio_seq2seq.check_tasks(self._provider, self.task_feature_lengths, where)
+
     def _check_prefix_lm(self, where: str) -> None:
         """Raises unless every task has the 'inputs' that ``prefix_lm`` puts before the targets,
         or, without it, LM batches are of 'targets' only."""
         if not self.prefix_lm:
-            if self.decode_form is None and "inputs" in self.task_feature_lengths:
+            lm_rows = self.decode_form is None and not self.encoder_decoder
+            if lm_rows and "inputs" in self.task_feature_lengths:
                 raise InputConfigError(
                     f"{where}: task_feature_lengths has an 'inputs' length, which would make "
                     "rows of inputs then targets; set prefix_lm=True for those (the loss on "
@@ -457,6 +492,13 @@ class SeqIOInput(BaseInput):
     def _vocabulary(self) -> seqio.Vocabulary:
         return self._provider.output_features["targets"].vocabulary
 
+    def _model_vocabularies(self) -> list[seqio.Vocabulary]:
+        """The vocabularies of the features batches are made of ('targets', and 'inputs' if
+        task_feature_lengths has it)."""
+        features = self._provider.output_features
+        keys = [k for k in ("inputs", "targets") if k in self.task_feature_lengths]
+        return [features[k].vocabulary for k in keys if k in features]
+
     def _examples(
         self, shard_index: int, num_epochs: int | None, shuffle: bool | None = None
     ) -> tf.data.Dataset:
@@ -476,6 +518,13 @@ class SeqIOInput(BaseInput):
         if self.shuffle_buffer_size is not None and self.shuffles:
             kwargs["shuffle_buffer_size"] = self.shuffle_buffer_size
         ds = self._provider.get_dataset(**kwargs)
+        if self.encoder_decoder:
+            return seqio_seq2seq.examples(
+                ds,
+                self.task_feature_lengths,
+                pack=self.feature_converter_pack,
+                decode=self.decode_form is not None,
+            )
         if self.decode_form is not None:
             return self._decode_examples(ds)
         bos = 0
@@ -674,6 +723,7 @@ class SeqIOInput(BaseInput):
             tuple(sorted(self.task_feature_lengths.items())),
             self.feature_converter_pack,
             self.prefix_lm,
+            self.encoder_decoder,
             self.shuffles,
             self.seed,
             self.shuffle_buffer_size,
@@ -694,6 +744,8 @@ class SeqIOInput(BaseInput):
         """A converter's (or decoder input's) numpy batch -> the model's keys (module docstring)."""
         if self.decode_form is not None:
             return NestedMap({k: np.asarray(v, np.int32) for k, v in raw.items()})
+        if self.encoder_decoder:
+            return seqio_seq2seq.to_batch(raw)
         labels = raw["decoder_target_tokens"].astype(np.int32)
         ids = raw["decoder_input_tokens"].astype(np.int32)
         paddings = (labels == 0).astype(np.float32)
@@ -711,9 +763,8 @@ class SeqIOInput(BaseInput):
         return batch
 
 
-# (mixture, split, lengths, pack, prefix LM, shuffle, seed, buffer, hosts, decode form,
-# prompt len)
-# -> (provider, counts per shard).
+# (mixture, split, lengths, pack, prefix LM, encoder-decoder, shuffle, seed, buffer, hosts,
+# decode form, prompt len) -> (provider, counts per shard).
 _SHARD_COUNTS: dict[tuple, tuple[Any, tuple[int, ...]]] = {}
 
 

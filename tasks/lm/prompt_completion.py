@@ -56,11 +56,14 @@ def register_prompt_completion_task(
     completion_field: str = "completion",
     vocab_path: str | None = None,
     shuffle_buffer_size: int = 1000,
+    inputs_eos: bool = False,
 ) -> seqio.Task:
     """Registers a task of JSONL prompt/completion records: split 'train' and, if given,
     'validation'.
 
-    Features: 'inputs' = the ``prompt_field`` text (no EOS), 'targets' = the
+    Features: 'inputs' = the ``prompt_field`` text (+ EOS with ``inputs_eos``: T5's
+    convention, for an encoder-decoder's ``SeqIOInput(encoder_decoder=True)``; a decoder-only
+    LM's prompt runs on into its completion, without one), 'targets' = the
     ``completion_field`` text + EOS; bytes unless ``vocab_path`` names a SentencePiece
     model. Scored by :func:`tasks.lm.text.continuation_metrics`. A line that is not JSON
     or lacks a field raises InputDataError naming it and the knob (PROMPT_FIELD,
@@ -73,6 +76,7 @@ def register_prompt_completion_task(
         completion_field=completion_field,
         vocab_path=vocab_path,
         shuffle_buffer_size=shuffle_buffer_size,
+        inputs_eos=inputs_eos,
     )
     patterns = {"train": train_path}
     if eval_path is not None:
@@ -93,7 +97,7 @@ def register_prompt_completion_task(
                 seqio.preprocessors.append_eos_after_trim,
             ],
             output_features={
-                "inputs": seqio.Feature(vocabulary=vocabulary, add_eos=False),
+                "inputs": seqio.Feature(vocabulary=vocabulary, add_eos=inputs_eos),
                 "targets": seqio.Feature(vocabulary=vocabulary, add_eos=True),
             },
             metric_fns=[continuation_metrics],

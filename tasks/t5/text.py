@@ -1,0 +1,132 @@
+"""T5 on your inputs -> targets pairs (JSONL), no SeqIO task to write.
+
+Each line of TEXT_DATA_PATH / TEXT_EVAL_DATA_PATH is a JSON object such as ``{"inputs":
+"translate: chat", "targets": "cat"}`` (fields PROMPT_FIELD and COMPLETION_FIELD). The
+SeqIO task made of them has T5's features: 'inputs' and 'targets', each with an EOS, in
+bytes or the SentencePiece model VOCAB_PATH names; training rows are seqio's
+encoder-decoder rows (packed with PACKED_INPUT), TASK_FEATURE_LENGTHS tokens a side.
+With held-out pairs, train_and_eval decodes their inputs with every eval and scores the
+decoded text against the targets (``exact_match``, ``char_accuracy``)::
+
+    python -m tasks.lm.prompt_completion --write_examples=/tmp/pc_data
+    paxlite --exp=tasks.t5.text.T5TextTiny --job_log_dir=/tmp/t5_text --mode=train_and_eval \\
+        --set TEXT_DATA_PATH=/tmp/pc_data/train.jsonl \\
+        --set TEXT_EVAL_DATA_PATH=/tmp/pc_data/eval.jsonl \\
+        --set PROMPT_FIELD=prompt --set COMPLETION_FIELD=completion
+"""
+
+from __future__ import annotations
+
+from typing import Any
+
+from paxlite import experiment_registry
+from paxlite.base_experiment import KnobError
+from praxis_lite import config as config_lib
+from praxis_lite.seqio_input import DecodeForm, SeqIOInput
+from tasks.lm.prompt_completion import register_prompt_completion_task
+from tasks.t5.tiny import T5Tiny
+
+_TRAIN_DATA_FLAG = "--set=TEXT_DATA_PATH=PATH"
+_EVAL_DATA_FLAG = "--set=TEXT_EVAL_DATA_PATH=PATH"
+
+
+@experiment_registry.register
+class T5TextTiny(T5Tiny):
+    """T5Tiny's model (VOCAB_SIZE for bytes) on JSONL inputs/targets pairs: a laptop CPU.
+
+    Attributes (knobs, beyond T5Tiny's):
+      TEXT_DATA_PATH: training JSONL files (a path or glob pattern); required.
+      TEXT_EVAL_DATA_PATH: held-out JSONL, read once per eval and decoded; None: none.
+      PROMPT_FIELD / COMPLETION_FIELD: each record's input and target fields.
+      VOCAB_PATH: a SentencePiece model; None: bytes (259 ids). VOCAB_SIZE must be at
+        least the vocabulary's size (checked when the inputs are built).
+      TEXT_TASK_NAME: the SeqIO task name the files are registered under.
+      TASK_FEATURE_LENGTHS: tokens per side (T5X's name), ``{'inputs': S, 'targets': T}``;
+        longer texts lose their ends (the EOS kept).
+      PACKED_INPUT: pack several pairs into each training row.
+    """
+
+    TEXT_DATA_PATH: str
+    TEXT_EVAL_DATA_PATH: str | None = None
+    PROMPT_FIELD: str = "inputs"
+    COMPLETION_FIELD: str = "targets"
+    VOCAB_PATH: str | None = None
+    TEXT_TASK_NAME: str = "text_seq2seq"
+    TASK_FEATURE_LENGTHS: dict[str, int] = {"inputs": 32, "targets": 16}  # noqa: RUF012
+    PACKED_INPUT: bool = True
+
+    VOCAB_SIZE = 384  # Bytes: 256 + pad, EOS, UNK, rounded up to a multiple of 128.
+    PERCORE_BATCH_SIZE = 16
+
+    def validate(self) -> None:
+        super().validate()
+        name = type(self).__qualname__
+        lengths = self.TASK_FEATURE_LENGTHS
+        if set(lengths) != {"inputs", "targets"} or min(lengths.values()) < 2:
+            raise KnobError(
+                f"{name}.TASK_FEATURE_LENGTHS = {lengths}; give both sides' tokens, at least 2 "
+                "each, e.g. --set \"TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 32}\"."
+            )
+        if self.PROMPT_FIELD == self.COMPLETION_FIELD:
+            raise KnobError(
+                f"{name}: PROMPT_FIELD and COMPLETION_FIELD are both {self.PROMPT_FIELD!r}; "
+                "name the two fields of each record."
+            )
+
+    def task(self) -> Any:
+        """T5Tiny's task; train_and_eval decodes with every eval (with held-out pairs)."""
+        task = super().task()
+        task.decode_interval_steps = (
+            self.EVAL_INTERVAL_STEPS or self.NUM_TRAIN_STEPS if self.TEXT_EVAL_DATA_PATH else 0
+        )
+        return task
+
+    def register_task(self) -> None:
+        """Registers the files as the SeqIO task TEXT_TASK_NAME ('inputs', 'targets', EOS on
+        both: T5's)."""
+        register_prompt_completion_task(
+            self.TEXT_TASK_NAME,
+            train_path=self.TEXT_DATA_PATH,
+            eval_path=self.TEXT_EVAL_DATA_PATH,
+            prompt_field=self.PROMPT_FIELD,
+            completion_field=self.COMPLETION_FIELD,
+            vocab_path=self.VOCAB_PATH,
+            inputs_eos=True,
+        )
+
+    def _seqio(self, **fields: Any) -> config_lib.Config:
+        self.register_task()
+        return config_lib.Config(
+            SeqIOInput,
+            mixture_name=self.TEXT_TASK_NAME,
+            task_feature_lengths=dict(self.TASK_FEATURE_LENGTHS),
+            encoder_decoder=True,
+            batch_size=self.infeed_batch_size(),
+            model_vocab_size=self.VOCAB_SIZE,
+            seed=self.SEED,
+            **fields,
+        )
+
+    def _held_out(self, **fields: Any) -> config_lib.Config:
+        return self._seqio(
+            split_name="validation",
+            is_training=False,
+            reset_for_eval=True,
+            data_flag=_EVAL_DATA_FLAG,
+            **fields,
+        )
+
+    def datasets(self) -> list[Any]:
+        """The training pairs (packed) and, with TEXT_EVAL_DATA_PATH, the held-out ones."""
+        train = self._seqio(
+            split_name="train", feature_converter_pack=self.PACKED_INPUT, data_flag=_TRAIN_DATA_FLAG
+        )
+        if self.TEXT_EVAL_DATA_PATH is None:
+            return [train]
+        return [train, self._held_out(name="validation")]
+
+    def decoder_datasets(self) -> list[Any]:
+        """The held-out inputs, decoded and scored against their targets; none without them."""
+        if self.TEXT_EVAL_DATA_PATH is None:
+            return []
+        return [self._held_out(name="pairs", decode_form=DecodeForm.INPUTS_TARGETS)]

@@ -1,5 +1,7 @@
-"""A trained model from Python: ``from_pretrained(path)``, ``.logits``, ``.generate``,
-``.save_pretrained``.
+"""Loading a trained model in Python: ``from_pretrained(path)`` returns a
+``paxlite.pretrained`` model (``.logits``, ``.generate``, ``.save_pretrained``): a
+:class:`PretrainedLm` for a decoder-only model, a :class:`PretrainedSeq2Seq` (also
+``.encode``) for an encoder-decoder, as the model's ``is_encoder_decoder`` says.
 
 ``path`` is a Hugging Face model directory (config.json, safetensors, a tokenizer), a
 paxlite job directory (its newest checkpoint), one of its step directories
@@ -17,6 +19,10 @@ checkpoint_00001000``) together with the experiment it was trained with::
     logits = lm.logits(ids)                      # ids [B, T] int -> [B, T, V] float32
     new = lm.generate(ids, max_new_tokens=16)    # [B, 16]; pad after a row's EOS
 
+    s2s = from_pretrained("/tmp/encoder_decoder_job")            # an encoder-decoder's job
+    logits = s2s.logits(ids, decoder_input_ids=dec)  # [B, S], [B, T] (0 first) -> [B, T, V]
+    new = s2s.generate(ids, max_new_tokens=16)       # [B, 16] targets; pad after EOS
+
 A Hugging Face model needs no experiment: its family (``paxlite.formats.hf_models``) builds
 it from config.json on all of this process's devices, its weights split over them (FSDP),
 each device reading its own slice of the safetensors, in their dtype unless ``dtype`` says
@@ -28,8 +34,6 @@ divide, and the padded rows are dropped from the results.
 
 from __future__ import annotations
 
-import abc
-import dataclasses
 import json
 import math
 import re
@@ -39,7 +43,6 @@ from typing import Any
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
-import numpy as np
 from etils import epath
 from flax import traverse_util
 from jax.sharding import NamedSharding, PartitionSpec
@@ -49,17 +52,23 @@ from paxlite import (
     checkpoint_sources,
     init_from,
     job_record,
-    partitioning,
     storage,
     trainable,
 )
 from paxlite.formats import hf_checkpoint, hf_models, peft_adapter
 from paxlite.mesh import create_mesh, mesh_size
 from paxlite.overrides import resolve_experiment, resolve_experiment_class
+from paxlite.pretrained import (  # Re-exported: the names callers import from here.
+    HfOrigin,
+    Pretrained,
+    PretrainedError,
+    PretrainedLm,
+    PretrainedSeq2Seq,
+    pretrained_class,
+)
 from paxlite.tasks_lib import CheckpointLoadingRules
 from praxis_lite import config as config_lib
 from praxis_lite import decoding, hf_chat
-from praxis_lite.layers import lora
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import (
     FSDP_RULES,
@@ -68,261 +77,14 @@ from praxis_lite.sharding import (
     strip_boxes,
 )
 
-
-class PretrainedError(ValueError):
-    """The path holds no checkpoint paxlite can load, or needs the experiment named."""
-
-
-@dataclasses.dataclass(frozen=True)
-class HfOrigin:
-    """Where a Hugging Face model came from: what ``save_pretrained`` writes back.
-
-    Attributes:
-      family: its family (names and layouts); config: its config.json's fields;
-      generation_config: its generation_config.json's fields ({} when it had none).
-    """
-
-    family: hf_models.Family
-    config: dict[str, Any]
-    generation_config: dict[str, Any]
-
-
-@dataclasses.dataclass
-class Pretrained(abc.ABC):
-    """A model with its weights on devices: what every kind of model ``from_pretrained``
-    returns shares (a decoder-only :class:`PretrainedLm`; encoder-decoders to come).
-
-    Attributes:
-      model: the built model (a ``praxis_lite.models.BaseModel``).
-      params: its weights, sharded over ``mesh``.
-      generation: the defaults of ``generate`` (a Hugging Face model's
-        generation_config.json, or the experiment's decoder settings).
-      mesh, rules: where the weights live and the logical-axis rules used.
-      tokenizer: the model's tokenizer (``praxis_lite.hf_tokenizer.HfTokenizer``), or None.
-      origin: a Hugging Face model's family and config; None for paxlite and paxml ones.
-      chat_template: its chat template (``praxis_lite.hf_chat.ChatTemplate``), or None.
-    """
-
-    model: Any
-    params: Any
-    generation: decoding.DecoderParams
-    mesh: Any
-    rules: Any
-    tokenizer: Any = None
-    origin: HfOrigin | None = None
-    chat_template: Any = None
-
-    def save_pretrained(
-        self,
-        directory: epath.PathLike,
-        max_shard_bytes: int = hf_checkpoint.DEFAULT_MAX_SHARD_BYTES,
-    ) -> list[str]:
-        """Writes a Hugging Face model directory transformers loads to the same logits:
-        config.json, model.safetensors (or shards over ``max_shard_bytes`` and an
-        index), generation_config.json and the tokenizer's files. Returns the files.
-
-        Raises:
-          PretrainedError: the model did not come from a Hugging Face directory.
-        """
-        if self.origin is None:
-            raise PretrainedError(
-                "save_pretrained writes Hugging Face families "
-                f"({', '.join(sorted(hf_models.FAMILIES))}); this model was loaded from a "
-                "paxlite or paxml checkpoint."
-            )
-        directory = epath.Path(directory)
-        flat = traverse_util.flatten_dict(self.params, sep="/")
-        if lora.adapter_paths(flat):
-            raise PretrainedError(
-                "this model carries LoRA adapters beside its weights; load it with "
-                "merge=True to save the merged model (paxlite-export --adapter writes a "
-                "trained run's adapters for PEFT)."
-            )
-        host = {path: np.asarray(jax.device_get(value)) for path, value in flat.items()}
-        files = hf_checkpoint.save(
-            directory, host, self.origin.family, self.origin.config, max_shard_bytes=max_shard_bytes
-        )
-        generation = {**self.origin.generation_config, **_generation_fields(self.generation)}
-        path = directory / hf_checkpoint.GENERATION_CONFIG_FILE
-        path.write_text(json.dumps(generation, indent=2) + "\n")
-        files.append(hf_checkpoint.GENERATION_CONFIG_FILE)
-        if self.tokenizer is not None:
-            files += [epath.Path(p).name for p in self.tokenizer.save(directory)]
-        return files
-
-    @abc.abstractmethod
-    def logits(self, input_ids: Any) -> np.ndarray:
-        """The model's output scores for token ids (float32 numpy)."""
-
-    @abc.abstractmethod
-    def generate(
-        self, inputs: Any = None, max_new_tokens: int | None = None, **settings: Any
-    ) -> Any:
-        """New tokens (or texts) after each prompt; see :meth:`PretrainedLm.generate`."""
-
-
-@dataclasses.dataclass
-class PretrainedLm(Pretrained):
-    """A decoder-only language model: ``logits`` and ``generate``."""
-
-    def logits(self, input_ids: Any) -> np.ndarray:
-        """``input_ids [B, T]`` int -> next-token logits ``[B, T, V]`` float32 (any ``B``)."""
-        ids = _token_ids(input_ids)
-        padded = self._padded(ids)
-        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
-            out = _jit_logits(self.model)(self.params, jnp.asarray(padded))
-        return np.asarray(out, np.float32)[: len(ids)]
-
-    def generate(
-        self,
-        inputs: Any = None,
-        max_new_tokens: int | None = None,
-        *,
-        messages: Any = None,
-        **settings: Any,
-    ) -> np.ndarray | list[str] | str:
-        """New tokens after each prompt, with Hugging Face's names and defaults.
-
-        Args:
-          inputs: token ids ``[B, T]``, or a list of prompts of any lengths (lists of
-            ids); or a string or list of strings, encoded with the model's tokenizer (its
-            special tokens added, as transformers does).
-          max_new_tokens: ``N``; default the generation config's.
-          messages: instead of ``inputs``, a conversation (``[{"role", "content"}, ...]``)
-            or a list of them, formatted by the model's chat template with the assistant's
-            header after it (``add_generation_prompt``); returns the reply (or replies).
-          **settings: ``do_sample`` (False: greedy, whatever the temperature),
-            ``temperature``, ``top_k``, ``top_p``, ``eos_token_id`` (an int or a list),
-            ``pad_token_id``, ``seed``; defaults: :attr:`generation`.
-
-        Returns:
-          ``[B, N]`` new token ids (``pad_token_id`` after a row's EOS); for strings, the
-          decoded new text of each (special tokens dropped), a string for a string.
-        """
-        if messages is not None:
-            return self._chat(messages, max_new_tokens, settings)
-        texts = [inputs] if isinstance(inputs, str) else inputs
-        as_text = isinstance(texts, list) and bool(texts) and isinstance(texts[0], str)
-        if as_text:
-            ids, lengths = _right_padded([self._encoded(text) for text in texts])
-        elif isinstance(inputs, list) and inputs and isinstance(inputs[0], list):
-            ids, lengths = _right_padded(inputs)
-        else:
-            ids = _token_ids(inputs)
-            lengths = np.full((len(ids),), ids.shape[1], np.int32)
-        params = dataclasses.replace(self.generation, **settings)
-        steps = max_new_tokens or params.max_new_tokens
-        if steps is None:
-            raise ValueError("generate: pass max_new_tokens (the generation config has none).")
-        padded_ids, padded_lengths = self._padded((ids, lengths))
-        key = jax.random.key(params.seed)
-        with jax.set_mesh(self.mesh), nn.logical_axis_rules(self.rules):
-            out = _jit_decode(self.model, params, steps)(
-                self.params, jnp.asarray(padded_ids), jnp.asarray(padded_lengths), key
-            )
-        tokens = np.asarray(out["tokens"])[: len(ids)]
-        if not as_text:
-            return tokens
-        decoded = [self.tokenizer.decode(_until_eos(row, params)) for row in tokens]
-        return decoded[0] if isinstance(inputs, str) else decoded
-
-    def _chat(self, messages: Any, max_new_tokens: int | None, settings: dict) -> Any:
-        """``generate(messages=...)``: each conversation rendered and encoded as transformers'
-        ``apply_chat_template(..., add_generation_prompt=True)``; the replies decoded."""
-        if self.chat_template is None or self.tokenizer is None:
-            raise ValueError("generate(messages=...): this model has no chat template.")
-        one = bool(messages) and isinstance(messages[0], dict)
-        conversations = [messages] if one else list(messages)
-        prompts = [
-            self.tokenizer.encode(
-                self.chat_template.render(c, add_generation_prompt=True), add_special_tokens=False
-            )
-            for c in conversations
-        ]
-        params = dataclasses.replace(self.generation, **settings)
-        tokens = self.generate(prompts, max_new_tokens, **settings)
-        replies = [self.tokenizer.decode(_until_eos(row, params)) for row in tokens]
-        return replies[0] if one else replies
-
-    def _encoded(self, text: str) -> list[int]:
-        """``text``'s token ids, with the special tokens the tokenizer adds."""
-        if self.tokenizer is None:
-            raise ValueError("generate: this model has no tokenizer; pass token ids [B, T].")
-        return self.tokenizer.encode(text)
-
-    def _padded(self, rows: Any) -> Any:
-        """``rows`` (arrays ``[B, ...]``) with zero rows appended so that the batch splits
-        over the mesh's batch axes (``partitioning.pad_rows``); callers keep the first B."""
-        return partitioning.pad_rows(rows, partitioning.batch_sharding(self.mesh, self.rules))
-
-
-def _right_padded(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
-    """Prompts of any lengths as ids ``[B, T]`` (right-padded with 0) and lengths ``[B]``."""
-    if not all(rows):
-        raise ValueError("generate: every prompt needs at least one token.")
-    ids = np.zeros((len(rows), max(len(r) for r in rows)), np.int32)
-    for i, row in enumerate(rows):
-        ids[i, : len(row)] = row
-    return ids, np.array([len(r) for r in rows], np.int32)
-
-
-def _until_eos(row: np.ndarray, params: decoding.DecoderParams) -> list[int]:
-    """``row``'s tokens before its first EOS."""
-    eos = params.eos_token_id
-    stops = set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
-    out = []
-    for token in row.tolist():
-        if token in stops:
-            break
-        out.append(token)
-    return out
-
-
-def _generation_fields(params: decoding.DecoderParams) -> dict[str, Any]:
-    """generation_config.json's fields of ``params`` (transformers' names)."""
-    fields = {
-        "do_sample": params.do_sample,
-        "temperature": params.temperature,
-        "top_p": params.top_p,
-        "pad_token_id": params.pad_token_id,
-    }
-    if params.top_k:
-        fields["top_k"] = params.top_k
-    if params.eos_token_id is not None:
-        eos = params.eos_token_id
-        fields["eos_token_id"] = eos if isinstance(eos, int) else list(eos)
-    if params.max_new_tokens is not None:
-        fields["max_new_tokens"] = params.max_new_tokens
-    return fields
-
-
-def _token_ids(input_ids: Any) -> np.ndarray:
-    """``input_ids`` as ``[B, T]`` int32, or a ValueError naming the shape it needs."""
-    ids = np.asarray(input_ids)
-    if ids.ndim != 2 or 0 in ids.shape or ids.dtype.kind not in "iu":
-        raise ValueError(
-            f"input_ids must be token ids [B, T] with B, T >= 1, got shape {ids.shape} of "
-            f"{ids.dtype}; pass one row per prompt, e.g. [[3, 5, 7]]."
-        )
-    return ids.astype(np.int32)
-
-
-def _jit_logits(model: Any) -> Any:
-    return jax.jit(
-        lambda params, ids: model.apply({"params": params}, _batch(ids), method="logits")
-    )
-
-
-def _jit_decode(model: Any, params: decoding.DecoderParams, steps: int) -> Any:
-    def decode(weights, ids, lengths, key):
-        return decoding.decode_lm(model, {"params": weights}, ids, lengths, key, params, steps)
-
-    return jax.jit(decode)
-
-
-def _batch(ids: jax.Array) -> NestedMap:
-    ones = jnp.ones(ids.shape, jnp.float32)
-    return NestedMap(ids=ids, labels=ids, weights=ones, paddings=jnp.zeros_like(ones))
+__all__ = [
+    "HfOrigin",
+    "Pretrained",
+    "PretrainedError",
+    "PretrainedLm",
+    "PretrainedSeq2Seq",
+    "from_pretrained",
+]
 
 
 def from_pretrained(
@@ -332,7 +94,7 @@ def from_pretrained(
     dtype: Any = None,
     adapter: epath.PathLike | None = None,
     merge: bool = False,
-) -> PretrainedLm:
+) -> Pretrained:
     """Loads any checkpoint ``paxlite.checkpoint_sources`` reads (a Hugging Face model
     directory; a paxlite job, checkpoints or step dir; a paxml checkpoint step with ``exp``).
 
@@ -382,7 +144,7 @@ def from_pretrained(
 
 def _from_checkpoint(
     path: epath.Path, kind: str, exp: str | None, overrides: Sequence[str], merge: bool
-) -> PretrainedLm:
+) -> Pretrained:
     """A paxlite job's (its config.json's model; frozen weights from where the job started)
     or a paxml checkpoint's (``exp``'s model) weights, on the experiment's mesh."""
     task_cfg, sources = None, {str(path): CheckpointLoadingRules()}
@@ -414,7 +176,7 @@ def _from_checkpoint(
     if merge and settings is not None:
         model_cfg, params = adapters.merged(task_cfg.model, params, settings)
         model = config_lib.instantiate(model_cfg)
-    return PretrainedLm(model, params, task.decoder_params(), mesh, rules)
+    return pretrained_class(model)(model, params, task.decoder_params(), mesh, rules)
 
 
 def _placement_only(cls: type) -> Any:
@@ -437,7 +199,7 @@ def _refuse_hub_id(path: epath.PathLike) -> None:
         )
 
 
-def _from_hf(path: epath.Path, dtype: Any, adapter: epath.Path | None, merge: bool) -> PretrainedLm:
+def _from_hf(path: epath.Path, dtype: Any, adapter: epath.Path | None, merge: bool) -> Pretrained:
     """A Hugging Face model directory (with a PEFT adapter) on all devices, its weights
     split over them (FSDP)."""
     config = hf_models.HfConfig.load(path)
@@ -464,7 +226,8 @@ def _from_hf(path: epath.Path, dtype: Any, adapter: epath.Path | None, merge: bo
     generation = _hf_generation(generation_config, config.fields, tokenizer)
     origin = HfOrigin(family, config.fields, generation_config)
     chat_template = hf_chat.ChatTemplate.from_dir(path) if tokenizer is not None else None
-    return PretrainedLm(model, params, generation, mesh, rules, tokenizer, origin, chat_template)
+    cls = pretrained_class(model)
+    return cls(model, params, generation, mesh, rules, tokenizer, origin, chat_template)
 
 
 def _check_all_used(path: epath.Path, params: Any) -> None:
@@ -606,13 +369,24 @@ def _mesh_and_rules(experiment: Any) -> tuple[Any, Any]:
 
 def _abstract_params(model: Any, mesh: Any, rules: Any) -> tuple[Any, Any]:
     """``(params as ShapeDtypeStructs, their NamedShardings)``, allocating nothing."""
-    ids = jax.ShapeDtypeStruct((1, 8), jnp.int32)
-    boxed = jax.eval_shape(lambda b: model.init(jax.random.key(0), b), _batch(ids))["params"]
+    boxed = jax.eval_shape(lambda b: model.init(jax.random.key(0), b), _example_batch(model))
+    boxed = boxed["params"]
     abstract = nn.unbox(boxed)
     shardings = jax.tree_util.tree_map(
         _fitting, abstract, strip_boxes(logical_shardings(boxed, mesh, rules))
     )
     return abstract, shardings
+
+
+def _example_batch(model: Any) -> NestedMap:
+    """``model.init``'s example batch: int32 ``[1, 8, ...]`` of each key of its
+    ``batch_spec()`` (shapes only)."""
+    return NestedMap(
+        {
+            key: jax.ShapeDtypeStruct((1,) + (8,) * (rank - 1), jnp.int32)
+            for key, rank in model.batch_spec().items()
+        }
+    )
 
 
 def _fitting(leaf: Any, sharding: NamedSharding) -> NamedSharding:

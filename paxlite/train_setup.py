@@ -73,8 +73,10 @@ class RunState:
     input_replay: list[Any] = dataclasses.field(default_factory=list)
 
 
-def check_batch_spec(job: Job, sample: NestedMap) -> None:
-    """Raises InputConfigError unless the train input's batch has what the model reads."""
+def check_batch_spec(job: Job, sample: NestedMap, inp: BaseInput | None = None) -> None:
+    """Raises InputConfigError unless ``sample``, a batch of ``inp`` (default: the train
+    input), has what the model reads."""
+    inp = job.train_input if inp is None else inp
     missing = [
         f"{key} (rank {rank})"
         for key, rank in job.task.model.batch_spec().items()
@@ -82,10 +84,18 @@ def check_batch_spec(job: Job, sample: NestedMap) -> None:
     ]
     if missing:
         raise InputConfigError(
-            f"Input '{job.train_input.name}' yields batches with {', '.join(sorted(sample))}, "
+            f"Input '{inp.name}' yields batches with {', '.join(sorted(sample))}, "
             f"but {type(job.task.model).__name__} reads {', '.join(missing)}; fix the "
             "experiment's datasets() so its batches carry them."
         )
+
+
+def check_eval_batches(job: Job) -> None:
+    """:func:`check_batch_spec` of every eval input's first batch (the inputs rewound), before
+    a run trains or evaluates: a wrong kind of eval input stops it at once, not at its first
+    eval."""
+    for inp in job.eval_inputs:
+        check_batch_spec(job, partitioning.read_sample(inp), inp)
 
 
 def abstract_train_state(job: Job, sample: NestedMap) -> tuple[Any, Any]:
@@ -119,6 +129,7 @@ def init_or_restore(
         sample = partitioning.abstract_global(local, job.batch_sharding)
         state, shardings = abstract_train_state(job, sample)
         return RunState(state, shardings, sample, jax.eval_shape(lambda: jax.random.key(0)))
+    check_eval_batches(job)
     init_key, train_key = jax.random.split(jax.random.key(job.experiment.SEED))
     sample = partitioning.to_global(local, job.batch_sharding)
     abstract, shardings = abstract_train_state(job, sample)
@@ -208,6 +219,7 @@ def restore_params(
     """
     local = partitioning.read_sample(job.train_input)
     check_batch_spec(job, local)
+    check_eval_batches(job)
     sample = partitioning.to_global(local, job.batch_sharding)
     abstract, shardings = abstract_train_state(job, sample)
     if path is None:

@@ -11,6 +11,9 @@ import pytest
 from paxlite import base_experiment, train
 from paxlite.base_experiment import KnobError
 from paxlite.job import build_job
+from praxis_lite import config as config_lib
+from praxis_lite.base_input import InputConfigError
+from praxis_lite.synthetic_input import SyntheticLmInput
 from tasks.t5.text import T5TextTiny
 from tasks.t5.tiny import T5Tiny
 
@@ -104,3 +107,17 @@ def test_t5_text_tiny_trains_on_jsonl_pairs_and_decodes_their_inputs(tmp_path):
 def test_t5_text_knobs_are_checked(knobs, message):
     with pytest.raises(KnobError, match=message):
         base_experiment.with_overrides(T5TextTiny, {"TEXT_DATA_PATH": "x.jsonl", **knobs})()
+
+
+def test_an_eval_input_of_the_wrong_kind_stops_the_run_before_it_trains(tmp_path):
+    """A decoder-only LM input among a T5 job's eval inputs is named at start-up, before a
+    step or a checkpoint, not at the first eval."""
+    exp = base_experiment.with_overrides(T5Tiny, {"ICI_MESH_SHAPE": (1, 1, 1)})()
+    train_input, _ = exp.datasets()
+    lm_eval = config_lib.Config(
+        SyntheticLmInput, name="lm_test", batch_size=8, is_training=False, num_batches=1
+    )
+    job = build_job(exp, exp.task(), [train_input, lm_eval], tmp_path, jax.devices()[:1])
+    with pytest.raises(InputConfigError, match=r"^Input 'lm_test' yields batches with .* but "):
+        train.run(job, evaluate=True, peak_tflops=1.0)
+    assert not [p.name for p in (tmp_path / "checkpoints").glob("[0-9]*")]

@@ -35,7 +35,7 @@ from paxlite.overrides import resolve_experiment_class
 from paxlite.step_cost import StepCost, step_cost
 from paxlite.tasks_lib import CheckpointLoadingRules
 from paxlite.train_state import TrainState
-from praxis_lite.base_input import InputConfigError
+from praxis_lite.base_input import BaseInput, InputConfigError
 from praxis_lite.model_flops import FlopsDefinition
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import init_with_shardings, logical_shardings, strip_boxes

@@ -84,6 +84,11 @@ class Learner:
         train (``paxlite.trainable``).
       bprop_variable_exclusion: praxis's: the matching parameters are frozen, the others
         train. Not with inclusion. Frozen parameters get no gradient and no optimizer state.
+      loss_normalizing_factor: T5X's: None differentiates the loss as the model reports
+        it (its mean over its weight, the counted tokens: T5X's
+        ``NUM_REAL_TARGET_TOKENS``); a number ``F`` differentiates the loss summed over
+        the tokens and divided by ``F`` (T5X's float factors; its ``None``, the plain
+        sum, is ``F = 1``). The reported ``loss`` stays the per-token mean.
     """
 
     optimizer: BaseOptimizer
@@ -91,10 +96,14 @@ class Learner:
     grad_accum_steps: int = 1
     bprop_variable_inclusion: str | Sequence[str] = ()
     bprop_variable_exclusion: str | Sequence[str] = ()
+    loss_normalizing_factor: float | None = None
 
     def __post_init__(self) -> None:
         if self.grad_accum_steps < 1:
             raise ValueError(f"Learner.grad_accum_steps must be >= 1, got {self.grad_accum_steps}.")
+        factor = self.loss_normalizing_factor
+        if factor is not None and not factor > 0:
+            raise ValueError(f"Learner.loss_normalizing_factor must be > 0 or None, got {factor}.")
         trainable.check_fields(self.bprop_variable_inclusion, self.bprop_variable_exclusion)
 
 

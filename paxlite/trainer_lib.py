@@ -109,8 +109,9 @@ def make_train_step(
             grads, (model_metrics, aux_loss, summaries) = accumulated_gradients(
                 trained_loss_fn, loss_name, trained, batch, step_key, accum_steps
             )
-        grad_norm = optax.tree.norm(grads)
         loss, num_tokens = model_metrics[loss_name]
+        grads = _normalized_gradients(grads, num_tokens, task.learner.loss_normalizing_factor)
+        grad_norm = optax.tree.norm(grads)
         finite = jnp.isfinite(loss) & jnp.isfinite(grad_norm)
         new_state = _apply_if_finite(tx, state, trained, frozen, grads, finite)
         metrics = {
@@ -126,6 +127,16 @@ def make_train_step(
         return new_state, metrics
 
     return train_step
+
+
+def _normalized_gradients(grads: Any, num_tokens: jax.Array, factor: float | None) -> Any:
+    """Gradients of the per-token mean loss as the learner's ``loss_normalizing_factor``
+    asks: unchanged for None, else those of the loss summed over ``num_tokens`` tokens and
+    divided by ``factor`` (T5X's), i.e. scaled by ``num_tokens / factor``."""
+    if factor is None:
+        return grads
+    scale = jax.lax.stop_gradient(num_tokens).astype(jnp.float32) / factor
+    return jax.tree_util.tree_map(lambda g: (g * scale).astype(g.dtype), grads)
 
 
 def accumulated_gradients(

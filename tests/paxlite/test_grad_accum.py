@@ -25,7 +25,7 @@ from tests.paxlite.test_main import restore_params
 BATCH, SEQ, VOCAB = 8, 8, 24
 
 
-def _task(accum: int) -> SingleTask:
+def _task(accum: int, loss_normalizing_factor: float | None = None) -> SingleTask:
     lm = TransformerLm.HParams.config(model_dims=16, vocab_size=VOCAB)
     lm.stacked_transformer_tpl = StackedTransformerRepeated.HParams.config(num_layers=2)
     block = lm.stacked_transformer_tpl.block_tpl
@@ -33,7 +33,11 @@ def _task(accum: int) -> SingleTask:
     model = instantiate(LanguageModel.HParams.config(lm_tpl=lm))
     # SGD: Adam's update of a weight whose gradient is zero up to rounding (a key bias under
     # softmax) is +-lr either way, which would hide the comparison.
-    learner = Learner(optimizer=Sgd(learning_rate=0.5, momentum=0.9), grad_accum_steps=accum)
+    learner = Learner(
+        optimizer=Sgd(learning_rate=0.5, momentum=0.9),
+        grad_accum_steps=accum,
+        loss_normalizing_factor=loss_normalizing_factor,
+    )
     return SingleTask(model=model, learner=learner)
 
 
@@ -49,8 +53,8 @@ def _batches(steps: int) -> list[NestedMap]:
     return batches
 
 
-def _train(accum: int, batches: list[NestedMap]):
-    task, key = _task(accum), jax.random.key(0)
+def _train(accum: int, batches: list[NestedMap], loss_normalizing_factor: float | None = None):
+    task, key = _task(accum, loss_normalizing_factor), jax.random.key(0)
     state = jax.jit(lambda k: nn.unbox(trainer_lib.make_init_fn(task)(k, batches[0])))(key)
     step = jax.jit(trainer_lib.make_train_step(task))
     history = []
@@ -82,6 +86,32 @@ def test_four_microbatches_equal_one_pass_weighted_by_tokens():
         for i in range(4)
     ]
     assert abs(np.mean(part_means) - one[0]["loss"]) > 1e-2
+
+
+@pytest.mark.parametrize("accum", [1, 4])
+def test_a_loss_normalizing_factor_steps_down_the_summed_loss_over_it(accum):
+    """T5X's LOSS_NORMALIZING_FACTOR F: the first update is -lr x the gradient of the loss
+    summed over the batch's tokens / F (taken here from the model's own mean x weight), in
+    one pass or in 4 microbatches of unequal tokens; the reported loss stays the mean."""
+    batches, factor, lr = _batches(1), 100.0, 0.5
+    task = _task(1)
+    params = jax.jit(lambda k: nn.unbox(trainer_lib.make_init_fn(task)(k, batches[0])))(
+        jax.random.key(0)
+    ).params
+
+    def summed_over_factor(p):
+        loss, weight = task.model.apply({"params": p}, batches[0]).metrics["total_loss"]
+        return loss * weight / factor
+
+    expected = jax.tree.map(lambda p, g: p - lr * g, params, jax.grad(summed_over_factor)(params))
+    state, history = _train(accum, batches, loss_normalizing_factor=factor)
+    for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(expected), strict=True):
+        np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
+    _, mean_history = _train(1, batches)
+    np.testing.assert_allclose(history[0]["loss"], mean_history[0]["loss"], rtol=1e-6)
+    np.testing.assert_allclose(
+        history[0]["grad_norm"], mean_history[0]["grad_norm"] * 34 / factor, rtol=1e-5
+    )
 
 
 def _rows(batch: NestedMap, part: int) -> NestedMap:

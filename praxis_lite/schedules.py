@@ -94,6 +94,29 @@ class Linear(BaseSchedule):
 
 
 @dataclasses.dataclass(frozen=True)
+class RsqrtDecay(BaseSchedule):
+    """T5's inverse square root: ``1 / sqrt(max(step, warmup_steps))``.
+
+    T5X's ``create_learning_rate_scheduler(factors='constant * rsqrt_decay')`` with its
+    ``base_learning_rate`` as the optimizer's learning rate (``t5_1_1`` pretraining: 1.0
+    and 10,000 steps, so 0.01 until step 10,000, then falling as ``1 / sqrt(step)``).
+
+    Attributes:
+      warmup_steps: the flat start (> 0), in steps.
+    """
+
+    warmup_steps: int = 10_000
+
+    def __post_init__(self) -> None:
+        if self.warmup_steps < 1:
+            raise ValueError(f"RsqrtDecay: warmup_steps must be >= 1, got {self.warmup_steps}.")
+
+    def make(self) -> optax.Schedule:
+        floor = float(self.warmup_steps)
+        return lambda step: jax.lax.rsqrt(jnp.maximum(jnp.asarray(step, jnp.float32), floor))
+
+
+@dataclasses.dataclass(frozen=True)
 class _LinearRampupDecay(BaseSchedule):
     """Ramps linearly 0 -> ``max``, holds ``max``, then decays to ``max * min_ratio``.
 

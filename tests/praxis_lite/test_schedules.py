@@ -45,6 +45,15 @@ def test_constant():
     assert schedules.Constant()(jnp.asarray(7)).dtype == jnp.float32
 
 
+def test_rsqrt_decay_is_t5s_inverse_square_root():
+    schedule = schedules.RsqrtDecay(warmup_steps=10_000)
+    steps = np.array([0, 1, 9_999, 10_000, 40_000, 1_000_000])
+    expected = 1.0 / np.sqrt(np.maximum(steps, 10_000))
+    np.testing.assert_allclose([float(schedule(s)) for s in steps], expected, rtol=1e-6)
+    with pytest.raises(ValueError, match="warmup_steps"):
+        schedules.RsqrtDecay(warmup_steps=0)
+
+
 def test_linear():
     sched = schedules.Linear(start=(10, 1.0), limit=(30, 0.2))
 

@@ -18,12 +18,17 @@ from __future__ import annotations
 
 import abc
 import dataclasses
+import functools
 
 import jax
 import jax.numpy as jnp
 import optax
 
-from praxis_lite import schedules
+from praxis_lite import factored_adafactor, schedules
+
+# Adafactor's factor_rules, re-exported beside the optimizer that takes them.
+FactorDim = factored_adafactor.FactorDim
+T5X_FACTOR_RULES = factored_adafactor.T5X_FACTOR_RULES
 
 
 @dataclasses.dataclass(frozen=True)
@@ -164,20 +169,40 @@ class Adam(BaseOptimizer):
 
 @dataclasses.dataclass(frozen=True)
 class Adafactor(BaseOptimizer):
-    """Adafactor (``optax.adafactor``): factored second moments, low memory.
+    """Adafactor: factored second moments, low memory; optax's or T5X's factoring.
 
-    With ``multiply_by_parameter_scale`` the learning rate is relative to each
-    parameter's RMS. ``weight_decay`` is decoupled and scaled like AdamW's: each step
-    subtracts ``lr(step) * weight_decay * param``.
+    Per parameter: ``U = G / sqrt(V)`` with ``V`` the (factored) second moment of
+    ``G^2 + epsilon``, decayed by ``1 - (s + 1)**-decay_rate`` at update ``s``
+    (0-based); ``U`` divided by ``max(1, RMS(U) / clipping_threshold)``; times
+    ``lr(s)``, and with ``multiply_by_parameter_scale`` times
+    ``max(min_param_scale, RMS(param))``; then the optional momentum. ``weight_decay``
+    is decoupled and scaled like AdamW's: each step subtracts
+    ``lr(s) * weight_decay * param``.
+
+    ``factor_rules`` None is optax's Adafactor (``optax.adafactor``): a parameter is
+    factored over its two largest dims when both are at least
+    ``min_dim_size_to_factor``, and the RMS of clipping and parameter scale is taken over
+    the whole parameter. ``factor_rules`` set (e.g. ``T5X_FACTOR_RULES``, T5X's standard
+    rules on our axis names) factors by the logical axis names of the boxed parameters
+    given to ``init``, as T5X's ``logical_factor_rules`` do: an attention kernel
+    ``[D, N, H]`` keeps ``v_row [D]`` and ``v_col [N, H]``, like T5X's ``[E, H*D]``, and
+    a scanned stack's 'layers' dim is a batch dim, each layer clipped and scaled by its
+    own RMS (see :mod:`praxis_lite.factored_adafactor`; parameters without names fall
+    back to optax's rule).
 
     Attributes:
-      decay_rate: exponent of the second-moment decay schedule ``1 - step**-decay_rate``.
+      decay_rate: exponent of the second-moment decay schedule ``1 - (s + 1)**-decay_rate``.
       clipping_threshold: clip each update to this RMS (>= 1); None: off.
       multiply_by_parameter_scale: scale the learning rate by each parameter's RMS.
       momentum: decay of an (optional) first-moment accumulator; None: no momentum.
-      min_dim_size_to_factor: factor a parameter's second moment only if two of its
-        dimensions are at least this large.
-      epsilon: added to the squared gradient (units of gradient squared).
+      min_dim_size_to_factor: the smallest dim (for ``factor_rules``: the smallest
+        product of the ROW dims and of the COLUMN dims of a parameter with no batch dims)
+        that a factored second moment needs.
+      epsilon: added to the squared gradient (units of gradient squared; T5X's epsilon1).
+      min_param_scale: the smallest parameter RMS the learning rate is multiplied by
+        (T5X's epsilon2).
+      factor_rules: ``(logical axis name, FactorDim)`` pairs that pick the factored dims
+        by name; None: optax's size rule.
     """
 
     decay_rate: float = 0.8
@@ -186,6 +211,8 @@ class Adafactor(BaseOptimizer):
     momentum: float | None = None
     min_dim_size_to_factor: int = 128
     epsilon: float = 1e-30
+    min_param_scale: float = 1e-3
+    factor_rules: factored_adafactor.FactorRules | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -196,18 +223,57 @@ class Adafactor(BaseOptimizer):
             )
         if self.momentum is not None:
             _check_decay_rate(self, "momentum")
+        if self.min_param_scale < 0:
+            raise ValueError(
+                f"Adafactor: min_param_scale must be >= 0, got {self.min_param_scale}."
+            )
+        for name, kind in self.factor_rules or ():
+            if not isinstance(kind, factored_adafactor.FactorDim):
+                raise TypeError(
+                    f"Adafactor: factor_rules must map names to FactorDim, got {name!r}: {kind!r}."
+                )
+
+    def _blocks(self) -> list[optax.GradientTransformation | None]:
+        """Second moments, update clipping and parameter scale (None: off): optax's, or
+        the ones that read logical names."""
+        threshold, min_scale = self.clipping_threshold, self.min_param_scale
+        if self.factor_rules is None:
+            moments = optax.scale_by_factored_rms(
+                decay_rate=self.decay_rate,
+                min_dim_size_to_factor=self.min_dim_size_to_factor,
+                epsilon=self.epsilon,
+            )
+            clip = optax.clip_by_block_rms(threshold) if threshold is not None else None
+            param_scale = optax.scale_by_param_block_rms(min_scale)
+        else:
+            layouts = functools.partial(
+                factored_adafactor.factor_layouts,
+                rules=self.factor_rules,
+                min_dim_size_to_factor=self.min_dim_size_to_factor,
+            )
+            moments = factored_adafactor.scale_by_factored_rms(
+                layouts, self.decay_rate, self.epsilon
+            )
+            clip = None
+            if threshold is not None:
+                clip = factored_adafactor.clip_by_block_rms(threshold, layouts)
+            param_scale = factored_adafactor.scale_by_param_block_rms(min_scale, layouts)
+        return [moments, clip, param_scale if self.multiply_by_parameter_scale else None]
 
     def _transform(self, learning_rate: optax.Schedule) -> optax.GradientTransformation:
-        decay = None
+        # optax.adafactor's chain, with the blocks that factoring decides swapped in.
+        moments, clip, param_scale = self._blocks()
+        steps = [
+            moments,
+            clip,
+            optax.scale_by_learning_rate(learning_rate, flip_sign=False),
+            param_scale,
+        ]
+        if self.momentum is not None:
+            steps.append(optax.ema(self.momentum, debias=False, accumulator_dtype=jnp.float32))
         if self.weight_decay > 0:
-            decay = lambda step: self.weight_decay * learning_rate(step)
-        return optax.adafactor(
-            learning_rate,
-            min_dim_size_to_factor=self.min_dim_size_to_factor,
-            decay_rate=self.decay_rate,
-            multiply_by_parameter_scale=self.multiply_by_parameter_scale,
-            clipping_threshold=self.clipping_threshold,
-            momentum=self.momentum,
-            weight_decay_rate=decay,
-            eps=self.epsilon,
-        )
+            steps.append(
+                optax.add_decayed_weights(lambda step: self.weight_decay * learning_rate(step))
+            )
+        steps.append(optax.scale(-1))
+        return optax.chain(*(step for step in steps if step is not None))

@@ -199,6 +199,9 @@ class SyntheticSeq2SeqInput(_SeededInput):
         starts over if it ``repeats``, else raises StopIteration.
       decode: yield decode batches (``input_ids``, ``target_ids``, ...: the module
         docstring) instead of training batches; not for training.
+      feature_lengths: ``(S, T)``: input and target rows padded to these lengths (each
+        at least ``max_len + 1``), e.g. to stand in for a real task's shapes; None:
+        ``max_len + 1`` each.
     """
 
     vocab_size: int = 32
@@ -207,6 +210,7 @@ class SyntheticSeq2SeqInput(_SeededInput):
     task: Seq2SeqTask = Seq2SeqTask.REVERSE
     num_batches: int | None = None
     decode: bool = False
+    feature_lengths: tuple[int, int] | None = None
 
     def __post_init__(self) -> None:
         super().__post_init__()
@@ -232,6 +236,11 @@ class SyntheticSeq2SeqInput(_SeededInput):
                 f"{where}: decode=True yields decode batches, which cannot feed training; set "
                 "is_training=False (and reset_for_eval=True)."
             )
+        if self.feature_lengths is not None and min(self.feature_lengths) <= self.max_len:
+            raise InputConfigError(
+                f"{where}: feature_lengths={tuple(self.feature_lengths)} must each exceed "
+                f"max_len={self.max_len} (a sequence and its EOS)."
+            )
 
     def _batch(self, rng: np.random.Generator) -> NestedMap:
         """This host's rows: training batches, or decode batches with ``decode``."""
@@ -250,6 +259,11 @@ class SyntheticSeq2SeqInput(_SeededInput):
         )
         ends = (np.arange(len(lengths)), lengths)
         inputs[ends] = targets[ends] = EOS_ID
+        if self.feature_lengths is not None:
+            inputs, targets = (
+                np.pad(rows, ((0, 0), (0, n - rows.shape[1])))
+                for rows, n in zip((inputs, targets), self.feature_lengths, strict=True)
+            )
         if self.decode:
             n = (lengths + 1).astype(np.int32)
             return NestedMap(

@@ -41,6 +41,20 @@ def test_targets_are_the_transformed_inputs(task):
     np.testing.assert_array_equal(b.decoder_loss_weights, b.decoder_target_tokens != 0)
 
 
+def test_feature_lengths_pad_the_same_examples_to_other_shapes():
+    """A stand-in for a real task's row shapes (inputs 12, targets 6): the rows are the
+    unpadded input's, padded with zeros."""
+    plain = SyntheticSeq2SeqInput(batch_size=4, max_len=4, seed=1).get_next()
+    padded = SyntheticSeq2SeqInput(batch_size=4, max_len=4, seed=1, feature_lengths=(12, 6))
+    batch = padded.get_next()
+    assert batch.encoder_input_tokens.shape == (4, 12)
+    for key in ("decoder_input_tokens", "decoder_target_tokens", "decoder_loss_weights"):
+        assert batch[key].shape == (4, 6), key
+    for key, value in plain.items():
+        np.testing.assert_array_equal(batch[key][:, :5], value, err_msg=key)
+        assert not batch[key][:, 5:].any(), key
+
+
 def test_two_hosts_split_the_one_host_global_batch():
     one = SyntheticSeq2SeqInput(batch_size=8, seed=3).get_next()
     halves = [
@@ -117,6 +131,7 @@ def test_determinism_resume_and_one_epoch_eval():
         (dict(min_len=0), "1 <= min_len <= max_len"),
         (dict(min_len=5, max_len=4), "1 <= min_len <= max_len"),
         (dict(decode=True), "cannot feed training; set is_training=False"),
+        (dict(max_len=4, feature_lengths=(8, 4)), "must each exceed max_len=4"),
         (dict(is_training=False, reset_for_eval=True), "needs a finite input; set num_batches"),
     ],
 )

@@ -113,20 +113,25 @@ class T5Spmd(T5Knobs, AdamKnobs, LrScheduleKnobs, LoopKnobs):
     def validate(self) -> None:
         """Sizes are sane and weights split evenly on the mesh."""
         super().validate()
-        plan = mesh_checks.MeshPlan.of(self)
-        sizes = {
-            EMBED: ("MODEL_DIMS", self.MODEL_DIMS),
-            TABLE_EMBED: ("MODEL_DIMS", self.MODEL_DIMS),
-            MLP: ("HIDDEN_DIMS", self.HIDDEN_DIMS),
-            HEADS: ("NUM_HEADS", self.NUM_HEADS),
-            KV_HEADS: ("NUM_HEADS", self.NUM_HEADS),
-            HEAD_DIM: ("DIMS_PER_HEAD", self.head_dims()),
-            VOCAB: ("VOCAB_SIZE", self.VOCAB_SIZE),
-        }
-        plan.check_even_split(sizes)
-        if self.USE_REPEATED_LAYER:  # Each stack's weights: [layers, ...].
-            for knob in ("NUM_ENCODER_LAYERS", "NUM_DECODER_LAYERS"):
-                plan.check_even_split({LAYERS: (knob, getattr(self, knob))})
+        check_t5_mesh(self)
 
     def task(self) -> Any:
         return self.single_task(self.model(), self.learner(self.lr_schedule()))
+
+
+def check_t5_mesh(experiment: T5Knobs) -> None:
+    """Raises KnobError unless the T5 knobs' weights split evenly on the experiment's mesh."""
+    plan = mesh_checks.MeshPlan.of(experiment)
+    sizes = {
+        EMBED: ("MODEL_DIMS", experiment.MODEL_DIMS),
+        TABLE_EMBED: ("MODEL_DIMS", experiment.MODEL_DIMS),
+        MLP: ("HIDDEN_DIMS", experiment.HIDDEN_DIMS),
+        HEADS: ("NUM_HEADS", experiment.NUM_HEADS),
+        KV_HEADS: ("NUM_HEADS", experiment.NUM_HEADS),
+        HEAD_DIM: ("DIMS_PER_HEAD", experiment.head_dims()),
+        VOCAB: ("VOCAB_SIZE", experiment.VOCAB_SIZE),
+    }
+    plan.check_even_split(sizes)
+    if experiment.USE_REPEATED_LAYER:  # Each stack's weights: [layers, ...].
+        for knob in ("NUM_ENCODER_LAYERS", "NUM_DECODER_LAYERS"):
+            plan.check_even_split({LAYERS: (knob, getattr(experiment, knob))})

@@ -88,7 +88,8 @@ def t5_model(
     z_loss_weight: float = 0.0,
 ) -> config_lib.Config:
     """An ``EncoderDecoderModel`` config of T5 of ``shape`` (float32 weights, compute in
-    ``fprop_dtype``; stacks scanned with ``checkpoint_policy``, or plain)."""
+    ``fprop_dtype`` but for T5 1.1's separate logits projection, in float32 as T5X's;
+    stacks scanned with ``checkpoint_policy``, or plain)."""
     d = shape.model_dims
     network = TransformerEncoderDecoder.HParams.config(
         model_dims=d, vocab_size=shape.vocab_size, dropout_prob=shape.dropout_prob
@@ -111,7 +112,10 @@ def t5_model(
         stacks.append(stack)
     network.encoder_stack_tpl, network.decoder_stack_tpl = stacks
     model = EncoderDecoderModel.HParams.config(encoder_decoder_tpl=network)
-    return config_lib.set_dtypes(model, fprop_dtype=fprop_dtype)
+    config_lib.set_dtypes(model, fprop_dtype=fprop_dtype)
+    if not shape.logits_via_embedding:  # T5X's logits_dense computes in float32.
+        network.softmax_tpl.fprop_dtype = jnp.float32
+    return model
 
 
 def _norm() -> config_lib.Config:

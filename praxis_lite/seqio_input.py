@@ -204,6 +204,10 @@ class SeqIOInput(BaseInput):
             )
         if self.shuffle_buffer_size is not None and self.shuffle_buffer_size <= 0:
             raise InputConfigError(f"{where}: shuffle_buffer_size must be > 0 or None.")
+        if not self.mixture_name:
+            raise InputConfigError(
+                f"{where} names no SeqIO task or mixture; set {self.data_flag or 'mixture_name'}."
+            )
         self._provider = get_provider(self.mixture_name, where)
         if self.shuffle_buffer_size is not None and not isinstance(self._provider, seqio.Task):
             raise InputConfigError(

@@ -26,6 +26,12 @@ from praxis_lite.seqio_input import DecodeForm, SeqIOInput
 from praxis_lite.synthetic_input import SyntheticSeq2SeqInput
 from tasks.lm.knob_groups import check_at_least, knob_group
 
+#: How a user names the data (in input errors).
+_DATA_FLAG = (
+    "--set=MIXTURE_OR_TASK_NAME=NAME (a registered SeqIO task or mixture; "
+    "MIXTURE_OR_TASK_MODULE=your.module registers it; --tfds_data_dir=DIR for TFDS data)"
+)
+
 #: Packages T5X users' modules import that cannot be installed beside our seqio.
 _UNINSTALLABLE = {"t5": "the `t5` package (t5.data) pins an older seqio and TensorFlow"}
 
@@ -136,17 +142,13 @@ class T5xDataKnobs(BaseExperiment):
         """Registers the experiment's own task when it has one (e.g. C4 span corruption)."""
 
     def mixture_or_task_name(self) -> str:
-        """MIXTURE_OR_TASK_NAME, its module imported (or the experiment's task registered)."""
+        """MIXTURE_OR_TASK_NAME ('' when unset: the inputs then say so when built, so a
+        compile needs none), its module imported (or the experiment's task registered)."""
         if self.MIXTURE_OR_TASK_MODULE:
             import_task_module(self.MIXTURE_OR_TASK_MODULE)
         else:
             self.register_default_task()
-        if not self.MIXTURE_OR_TASK_NAME:
-            raise KnobError(
-                f"{type(self).__qualname__} needs MIXTURE_OR_TASK_NAME (a registered SeqIO task "
-                "or mixture); set it, and MIXTURE_OR_TASK_MODULE to the module registering it."
-            )
-        return self.MIXTURE_OR_TASK_NAME
+        return self.MIXTURE_OR_TASK_NAME or ""
 
     def _seqio(self, **fields: Any) -> config_lib.Config:
         return config_lib.Config(
@@ -156,7 +158,7 @@ class T5xDataKnobs(BaseExperiment):
             encoder_decoder=True,
             batch_size=self.infeed_batch_size(),
             model_vocab_size=self.VOCAB_SIZE,
-            data_flag="--set=MIXTURE_OR_TASK_NAME=NAME (and --tfds_data_dir=DIR)",
+            data_flag=_DATA_FLAG,
             **fields,
         )
 

@@ -210,21 +210,25 @@ def test_a_module_importing_t5_data_is_one_line(tmp_path, monkeypatch):
     assert "uses_t5" not in sys.modules
 
 
-@pytest.mark.parametrize(
-    "knobs, message",
-    [
-        (
-            {"MIXTURE_OR_TASK_MODULE": "no_such_module_here"},
-            "'no_such_module_here' is not importable",
-        ),
-        ({}, "needs MIXTURE_OR_TASK_NAME"),
-    ],
-)
-def test_task_module_and_name_errors_are_one_line(knobs, message):
-    exp = base_experiment.with_overrides(flan_t5.FlanT5Small, knobs)()
-    with pytest.raises(base_experiment.KnobError, match=message) as e:
-        exp.datasets()
+def test_a_missing_task_module_is_one_line():
+    exp = base_experiment.with_overrides(flan_t5.FlanT5Small, {"MIXTURE_OR_TASK_MODULE": "no_such"})
+    with pytest.raises(base_experiment.KnobError, match="'no_such' is not importable") as e:
+        exp().datasets()
     assert "\n" not in str(e.value)
+
+
+def test_no_task_is_one_line_when_the_inputs_are_built_and_compiles_without(tmp_path):
+    """Flan-T5 has no task of its own: training names the knob; a compile needs none."""
+    code, _, err = run_main_in_process(
+        f"--job_log_dir={tmp_path / 'job'}", *TINY, exp="tasks.t5.flan_t5.FlanT5Small"
+    )
+    lines = err.strip().splitlines()
+    assert code == 2 and len(lines) == 1, err
+    assert "names no SeqIO task or mixture; set --set=MIXTURE_OR_TASK_NAME=NAME" in lines[0]
+    code, out, err = run_main_in_process(
+        "--mode=compile", *TINY, "--peak_tflops=1.0", exp="tasks.t5.flan_t5.FlanT5Small"
+    )
+    assert code == 0 and "Compiled tasks.t5.flan_t5.FlanT5Small" in out, err
 
 
 @pytest.mark.parametrize(

@@ -242,3 +242,22 @@ def test_no_task_is_one_line_when_the_inputs_are_built_and_compiles_without(tmp_
 def test_t5x_knobs_are_checked(knobs, message):
     with pytest.raises(base_experiment.KnobError, match=message):
         base_experiment.with_overrides(t5_1_1.T5v11Small, knobs)()
+
+
+def test_t5v11_registers_c4_span_corruption_without_reading_files():
+    """T5v11's default data: the span-corruption task over prepared C4, registered with
+    VOCAB_PATH (read only when the inputs are built), T5X's pretraining rows."""
+    import seqio
+
+    exp = base_experiment.with_overrides(t5_1_1.T5v11Small, {"VOCAB_PATH": "/nowhere/spm.model"})
+    train, evaluation = exp().datasets()
+    task = seqio.get_mixture_or_task("c4_v220_span_corruption")
+    assert sorted(task.output_features) == ["inputs", "targets"]
+    assert (train.mixture_name, train.split_name, train.encoder_decoder) == (
+        "c4_v220_span_corruption",
+        "train",
+        True,
+    )
+    assert train.task_feature_lengths == {"inputs": 512, "targets": 114}
+    assert train.feature_converter_pack and train.shuffle
+    assert (evaluation.split_name, evaluation.eval_loop_num_batches) == ("validation", 20)

@@ -6,6 +6,7 @@ from __future__ import annotations
 import collections
 import math
 import os
+import pathlib
 import subprocess
 import sys
 
@@ -39,28 +40,33 @@ def _docs(split: str) -> list[str]:
     return [" ".join(rng.choice(WORDS, size=rng.integers(3, 30))) + f" {i}." for i in range(n)]
 
 
+def write_prepared_c4(tfds_dir, splits: dict[str, list[list[str]]]) -> None:
+    """Writes ``c4/en/3.0.1`` as TFDS prepares it under ``tfds_dir``: for each split, one
+    TFRecord file per list of documents, and the dataset's metadata."""
+    version_dir = pathlib.Path(tfds_dir) / "c4" / "en" / "3.0.1"
+    version_dir.mkdir(parents=True)
+    features = tfds.features.FeaturesDict(
+        {name: tfds.features.Text() for name in ("text", "timestamp", "url")}
+    )
+    for split, files in splits.items():
+        for f, docs in enumerate(files):
+            name = version_dir / f"c4-{split}.tfrecord-{f:05d}-of-{len(files):05d}"
+            with tf.io.TFRecordWriter(str(name)) as writer:
+                for text in docs:
+                    example = {"text": text, "timestamp": "2019", "url": "http://x"}
+                    writer.write(features.serialize_example(example))
+    tfds.folder_dataset.write_metadata(data_dir=str(version_dir), features=features)
+
+
 @pytest.fixture(scope="module")
 def data(tmp_path_factory):
     """A prepared TFDS dir holding c4/en/3.0.1 and an SPM model; the seqio override is set."""
     root = tmp_path_factory.mktemp("c4")
-    version_dir = root / "tfds" / "c4" / "en" / "3.0.1"
-    version_dir.mkdir(parents=True)
-    features = tfds.features.FeaturesDict(
-        {
-            "text": tfds.features.Text(),
-            "timestamp": tfds.features.Text(),
-            "url": tfds.features.Text(),
-        }
-    )
+    splits = {}
     for split, (_, files) in SPLITS.items():
         docs = _docs(split)
-        for f in range(files):
-            name = version_dir / f"c4-{split}.tfrecord-{f:05d}-of-{files:05d}"
-            with tf.io.TFRecordWriter(str(name)) as writer:
-                for text in docs[f::files]:
-                    example = {"text": text, "timestamp": "2019", "url": "http://x"}
-                    writer.write(features.serialize_example(example))
-    tfds.folder_dataset.write_metadata(data_dir=str(version_dir), features=features)
+        splits[split] = [docs[f::files] for f in range(files)]
+    write_prepared_c4(root / "tfds", splits)
     corpus = root / "corpus.txt"
     corpus.write_text("\n".join(_docs("train") + _docs("validation")))
     vocab = train_spm(corpus, root / "spm", 100)

@@ -6,8 +6,6 @@ from __future__ import annotations
 import numpy as np
 import pytest
 import seqio
-import tensorflow as tf
-import tensorflow_datasets as tfds
 
 from praxis_lite import span_corruption
 from praxis_lite.base_input import InputConfigError
@@ -16,6 +14,7 @@ from praxis_lite.seqio_input import SeqIOInput
 from tasks.t5 import c4_span_corruption as c4sc
 from tests.praxis_lite.test_seqio_input import read_all, train_spm
 from tests.praxis_lite.test_span_corruption import uncorrupt
+from tests.tasks.test_c4 import write_prepared_c4
 
 WORDS = "the of and to in is was for on are with as by at from this have one had not".split()
 LENGTHS = {"inputs": 32, "targets": 8}  # Pieces of 34 tokens (random_spans_helper).
@@ -30,18 +29,7 @@ def _docs(split: str, n: int = 30) -> list[str]:
 def data(tmp_path_factory):
     """A prepared TFDS dir holding c4/en/3.0.1 (one file a split) and an SPM model."""
     root = tmp_path_factory.mktemp("c4sc")
-    version_dir = root / "tfds" / "c4" / "en" / "3.0.1"
-    version_dir.mkdir(parents=True)
-    features = tfds.features.FeaturesDict(
-        {name: tfds.features.Text() for name in ("text", "timestamp", "url")}
-    )
-    for split in ("train", "validation"):
-        name = version_dir / f"c4-{split}.tfrecord-00000-of-00001"
-        with tf.io.TFRecordWriter(str(name)) as writer:
-            for text in _docs(split):
-                example = {"text": text, "timestamp": "2019", "url": "http://x"}
-                writer.write(features.serialize_example(example))
-    tfds.folder_dataset.write_metadata(data_dir=str(version_dir), features=features)
+    write_prepared_c4(root / "tfds", {split: [_docs(split)] for split in ("train", "validation")})
     corpus = root / "corpus.txt"
     corpus.write_text("\n".join(_docs("train") + _docs("validation")))
     vocab = train_spm(corpus, root / "spm", 100)

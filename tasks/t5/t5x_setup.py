@@ -114,7 +114,8 @@ class T5xDataKnobs(BaseExperiment):
     user's own, unchanged; T5X's ``--gin.MIXTURE_OR_TASK_MODULE``). TASK_FEATURE_LENGTHS:
     tokens per side, ``{'inputs': S, 'targets': T}``. SHUFFLE_TRAIN_EXAMPLES and
     PACKED_INPUT: the training rows (T5X: both on). EVAL_STEPS: batches of 'validation'
-    per eval (T5X's ``eval_steps``). DECODE_VALIDATION: decode the 'validation' inputs
+    per eval (T5X's ``eval_steps``; each eval reads the next ones, where T5X re-reads the
+    first). DECODE_VALIDATION: decode the 'validation' inputs
     (unpacked) and score them with the task's metrics at each eval (T5X's
     ``infer_eval``).
     """
@@ -220,17 +221,28 @@ def import_task_module(module: str) -> None:
     try:
         importlib.import_module(module)
     except ModuleNotFoundError as e:
-        missing = (e.name or "").split(".")[0]
-        why = _UNINSTALLABLE.get(missing)
-        if why is not None:
-            raise KnobError(
-                f"MIXTURE_OR_TASK_MODULE {module!r} imports {e.name!r}, which paxlite cannot "
-                f"install ({why}); register the task with seqio directly (seqio.TaskRegistry.add"
-                " with seqio's preprocessors; T5's span corruption is "
-                "praxis_lite.span_corruption), or use a task paxlite registers."
-            ) from None
-        where = "is not importable" if e.name == module else f"imports {e.name!r}, not installed"
+        raise _missing_module_error(module, e) from None
+    except Exception as e:  # The user's module failed: say where, in one line.
+        first_line = (str(e).splitlines() or [""])[0]
         raise KnobError(
-            f"MIXTURE_OR_TASK_MODULE {module!r} {where}; put the module on PYTHONPATH (or "
-            "install its package) and give its dotted name."
+            f"MIXTURE_OR_TASK_MODULE {module!r} failed while importing: {type(e).__name__}: "
+            f"{first_line}; fix the module (`python -c 'import {module}'` shows where)."
         ) from None
+
+
+def _missing_module_error(module: str, e: ModuleNotFoundError) -> KnobError:
+    """The one-line error of a task module that, or whose import, is not installed."""
+    missing = (e.name or "").split(".")[0]
+    why = _UNINSTALLABLE.get(missing)
+    if why is not None:
+        return KnobError(
+            f"MIXTURE_OR_TASK_MODULE {module!r} imports {e.name!r}, which paxlite cannot "
+            f"install ({why}); register the task with seqio directly (seqio.TaskRegistry.add"
+            " with seqio's preprocessors; T5's span corruption is "
+            "praxis_lite.span_corruption), or use a task paxlite registers."
+        )
+    where = "is not importable" if e.name == module else f"imports {e.name!r}, not installed"
+    return KnobError(
+        f"MIXTURE_OR_TASK_MODULE {module!r} {where}; put the module on PYTHONPATH (or "
+        "install its package) and give its dotted name."
+    )

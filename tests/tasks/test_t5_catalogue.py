@@ -4,6 +4,7 @@ module trains unchanged; a module importing T5's own ``t5.data`` is a one-line e
 from __future__ import annotations
 
 import json
+import re
 import sys
 import textwrap
 
@@ -210,9 +211,22 @@ def test_a_module_importing_t5_data_is_one_line(tmp_path, monkeypatch):
     assert "uses_t5" not in sys.modules
 
 
-def test_a_missing_task_module_is_one_line():
-    exp = base_experiment.with_overrides(flan_t5.FlanT5Small, {"MIXTURE_OR_TASK_MODULE": "no_such"})
-    with pytest.raises(base_experiment.KnobError, match="'no_such' is not importable") as e:
+@pytest.mark.parametrize(
+    "source, message",
+    [
+        (None, "'{m}' is not importable"),
+        ("import no_such_package_xyz\n", "'{m}' imports 'no_such_package_xyz', not installed"),
+        ("raise ValueError('bad\\nrest')\n", "'{m}' failed while importing: ValueError: bad;"),
+    ],
+    ids=["missing", "missing_import", "raises"],
+)
+def test_task_module_errors_are_one_line(tmp_path, monkeypatch, source, message):
+    module = f"user_module_{len(message)}"
+    if source is not None:
+        (tmp_path / f"{module}.py").write_text(source)
+        monkeypatch.syspath_prepend(str(tmp_path))
+    exp = base_experiment.with_overrides(flan_t5.FlanT5Small, {"MIXTURE_OR_TASK_MODULE": module})
+    with pytest.raises(base_experiment.KnobError, match=re.escape(message.format(m=module))) as e:
         exp().datasets()
     assert "\n" not in str(e.value)
 

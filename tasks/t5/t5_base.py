@@ -17,8 +17,8 @@ from paxlite.base_experiment import BaseExperiment, KnobError
 from praxis_lite import config as config_lib
 from praxis_lite.layers.repeats import AutodiffCheckpointType
 from praxis_lite.sharding import EMBED, HEAD_DIM, HEADS, KV_HEADS, LAYERS, MLP, TABLE_EMBED, VOCAB
+from praxis_lite.t5_model import ACTIVATIONS, T5Shape, t5_model
 from tasks.lm.knob_groups import AdamKnobs, LoopKnobs, LrScheduleKnobs, check_at_least, knob_group
-from tasks.t5.t5_model import ACTIVATIONS, T5Shape, t5_model
 
 
 @knob_group

@@ -21,7 +21,7 @@ from praxis_lite.sharding import (
     logical_shardings,
     strip_boxes,
 )
-from tasks.t5.t5_model import T5Shape, t5_model
+from praxis_lite.t5_model import T5Shape, t5_model
 from tests.praxis_lite.layers import numpy_refs as ref
 from tests.praxis_lite.layers.test_relative_bias import _bucket
 

@@ -51,6 +51,8 @@ class T5Shape:
       logits_via_embedding: T5X's: logits through the embedding table scaled by ``1 /
         sqrt(D)`` (T5 1.0); False: a separate projection (T5 1.1).
       dropout_prob: every dropout (T5X's ``dropout_rate``).
+      relative_buckets / relative_max_distance: each stack's relative position bias
+        (T5's 32 buckets, distance 128).
     """
 
     num_encoder_layers: int
@@ -63,6 +65,8 @@ class T5Shape:
     mlp_activations: tuple[str, ...] = ("gelu", "linear")
     logits_via_embedding: bool = False
     dropout_prob: float = 0.0
+    relative_buckets: int = 32
+    relative_max_distance: int = 128
 
     def __post_init__(self) -> None:
         acts = tuple(self.mlp_activations)
@@ -107,7 +111,11 @@ def t5_model(
     stacks = []
     for decoder, layers in ((False, shape.num_encoder_layers), (True, shape.num_decoder_layers)):
         stack = _stack(layers, scanned, checkpoint_policy)
-        stack.relative_bias_tpl = RelativePositionBias.HParams.config(bidirectional=not decoder)
+        stack.relative_bias_tpl = RelativePositionBias.HParams.config(
+            bidirectional=not decoder,
+            num_buckets=shape.relative_buckets,
+            max_distance=shape.relative_max_distance,
+        )
         _configure_block(stack.block_tpl, shape, decoder)
         stacks.append(stack)
     network.encoder_stack_tpl, network.decoder_stack_tpl = stacks

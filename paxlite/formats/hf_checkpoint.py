@@ -95,7 +95,7 @@ class HfSource(checkpoint_sources.PartsSource):
 
     def _leaf_parts(self, run_params: Mapping[str, Any]) -> list[tuple[str, Any, list[str]]]:
         """``(our path, where it is, its variable names: one per layer when stacked)``."""
-        named = hf_layout.their_names(self.family.table, list(run_params))
+        named = hf_layout.their_names(self.family.table_of(self.config.fields), list(run_params))
         return [
             (path, where, [_variable_name(n) for n in where.layer_names(run_params[path].shape[0])])
             for path, where in named.items()
@@ -207,7 +207,7 @@ def save(
     """
     directory = epath.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    named = hf_layout.their_names(family.table, list(params))
+    named = hf_layout.their_names(family.table_of(config), list(params))
     unnamed = sorted(set(params) - set(named))
     if unnamed:
         raise ValueError(f"{family.model_type} has no Hugging Face name for {', '.join(unnamed)}.")

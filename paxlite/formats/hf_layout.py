@@ -75,10 +75,11 @@ class Named:
 Table = tuple[Row, ...]
 
 
-#: A plain stack's block ``i`` (the row's regex group), and a scanned stack's blocks
-#: (``StackedTransformerRepeated``: every layer in one ``[L, ...]`` array).
-_BLOCK = r"lm/transformer/x_layers_(\d+)/"
-_SCANNED_BLOCK = "lm/transformer/repeat/block/"
+#: A plain stack's block ``i`` (the row's regex group) and, in the same place of a scanned
+#: stack (``StackedTransformerRepeated``), every layer's block in one ``[L, ...]`` array.
+_LAYER = r"x_layers_(\d+)/"
+_SCANNED_LAYERS = "repeat/block/"
+_BLOCK = "lm/transformer/" + _LAYER
 
 
 def _llama_block(ours: str, theirs: str, layout: Layout) -> Row:
@@ -164,6 +165,69 @@ GPT2_TABLE: Table = (
 )
 
 
+def _t5_attention(stack: str, ours: str, theirs: str) -> tuple[Row, ...]:
+    """T5's q, k, v and o of one attention of each block of ``stack``."""
+    block = f"network/{stack}/{_LAYER}{ours}/"
+    name = f"{stack}.block.{{}}.{theirs}."
+    return (
+        *(Row(f"{block}w_{x}", f"{name}{x}.weight", Layout.HEADS_IN) for x in "qkv"),
+        Row(f"{block}w_post", f"{name}o.weight", Layout.HEADS_OUT),
+    )
+
+
+def _t5_block(stack: str, ours: str, theirs: str, layout: Layout = Layout.COPY) -> Row:
+    return Row(f"network/{stack}/{_LAYER}{ours}", f"{stack}.block.{{}}.{theirs}", layout)
+
+
+def _t5_feed_forward(stack: str, layer: int, gated: bool) -> tuple[Row, ...]:
+    """A block's MLP: gated (``wi_0`` activated, ``wi_1`` its linear gate) or not (``wi``)."""
+    mlp = f"layer.{layer}.DenseReluDense"
+    ffn_layer1 = f"{mlp}.wi_0.weight" if gated else f"{mlp}.wi.weight"
+    return (
+        _t5_block(stack, "ff_layer/layer_norm/scale", f"layer.{layer}.layer_norm.weight"),
+        _t5_block(stack, "ff_layer/ffn_layer1_gate/w", f"{mlp}.wi_1.weight", Layout.TRANSPOSE),
+        _t5_block(stack, "ff_layer/ffn_layer1/w", ffn_layer1, Layout.TRANSPOSE),
+        _t5_block(stack, "ff_layer/ffn_layer2/w", f"{mlp}.wo.weight", Layout.TRANSPOSE),
+    )
+
+
+_T5_SHARED_ROWS: Table = (
+    Row("network/embedding/emb_var", "shared.weight", Layout.COPY),
+    Row("network/softmax/emb_var", "shared.weight", Layout.COPY),  # Tied (T5 1.0).
+    Row("network/softmax/w", "lm_head.weight", Layout.TRANSPOSE),
+    *(
+        Row(
+            f"network/{stack}/relative_bias/rel_embedding",
+            f"{stack}.block.0.layer.0.SelfAttention.relative_attention_bias.weight",
+            Layout.TRANSPOSE,
+        )
+        for stack in ("encoder", "decoder")
+    ),
+    Row("network/encoder_ln/scale", "encoder.final_layer_norm.weight", Layout.COPY),
+    Row("network/decoder_ln/scale", "decoder.final_layer_norm.weight", Layout.COPY),
+    *(
+        _t5_block(stack, "layer_norm/scale", "layer.0.layer_norm.weight")
+        for stack in ("encoder", "decoder")
+    ),
+    *_t5_attention("encoder", "self_attention", "layer.0.SelfAttention"),
+    *_t5_attention("decoder", "self_attention", "layer.0.SelfAttention"),
+    _t5_block("decoder", "cross_layer_norm/scale", "layer.1.layer_norm.weight"),
+    *_t5_attention("decoder", "cross_attention", "layer.1.EncDecAttention"),
+)
+
+
+def t5_table(gated: bool) -> Table:
+    """T5 (``T5ForConditionalGeneration``): one token table (``shared``), the logits through
+    a separate ``lm_head`` (T5 1.1) or the table (T5 1.0), each stack's relative bias
+    ``[buckets, N]`` held by its block 0, pre-norm blocks without biases, the MLP gated
+    (T5 1.1, flan-t5) or not (T5 1.0)."""
+    return (
+        *_T5_SHARED_ROWS,
+        *_t5_feed_forward("encoder", 1, gated),
+        *_t5_feed_forward("decoder", 2, gated),
+    )
+
+
 def their_names(table: Table, ours: list[str]) -> dict[str, Named]:
     """``{our path: where Hugging Face keeps it}`` for each of ``ours`` the table names
     (the first row that matches wins; the layer number fills ``{}``; a scanned stack's
@@ -176,8 +240,10 @@ def their_names(table: Table, ours: list[str]) -> dict[str, Named]:
                 theirs = row.theirs.format(*match.groups())
                 named[path] = Named(theirs, row.layout, row.part, row.parts)
                 break
-            scanned = row.ours.startswith(_BLOCK) and path.startswith(_SCANNED_BLOCK)
-            if scanned and re.fullmatch(row.ours[len(_BLOCK) :], path[len(_SCANNED_BLOCK) :]):
+            scanned = _LAYER in row.ours and re.fullmatch(
+                row.ours.replace(_LAYER, _SCANNED_LAYERS), path
+            )
+            if scanned:
                 named[path] = Named(row.theirs, row.layout, row.part, row.parts, stacked=True)
                 break
     return named

@@ -1,7 +1,8 @@
-"""Hugging Face's decoder-only families as configurations of our layers.
+"""Hugging Face's families as configurations of our layers.
 
 A :class:`Family` reads a model's ``config.json`` into our layers' Fiddle config (a
-``LanguageModel`` over a ``TransformerLm``) and names its tensors with a table of
+``LanguageModel`` over a ``TransformerLm`` for the decoder-only families, T5's
+``EncoderDecoderModel`` for ``t5``) and names its tensors with a table of
 ``paxlite.formats.hf_layout``. Each family says which config fields change the math:
 one it reads (:class:`HfConfig` tracks them), one known to be inert (ignored), and any
 other field gives one warning. A value a family cannot honour (a ``rope_scaling`` type
@@ -17,9 +18,10 @@ import copy
 import dataclasses
 import json
 import logging
-from collections.abc import Callable
+from collections.abc import Callable, Mapping
 from typing import Any
 
+import jax.numpy as jnp
 from etils import epath
 
 from paxlite.formats import hf_layout
@@ -39,6 +41,7 @@ from praxis_lite.layers.repeats import StackedTransformerRepeated
 from praxis_lite.layers.transformer_models import TransformerLm
 from praxis_lite.layers.transformers import StackedTransformer, Transformer, TransformerFeedForward
 from praxis_lite.models import LanguageModel
+from praxis_lite.t5_model import T5_NORM_EPSILON, T5Shape, t5_model
 
 CONFIG_FILE = "config.json"
 
@@ -115,7 +118,8 @@ class Family:
     Attributes:
       model_type: config.json's ``model_type``; architecture: its ``architectures``
         entry (written when saving); build: HfConfig -> our model's Fiddle config;
-      table: Hugging Face's names of our parameters; inert: the family's own fields that
+      table: Hugging Face's names of our parameters (``table_for``: of a config's
+        fields, when they decide them; see :meth:`table_of`); inert: the family's own fields that
         never change the numbers (beyond every family's); canonical_name: a stored
         tensor's name as the table spells it, or None for a buffer that is no parameter
         (older checkpoints of a family may name them otherwise).
@@ -127,6 +131,12 @@ class Family:
     table: hf_layout.Table
     inert: frozenset[str] = frozenset()
     canonical_name: Callable[[str], str | None] = lambda name: name
+    table_for: Callable[[Mapping[str, Any]], hf_layout.Table] | None = None
+
+    def table_of(self, fields: Mapping[str, Any]) -> hf_layout.Table:
+        """The names of a model whose config.json holds ``fields`` (``table`` unless the
+        family's names depend on them: T5's MLP is ``wi`` or ``wi_0``/``wi_1``)."""
+        return self.table if self.table_for is None else self.table_for(fields)
 
 
 def rope_settings(cfg: HfConfig) -> dict[str, Any]:
@@ -389,6 +399,72 @@ _GPT2_INERT = frozenset(
 )  # fmt: skip
 
 
+#: T5's feed_forward_proj -> T5Shape.mlp_activations (HF's gelu here is the tanh one).
+_T5_ACTIVATIONS = {
+    "relu": ("relu",),
+    "gated-gelu": ("gelu", "linear"),
+    "gated-relu": ("relu", "linear"),
+    "gated-silu": ("silu", "linear"),
+}
+#: T5's training-time and derived fields (``is_gated_act`` and ``dense_act_fn`` follow from
+#: ``feed_forward_proj``; ids of special tokens are the generation's).
+_T5_INERT = frozenset(
+    {
+        "dropout_rate", "classifier_dropout", "initializer_factor", "n_positions",
+        "is_gated_act", "dense_act_fn", "task_specific_params", "output_past",
+        "gradient_checkpointing", "decoder_start_token_id", "max_length",
+    }
+)  # fmt: skip
+
+
+def _t5(cfg: HfConfig) -> config_lib.Config:
+    """T5's EncoderDecoderModel (``praxis_lite.t5_model``): T5 1.0 (relu, tied) or T5 1.1
+    and flan-t5 (gated-gelu, a separate lm_head)."""
+    projection = cfg.get("feed_forward_proj", "relu")
+    if projection not in _T5_ACTIVATIONS:
+        raise cfg.refuse("feed_forward_proj", projection, f"supported: {sorted(_T5_ACTIVATIONS)}")
+    if float(cfg.get("layer_norm_epsilon", T5_NORM_EPSILON)) != T5_NORM_EPSILON:
+        raise cfg.refuse("layer_norm_epsilon", cfg.get("layer_norm_epsilon"), "supported: 1e-06")
+    if cfg.get("is_decoder", False):
+        raise cfg.refuse("is_decoder", True, "the encoder-decoder's config says false")
+    if cfg.get("decoder_start_token_id", 0) != 0:
+        raise cfg.refuse("decoder_start_token_id", cfg.get("decoder_start_token_id"), "T5's 0")
+    layers = cfg.require("num_layers")
+    shape = T5Shape(
+        num_encoder_layers=layers,
+        num_decoder_layers=cfg.get("num_decoder_layers", layers),
+        model_dims=cfg.require("d_model"),
+        hidden_dims=cfg.require("d_ff"),
+        num_heads=cfg.require("num_heads"),
+        dims_per_head=cfg.require("d_kv"),
+        vocab_size=cfg.require("vocab_size"),
+        mlp_activations=_T5_ACTIVATIONS[projection],
+        logits_via_embedding=_t5_logits_via_embedding(cfg),
+        relative_buckets=cfg.get("relative_attention_num_buckets", 32),
+        relative_max_distance=cfg.get("relative_attention_max_distance", 128),
+    )
+    return t5_model(shape, fprop_dtype=jnp.float32, scanned=False)
+
+
+def _t5_logits_via_embedding(cfg: HfConfig) -> bool:
+    """T5 1.0's logits: the shared table after scaling by ``d_model**-0.5``. transformers 5
+    writes ``scale_decoder_outputs`` for it (and ``tie_word_embeddings`` true either way);
+    older configs say ``tie_word_embeddings``."""
+    tied = bool(cfg.get("tie_word_embeddings", True))
+    return bool(cfg.get("scale_decoder_outputs", tied))
+
+
+def _t5_table(fields: Mapping[str, Any]) -> hf_layout.Table:
+    return hf_layout.t5_table(gated=fields.get("feed_forward_proj", "relu").startswith("gated"))
+
+
+def _t5_name(stored: str) -> str | None:
+    """T5's stored names; the stacks' copies of the shared table are no parameters."""
+    if stored in ("encoder.embed_tokens.weight", "decoder.embed_tokens.weight"):
+        return None
+    return stored
+
+
 FAMILIES: dict[str, Family] = {
     f.model_type: f
     for f in (
@@ -399,6 +475,15 @@ FAMILIES: dict[str, Family] = {
         Family("gemma", "GemmaForCausalLM", _gemma, hf_layout.LLAMA_TABLE, _GEMMA_INERT),
         Family("gemma2", "Gemma2ForCausalLM", _gemma2, hf_layout.GEMMA2_TABLE, _GEMMA_INERT),
         Family("gpt2", "GPT2LMHeadModel", _gpt2, hf_layout.GPT2_TABLE, _GPT2_INERT, _gpt2_name),
+        Family(
+            "t5",
+            "T5ForConditionalGeneration",
+            _t5,
+            hf_layout.t5_table(gated=True),
+            _T5_INERT,
+            _t5_name,
+            _t5_table,
+        ),
     )
 }
 

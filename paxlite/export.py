@@ -28,9 +28,10 @@ from jax.sharding import SingleDeviceSharding
 from paxlite import adapters, checkpoint_sources, exits, job_record, storage
 from paxlite.formats import hf_checkpoint, hf_models, peft_adapter
 from praxis_lite import config as config_lib
+from praxis_lite.hf_tokenizer import TOKENIZER_FILES
 from praxis_lite.layers import lora
 
-#: The directory of a job that keeps its Hugging Face model's files (tasks.lm.hf.KEPT_DIR).
+#: The directory of a job that keeps its Hugging Face model's files.
 KEPT_DIR = "hf_model"
 _DTYPES = {
     "float32": np.dtype(np.float32),
@@ -58,6 +59,17 @@ def _define_flags() -> None:
         "Write the LoRA adapters as a PEFT adapter directory.",
         flag_values=_FLAGS,
     )
+
+
+def kept_files(hf_dir: str) -> dict[str, str]:
+    """What a job fine-tuned from the Hugging Face model ``hf_dir`` keeps for its export
+    (an experiment's ``job_files``): the directory's config, generation config and
+    tokenizer files, under :data:`KEPT_DIR`."""
+    names = [hf_models.CONFIG_FILE, hf_checkpoint.GENERATION_CONFIG_FILE, *TOKENIZER_FILES]
+    directory = epath.Path(hf_dir)
+    return {
+        f"{KEPT_DIR}/{name}": str(directory / name) for name in names if (directory / name).exists()
+    }
 
 
 class ExportError(ValueError):

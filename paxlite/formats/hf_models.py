@@ -420,6 +420,12 @@ _T5_INERT = frozenset(
 def _t5(cfg: HfConfig) -> config_lib.Config:
     """T5's EncoderDecoderModel (``praxis_lite.t5_model``): T5 1.0 (relu, tied) or T5 1.1
     and flan-t5 (gated-gelu, a separate lm_head)."""
+    return t5_model(t5_shape_of(cfg), fprop_dtype=jnp.float32, scanned=False)
+
+
+def t5_shape_of(cfg: HfConfig) -> T5Shape:
+    """The sizes and variant of the T5 that ``cfg`` (a ``model_type: t5`` config.json)
+    describes; an HfConfigError for what T5's layers here cannot honour."""
     projection = cfg.get("feed_forward_proj", "relu")
     if projection not in _T5_ACTIVATIONS:
         raise cfg.refuse("feed_forward_proj", projection, f"supported: {sorted(_T5_ACTIVATIONS)}")
@@ -430,7 +436,7 @@ def _t5(cfg: HfConfig) -> config_lib.Config:
     if cfg.get("decoder_start_token_id", 0) != 0:
         raise cfg.refuse("decoder_start_token_id", cfg.get("decoder_start_token_id"), "T5's 0")
     layers = cfg.require("num_layers")
-    shape = T5Shape(
+    return T5Shape(
         num_encoder_layers=layers,
         num_decoder_layers=cfg.get("num_decoder_layers", layers),
         model_dims=cfg.require("d_model"),
@@ -443,7 +449,6 @@ def _t5(cfg: HfConfig) -> config_lib.Config:
         relative_buckets=cfg.get("relative_attention_num_buckets", 32),
         relative_max_distance=cfg.get("relative_attention_max_distance", 128),
     )
-    return t5_model(shape, fprop_dtype=jnp.float32, scanned=False)
 
 
 def _t5_logits_via_embedding(cfg: HfConfig) -> bool:

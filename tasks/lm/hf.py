@@ -25,19 +25,17 @@ from __future__ import annotations
 import enum
 import functools
 import json
-import os
 from typing import Any
 
 import jax.numpy as jnp
 from etils import epath
 
-from paxlite import experiment_registry
+from paxlite import experiment_registry, export
 from paxlite.base_experiment import KnobError
 from paxlite.formats import hf_checkpoint, hf_models, peft_adapter
 from paxlite.tasks_lib import CheckpointLoadingRules
 from praxis_lite import config as config_lib
 from praxis_lite.hf_chat import ChatTemplate, ChatTemplateError
-from praxis_lite.hf_tokenizer import TOKENIZER_FILES
 from praxis_lite.seqio_input import DecodeForm
 from praxis_lite.sharding import FSDP_AND_TENSOR_PARALLEL_RULES
 from tasks.lm.chat import register_chat_task
@@ -45,7 +43,7 @@ from tasks.lm.prompt_completion import PromptCompletionKnobs
 from tasks.lm.text import TextFormat
 
 #: Where the job keeps the Hugging Face directory's files (all but the weights).
-KEPT_DIR = "hf_model"
+KEPT_DIR = export.KEPT_DIR
 
 
 class Records(enum.Enum):
@@ -265,12 +263,7 @@ class HfCausalLm(PromptCompletionKnobs):
 
     def job_files(self) -> dict[str, str]:
         """HF_MODEL's config, generation config and tokenizer files, kept in the job."""
-        names = ["config.json", hf_checkpoint.GENERATION_CONFIG_FILE, *TOKENIZER_FILES]
-        return {
-            f"{KEPT_DIR}/{name}": os.path.join(self.HF_MODEL, name)
-            for name in names
-            if os.path.exists(os.path.join(self.HF_MODEL, name))
-        }
+        return export.kept_files(self.HF_MODEL)
 
     def register_task(self) -> None:
         if self.RECORDS is Records.PROMPT_COMPLETION:

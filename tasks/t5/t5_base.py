@@ -11,14 +11,31 @@ from __future__ import annotations
 from typing import Any
 
 import jax.numpy as jnp
+from etils import epath
 
-from paxlite import mesh_checks
+from paxlite import export, mesh_checks
 from paxlite.base_experiment import BaseExperiment, KnobError
+from paxlite.formats import hf_checkpoint, hf_models
 from praxis_lite import config as config_lib
 from praxis_lite.layers.repeats import AutodiffCheckpointType
 from praxis_lite.sharding import EMBED, HEAD_DIM, HEADS, KV_HEADS, LAYERS, MLP, TABLE_EMBED, VOCAB
 from praxis_lite.t5_model import ACTIVATIONS, T5Shape, t5_model
 from tasks.lm.knob_groups import AdamKnobs, LoopKnobs, LrScheduleKnobs, check_at_least, knob_group
+
+#: T5Shape's fields -> the knobs that set them (checked against a checkpoint's config).
+_SHAPE_KNOBS = {
+    "num_encoder_layers": "NUM_ENCODER_LAYERS",
+    "num_decoder_layers": "NUM_DECODER_LAYERS",
+    "model_dims": "MODEL_DIMS",
+    "hidden_dims": "HIDDEN_DIMS",
+    "num_heads": "NUM_HEADS",
+    "dims_per_head": "DIMS_PER_HEAD",
+    "vocab_size": "VOCAB_SIZE",
+    "mlp_activations": "MLP_ACTIVATIONS",
+    "logits_via_embedding": "LOGITS_VIA_EMBEDDING",
+    "relative_buckets": "(T5's relative buckets, 32)",
+    "relative_max_distance": "(T5's relative max distance, 128)",
+}
 
 
 @knob_group
@@ -74,6 +91,40 @@ class T5Knobs(BaseExperiment):
             self.t5_shape()
         except ValueError as e:
             raise KnobError(f"{name}.MLP_ACTIVATIONS: {e} Known: {sorted(ACTIVATIONS)}.") from None
+        self._check_init_from_config()
+
+    def job_files(self) -> dict[str, str]:
+        """INIT_FROM's config and tokenizer when it is a Hugging Face directory: the job
+        exports as Hugging Face T5 (``paxlite-export``)."""
+        if self.INIT_FROM and hf_checkpoint.is_hf_model_dir(epath.Path(self.INIT_FROM)):
+            return export.kept_files(self.INIT_FROM)
+        return {}
+
+    def _check_init_from_config(self) -> None:
+        """KnobError listing each knob that disagrees with INIT_FROM's own config (a Hugging
+        Face T5 directory's config.json)."""
+        path = epath.Path(self.INIT_FROM) if self.INIT_FROM else None
+        if path is None or not (path / hf_models.CONFIG_FILE).is_file():
+            return
+        name = type(self).__qualname__
+        try:
+            config = hf_models.HfConfig.load(path)
+            if config.get("model_type") != "t5":
+                return
+            theirs = hf_models.t5_shape_of(config)
+        except hf_models.HfConfigError as e:
+            raise KnobError(f"{name}: INIT_FROM: {e}") from None
+        ours = self.t5_shape()
+        differ = [
+            f"{knob}={getattr(ours, field)!r} (its {getattr(theirs, field)!r})"
+            for field, knob in _SHAPE_KNOBS.items()
+            if getattr(ours, field) != getattr(theirs, field)
+        ]
+        if differ:
+            raise KnobError(
+                f"{name}: INIT_FROM={path} is a T5 whose {hf_models.CONFIG_FILE} disagrees with "
+                f"these knobs: {'; '.join(differ)}; set them to its values."
+            )
 
     def head_dims(self) -> int:
         """DIMS_PER_HEAD, or MODEL_DIMS // NUM_HEADS."""

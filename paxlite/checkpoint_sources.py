@@ -12,10 +12,12 @@ paxlite step        ``_CHECKPOINT_METADATA`` (an orbax step: ``<job>/checkpoints
 paxlite checkpoints ``<step>/_CHECKPOINT_METADATA`` steps (``<job>/checkpoints``)
 paxml step          ``state/mdl_vars.params.*`` (``<job>/checkpoints/checkpoint_00001000``)
 paxml checkpoints   ``checkpoint_<8 digits>/`` steps (Pax's ``--restore_checkpoint_dir``)
+t5x checkpoint      ``checkpoint_<step>/checkpoint`` (a T5X model dir, its newest, or a step)
 ==================  ==========================================================================
 
 The paxml kinds live with the rest of Pax's format (``paxlite.formats.pax_checkpoint``, registered
-when it is imported; ``paxlite.init_from``, which every reader goes through, imports it).
+when it is imported; ``paxlite.init_from``, which every reader goes through, imports it), as the
+T5X kind does with T5X's (``paxlite.formats.t5x_checkpoint``).
 A :class:`Source` names its variables as its framework does (``params/<path>``, ``/``
 between keys, Pax's names for a paxml checkpoint) and reads any of them straight onto a
 run's shardings: each device's slice is read by itself, never a whole array on one host.

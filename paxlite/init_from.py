@@ -27,11 +27,12 @@ from flax import traverse_util
 
 from paxlite import checkpoint_sources, checkpoints, job_record, summaries
 from paxlite.checkpoints import CheckpointMismatchError
-from paxlite.formats import hf_checkpoint, pax_checkpoint, pax_layout, peft_adapter
+from paxlite.formats import hf_checkpoint, pax_checkpoint, pax_layout, peft_adapter, t5x_checkpoint
 from paxlite.tasks_lib import CheckpointLoadingRules
 from paxlite.train_state import TrainState
 
-del hf_checkpoint, pax_checkpoint, peft_adapter  # Imported to register their checkpoint kinds.
+# Imported to register their checkpoint kinds.
+del hf_checkpoint, pax_checkpoint, peft_adapter, t5x_checkpoint
 _MAX_LISTED = 20  # Problems listed in an InitFromError.
 _MAX_NAMED = 6  # Fresh variables named on the console.
 

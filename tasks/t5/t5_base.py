@@ -15,7 +15,7 @@ from etils import epath
 
 from paxlite import export, mesh_checks
 from paxlite.base_experiment import BaseExperiment, KnobError
-from paxlite.formats import hf_checkpoint, hf_models
+from paxlite.formats import hf_checkpoint, hf_models, t5x_gin
 from praxis_lite import config as config_lib
 from praxis_lite.layers.repeats import AutodiffCheckpointType
 from praxis_lite.sharding import EMBED, HEAD_DIM, HEADS, KV_HEADS, LAYERS, MLP, TABLE_EMBED, VOCAB
@@ -102,18 +102,17 @@ class T5Knobs(BaseExperiment):
 
     def _check_init_from_config(self) -> None:
         """KnobError listing each knob that disagrees with INIT_FROM's own config (a Hugging
-        Face T5 directory's config.json)."""
-        path = epath.Path(self.INIT_FROM) if self.INIT_FROM else None
-        if path is None or not (path / hf_models.CONFIG_FILE).is_file():
+        Face T5 directory's config.json, a T5X checkpoint's config.gin)."""
+        if not self.INIT_FROM:
             return
         name = type(self).__qualname__
         try:
-            config = hf_models.HfConfig.load(path)
-            if config.get("model_type") != "t5":
-                return
-            theirs = hf_models.t5_shape_of(config)
-        except hf_models.HfConfigError as e:
+            described = _described_shape(epath.Path(self.INIT_FROM))
+        except (hf_models.HfConfigError, t5x_gin.GinConfigError) as e:
             raise KnobError(f"{name}: INIT_FROM: {e}") from None
+        if described is None:
+            return
+        config_file, theirs = described
         ours = self.t5_shape()
         differ = [
             f"{knob}={getattr(ours, field)!r} (its {getattr(theirs, field)!r})"
@@ -122,7 +121,7 @@ class T5Knobs(BaseExperiment):
         ]
         if differ:
             raise KnobError(
-                f"{name}: INIT_FROM={path} is a T5 whose {hf_models.CONFIG_FILE} disagrees with "
+                f"{name}: INIT_FROM={self.INIT_FROM} is a T5 whose {config_file} disagrees with "
                 f"these knobs: {'; '.join(differ)}; set them to its values."
             )
 
@@ -186,3 +185,15 @@ def check_t5_mesh(experiment: T5Knobs) -> None:
     if experiment.USE_REPEATED_LAYER:  # Each stack's weights: [layers, ...].
         for knob in ("NUM_ENCODER_LAYERS", "NUM_DECODER_LAYERS"):
             plan.check_even_split({LAYERS: (knob, getattr(experiment, knob))})
+
+
+def _described_shape(path: epath.Path) -> tuple[str, T5Shape] | None:
+    """``(its config file, the T5 it describes)`` of a checkpoint path that says what it
+    holds: a Hugging Face T5 directory's config.json, a T5X checkpoint's config.gin."""
+    if (path / hf_models.CONFIG_FILE).is_file():
+        config = hf_models.HfConfig.load(path)
+        if config.get("model_type") != "t5":
+            return None
+        return hf_models.CONFIG_FILE, hf_models.t5_shape_of(config)
+    gin_file = t5x_gin.find(path)
+    return None if gin_file is None else (t5x_gin.CONFIG_GIN, t5x_gin.t5_shape(gin_file))

@@ -1,6 +1,6 @@
-"""Flan-T5 fine-tuned from a Hugging Face T5 directory (``--init_from``): the first loss is
-the loss of transformers' own logits on the same batch; knobs that disagree with the
-directory's config.json are one line; the job exports as Hugging Face T5 again.
+"""Flan-T5 fine-tuned from a Hugging Face T5 directory or a T5X checkpoint (``--init_from``):
+the first loss is the loss of transformers' own logits on the same batch; knobs that disagree
+with the directory's config.json are one line; the job exports as Hugging Face T5 again.
 
 The directory is the flan-t5-style fixture transformers wrote (tests/fixtures/hf/t5_flan);
 the experiment's stacks are scanned, so each layer is read from its own tensor.
@@ -25,6 +25,7 @@ from praxis_lite.synthetic_input import SyntheticSeq2SeqInput
 from tasks.t5.flan_t5 import FlanT5Small
 
 FIXTURE = pathlib.Path(__file__).parents[1] / "fixtures" / "hf" / "t5_flan"
+T5X_FIXTURE = pathlib.Path(__file__).parents[1] / "fixtures" / "t5x" / "flan_legacy"
 #: The fixture's config.json as knobs.
 FIXTURE_KNOBS = {
     "NUM_ENCODER_LAYERS": 3,
@@ -61,28 +62,41 @@ def _transformers_loss() -> float:
     return float(-picked[mask].mean())
 
 
-def test_flan_t5_fine_tunes_from_a_hugging_face_directory_and_exports(tmp_path):
+def _fine_tune(init_from: pathlib.Path, job_dir: pathlib.Path, steps: int) -> list[dict]:
+    """FlanT5Small with the fixture's sizes (float32, no z-loss, no dropout) from
+    ``init_from``, ``steps`` steps on the fixture's batch; the steps' summaries."""
     knobs = {
         **FIXTURE_KNOBS,
-        "INIT_FROM": str(FIXTURE),
+        "INIT_FROM": str(init_from),
         "FPROP_DTYPE": jnp.float32,
         "Z_LOSS_WEIGHT": 0.0,
         "DROPOUT_PROB": 0.0,
         "ICI_MESH_SHAPE": (1, 1, 1),
         "PERCORE_BATCH_SIZE": 2,
-        "NUM_TRAIN_STEPS": 2,
+        "NUM_TRAIN_STEPS": steps,
         "SUMMARY_INTERVAL_STEPS": 1,
-        "CHECKPOINT_EVERY_N_STEPS": 2,
+        "CHECKPOINT_EVERY_N_STEPS": steps,
         "EVAL_INTERVAL_STEPS": 0,
         "DECODE_VALIDATION": False,
     }
     exp = base_experiment.with_overrides(FlanT5Small, knobs)()
     datasets = [config_lib.Config(_FixtureBatch, batch_size=2)]
-    job_dir = tmp_path / "job"
     job_config.write_config(job_dir, exp, exp.task(), datasets)
     job = build_job(exp, exp.task(), datasets, job_dir, jax.devices()[:1])
-    result = train.run(job, peak_tflops=1.0)
-    (_, first), (_, second) = result.history
+    return [summary for _, summary in train.run(job, peak_tflops=1.0).history]
+
+
+def test_flan_t5_fine_tunes_from_a_t5x_checkpoint_at_transformers_loss(tmp_path):
+    """The same weights in T5X's legacy format (tests/fixtures/t5x, written from the HF
+    fixture by tools/t5x_fixtures): its config.gin agrees with the knobs, the first loss is
+    transformers'."""
+    (first,) = _fine_tune(T5X_FIXTURE, tmp_path / "job", steps=1)
+    np.testing.assert_allclose(first["loss"], _transformers_loss(), rtol=1e-5)
+
+
+def test_flan_t5_fine_tunes_from_a_hugging_face_directory_and_exports(tmp_path):
+    job_dir = tmp_path / "job"
+    first, second = _fine_tune(FIXTURE, job_dir, steps=2)
     np.testing.assert_allclose(first["loss"], _transformers_loss(), rtol=1e-5)
     assert second["loss"] < first["loss"]  # Adafactor at 1e-3 on the same batch.
 

@@ -1,0 +1,70 @@
+"""T5X's config.gin read for the model: the legacy fixture's operative config (written as T5X
+writes it), T5X's own t5_1_1 sizes with macros, and one-line errors."""
+
+from __future__ import annotations
+
+import pathlib
+
+import pytest
+
+from paxlite.formats import t5x_gin
+
+T5X = pathlib.Path(__file__).parents[1] / "fixtures" / "t5x" / "flan_legacy"
+
+
+def test_the_fixtures_config_gin_describes_the_hf_fixtures_model():
+    assert t5x_gin.find(T5X / "checkpoint_7") == T5X / "config.gin"
+    shape = t5x_gin.t5_shape(T5X / "config.gin")
+    assert (shape.num_encoder_layers, shape.num_decoder_layers, shape.model_dims) == (3, 2, 32)
+    assert (shape.num_heads, shape.dims_per_head, shape.hidden_dims) == (4, 8, 48)
+    assert (shape.vocab_size, shape.mlp_activations, shape.logits_via_embedding) == (
+        256,
+        ("gelu", "linear"),
+        False,
+    )
+
+
+XXL_GIN = """
+from __gin__ import dynamic_registration
+from t5x.examples.t5 import network
+
+DROPOUT_RATE = 0.1
+EMB = 4096
+network.Transformer.config = @network.T5Config()
+network.T5Config:
+  vocab_size = 32128  # rounded up
+  dtype = 'bfloat16'
+  emb_dim = %EMB
+  num_heads = 64
+  num_encoder_layers = 24
+  num_decoder_layers = 24
+  head_dim = 64
+  mlp_dim = 10240
+  mlp_activations = ('gelu', 'linear')
+  dropout_rate = %DROPOUT_RATE
+  logits_via_embedding = False
+train/network.T5Config.emb_dim = 8
+"""
+
+
+def test_block_bindings_macros_and_scopes_as_gin_reads_them(tmp_path):
+    (tmp_path / "config.gin").write_text(XXL_GIN)
+    shape = t5x_gin.t5_shape(tmp_path / "config.gin")
+    assert shape.model_dims == 4096  # The macro, not the scoped binding.
+    assert (shape.num_heads, shape.hidden_dims, shape.num_encoder_layers) == (64, 10240, 24)
+
+
+@pytest.mark.parametrize(
+    "text, message",
+    [
+        ("network.T5Config.emb_dim = %NOPE\n", "macro %NOPE is not bound"),
+        ("network.T5Config.emb_dim = 32\n", "binds no network.T5Config.num_heads"),
+        ("network.T5Config.emb_dim = (\n", "does not parse as gin"),
+        (XXL_GIN.replace("('gelu', 'linear')", "('swish',)"), "mlp_activations"),
+    ],
+)
+def test_configs_it_cannot_read_are_one_line(tmp_path, text, message):
+    (tmp_path / "config.gin").write_text(text)
+    with pytest.raises(t5x_gin.GinConfigError, match=message) as e:
+        t5x_gin.t5_shape(tmp_path / "config.gin")
+    assert "\n" not in str(e.value)

@@ -12,7 +12,7 @@ paxlite step        ``_CHECKPOINT_METADATA`` (an orbax step: ``<job>/checkpoints
 paxlite checkpoints ``<step>/_CHECKPOINT_METADATA`` steps (``<job>/checkpoints``)
 paxml step          ``state/mdl_vars.params.*`` (``<job>/checkpoints/checkpoint_00001000``)
 paxml checkpoints   ``checkpoint_<8 digits>/`` steps (Pax's ``--restore_checkpoint_dir``)
-t5x checkpoint      ``checkpoint_<step>/checkpoint`` (a T5X model dir, its newest, or a step)
+t5x checkpoint      ``checkpoint_<step>/checkpoint`` or ``checkpoint_<step>/state/_METADATA``
 ==================  ==========================================================================
 
 The paxml kinds live with the rest of Pax's format (``paxlite.formats.pax_checkpoint``, registered
@@ -146,12 +146,16 @@ class Kind:
       name: e.g. 'paxml step'; marker: what recognises it (said when nothing does);
       recognises: path -> whether it is this kind; open: (path, step or None, layout,
         observer) -> Source (layout: the pipeline's ``(S, R)`` a Pax source was saved with).
+      describes: path -> ``(model config, decoding defaults)`` of a checkpoint that says
+        what it holds (a T5X model directory's config.gin), or None when an experiment
+        must say it.
     """
 
     name: str
     marker: str
     recognises: Callable[[epath.Path], bool]
     open: Callable[[epath.Path, int | None, tuple[int, int], ReadObserver | None], Source]
+    describes: Callable[[epath.Path], tuple[Any, Any] | None] = lambda path: None
 
 
 KINDS: list[Kind] = []

@@ -139,7 +139,21 @@ def from_pretrained(
         raise PretrainedError(
             f"adapter= goes with a Hugging Face model directory; {path} is a {kind.name}."
         )
+    described = kind.describes(path) if exp is None else None
+    if described is not None:  # The checkpoint says what it holds (a T5X model dir's gin).
+        return _from_described(path, *described)
     return _from_checkpoint(path, kind.name, exp, overrides, merge)
+
+
+def _from_described(
+    path: epath.Path, model_cfg: Any, generation: decoding.DecoderParams
+) -> Pretrained:
+    """A checkpoint that describes its own model, on all devices (its weights split over
+    them, FSDP)."""
+    model = config_lib.instantiate(model_cfg)
+    mesh, rules = _all_devices_fsdp()
+    params = _load_params(model, {str(path): CheckpointLoadingRules()}, (1, 1), mesh, rules)
+    return pretrained_class(model)(model, params, generation, mesh, rules)
 
 
 def _from_checkpoint(
@@ -210,9 +224,7 @@ def _from_hf(path: epath.Path, dtype: Any, adapter: epath.Path | None, merge: bo
     config_lib.set_dtypes(model_cfg, dtype=jnp.dtype(dtype), fprop_dtype=jnp.dtype(dtype))
     settings = None if adapter is None else adapters.put_on(model_cfg, family, adapter)
     model = config_lib.instantiate(model_cfg)
-    devices = jax.devices()
-    mesh = create_mesh((1, len(devices), 1), None, ("replica", "data", "mdl"), devices)
-    rules = filter_rules_for_mesh(FSDP_RULES, mesh)
+    mesh, rules = _all_devices_fsdp()
     sources = {str(p): CheckpointLoadingRules() for p in (adapter, path) if p is not None}
     params = _load_params(model, sources, (1, 1), mesh, rules)
     _check_all_used(path, params)
@@ -228,6 +240,13 @@ def _from_hf(path: epath.Path, dtype: Any, adapter: epath.Path | None, merge: bo
     chat_template = hf_chat.ChatTemplate.from_dir(path) if tokenizer is not None else None
     cls = pretrained_class(model)
     return cls(model, params, generation, mesh, rules, tokenizer, origin, chat_template)
+
+
+def _all_devices_fsdp() -> tuple[Any, Any]:
+    """A data-only mesh of all devices and the FSDP rules (weights split over them)."""
+    devices = jax.devices()
+    mesh = create_mesh((1, len(devices), 1), None, ("replica", "data", "mdl"), devices)
+    return mesh, filter_rules_for_mesh(FSDP_RULES, mesh)
 
 
 def _check_all_used(path: epath.Path, params: Any) -> None:

@@ -1,4 +1,5 @@
-"""T5X's legacy checkpoints (flan-t5's, T5 1.1's public ones) read onto a run's shardings.
+"""T5X's checkpoints, legacy (flan-t5's, T5 1.1's public ones) and orbax (what T5X writes
+by default now), read onto a run's shardings.
 
 A step, ``<model_dir>/checkpoint_<step>/``, holds ``checkpoint``: a flax msgpack of
 ``{'version': 3, 'optimizer': {'target': params, 'state': {'step': ..., 'param_states':
@@ -14,10 +15,22 @@ Variables are ``params/`` + T5X's parameter path (``params/encoder/layers_0/atte
 kernel``), named for a run by ``paxlite.formats.t5x_layout``; each device's slice is read by
 itself (an inline leaf: sliced from the msgpack's array). :meth:`T5xSource.state_variables`
 lists the optimizer's leaves (``state/step``, ``state/param_states/...``).
+
+T5X's orbax manager (``OrbaxCheckpointManagerInterface``: an ``ocp.CheckpointManager`` with
+step prefix ``checkpoint``) saves a step as ``checkpoint_<step>/`` holding orbax's
+``_CHECKPOINT_METADATA`` and the item ``state/``: a ``PyTreeCheckpointHandler(use_ocdbt=True)``
+save of the train state's ``state_dict()`` itself (``{'target': params, 'state': {'step',
+'param_states'}}``, no ``version``/``optimizer`` wrapper), with ``_METADATA`` (the tree's keys;
+``use_ocdbt``, ``use_zarr3``) and an OCDBT database (``manifest.ocdbt``, ``d/``,
+``ocdbt.process_<i>/``) holding one zarr array per leaf under the key ``target.<path joined by
+'.'>``. T5X tells the two apart by ``_METADATA`` (``checkpoint_utils.detect_checkpoint_type``),
+and so does :func:`_layout`; :class:`T5xOrbaxSource` reads those arrays through tensorstore's
+``ocdbt`` kvstore, each device's slice by itself, under the same names.
 """
 
 from __future__ import annotations
 
+import json
 import re
 from collections.abc import Iterator, Mapping
 from typing import Any
@@ -30,12 +43,15 @@ from flax import serialization
 
 from paxlite import checkpoint_sources, storage
 from paxlite.checkpoint_sources import PARAMS, CheckpointSourceError, Variable
-from paxlite.formats import hf_layout, t5x_layout
+from paxlite.formats import hf_layout, t5x_gin, t5x_layout
 
 CHECKPOINT_FILE = "checkpoint"
 STATE = "state/"
 _STEP_DIR = re.compile(r"checkpoint_(\d+)")
 _VERSIONS = (2, 3)
+ORBAX_ITEM = "state"
+ORBAX_METADATA = "_METADATA"
+_EMPTY_VALUES = ("None", "Dict", "List", "Tuple", "NamedTuple")  # Orbax's empty nodes.
 
 
 class T5xSource(checkpoint_sources.PartsSource):
@@ -125,7 +141,7 @@ class T5xSource(checkpoint_sources.PartsSource):
     def _dtype(self, spec: dict[str, Any]) -> np.dtype:
         name = spec.get("dtype") or spec["metadata"].get("dtype")
         dtype = np.dtype(ml_dtypes.bfloat16) if name == "bfloat16" else np.dtype(name)
-        if dtype == np.uint16 and self.version < 3:
+        if dtype == np.uint16 and self.version is not None and self.version < 3:
             return np.dtype(ml_dtypes.bfloat16)  # Version 2: bfloat16's bits as uint16.
         return dtype
 
@@ -133,7 +149,7 @@ class T5xSource(checkpoint_sources.PartsSource):
         """Slices of variable ``name`` (reported to the observer as ``observed``)."""
         leaf = self._leaves[name]
         dtype = self._variable(name).dtype
-        store = self._store(name) if isinstance(leaf, dict) else None
+        store = self._store(name) if self.in_tensorstore(name) else None
 
         def read(index: tuple[slice, ...]) -> np.ndarray:
             if store is None:
@@ -143,7 +159,7 @@ class T5xSource(checkpoint_sources.PartsSource):
                     values = store[index].read().result()
                 except Exception as e:  # noqa: BLE001 (tensorstore raises ValueError and more)
                     raise CheckpointSourceError(
-                        f"{self._array_dir(leaf)}: T5X array {name} cannot be read "
+                        f"{self._where(name)}: T5X array {name} cannot be read "
                         f"({storage.one_line(e)})."
                     ) from None
                 values = values.view(dtype) if values.dtype != dtype else values
@@ -152,6 +168,10 @@ class T5xSource(checkpoint_sources.PartsSource):
             return values
 
         return read
+
+    def _where(self, name: str) -> str:
+        """Where variable ``name``'s array is stored, for messages."""
+        return str(self._array_dir(self._leaves[name]))
 
     def _array_dir(self, spec: dict[str, Any]) -> epath.Path:
         relative = spec["kvstore"].get("path", spec.get("path", ""))
@@ -170,10 +190,81 @@ class T5xSource(checkpoint_sources.PartsSource):
                 self._stores[name] = ts.open(spec, open=True, read=True).result()
             except Exception as e:  # noqa: BLE001 (tensorstore raises ValueError and more)
                 raise CheckpointSourceError(
-                    f"{self._array_dir(self._leaves[name])}: T5X array {name} cannot be opened "
+                    f"{self._where(name)}: T5X array {name} cannot be opened "
                     f"({storage.one_line(e)})."
                 ) from None
         return self._stores[name]
+
+
+class T5xOrbaxSource(T5xSource):
+    """A step T5X's orbax manager saved (T5X's default now): ``checkpoint_<step>/state/``, a
+    ``PyTreeCheckpointHandler`` item of the train state's ``state_dict()`` (``target``: the
+    parameters; ``state``: ``step`` and, from training, ``param_states``). Each leaf is a zarr
+    array under the key ``<tree path joined by '.'>``, in the item's OCDBT database when
+    ``_METADATA`` says ``use_ocdbt`` (T5X always), else in its own directory."""
+
+    def __init__(self, step_dir: epath.Path, observer: checkpoint_sources.ReadObserver | None):
+        self.path, self._observer = step_dir, observer
+        self.step = int(_STEP_DIR.fullmatch(step_dir.name).group(1))
+        self.version = None  # Orbax's: no msgpack version.
+        self._item = step_dir / ORBAX_ITEM
+        metadata = _read_orbax_metadata(self._item / ORBAX_METADATA)
+        self._ocdbt, self._zarr3 = metadata.get("use_ocdbt", False), metadata.get("use_zarr3")
+        self._leaves = {}
+        for entry in metadata["tree_metadata"].values():
+            keys = [str(k["key"]) for k in entry["key_metadata"]]
+            value = entry.get("value_metadata") or {}
+            prefix = {"target": PARAMS, "state": STATE}.get(keys[0])
+            if prefix is None or value.get("value_type") in _EMPTY_VALUES or len(keys) < 2:
+                continue  # flax_mutables; an empty node.
+            self._leaves[prefix + "/".join(keys[1:])] = ".".join(keys)
+        self.gated = any(n.endswith("/mlp/wi_0/kernel") for n in self._leaves)
+        self._stores = {}
+        self._context = ts.Context()  # The OCDBT database opened once for every array.
+
+    def in_tensorstore(self, name: str) -> bool:
+        return True  # Orbax writes every array leaf to tensorstore.
+
+    def _variable(self, name: str) -> Variable:
+        store = self._store(name)
+        return Variable(tuple(store.shape), np.dtype(store.dtype.numpy_dtype))
+
+    def _where(self, name: str) -> str:
+        key = self._leaves[name]
+        return f"{self._item} (OCDBT key {key})" if self._ocdbt else str(self._item / key)
+
+    def _store(self, name: str) -> Any:
+        if name not in self._stores:
+            key = self._leaves[name]
+            if self._ocdbt:
+                base = storage.kvstore(self._item) + "/"
+                kvstore: Any = {"driver": "ocdbt", "base": base, "path": key + "/"}
+            else:
+                kvstore = storage.kvstore(self._item / key) + "/"
+            spec = {"driver": "zarr3" if self._zarr3 else "zarr", "kvstore": kvstore}
+            try:
+                self._stores[name] = ts.open(
+                    spec, open=True, read=True, context=self._context
+                ).result()
+            except Exception as e:  # noqa: BLE001 (tensorstore raises ValueError and more)
+                raise CheckpointSourceError(
+                    f"{self._where(name)}: T5X array {name} cannot be opened "
+                    f"({storage.one_line(e)})."
+                ) from None
+        return self._stores[name]
+
+
+def _read_orbax_metadata(file: epath.Path) -> dict[str, Any]:
+    """The orbax item's ``_METADATA`` (its tree's keys and how it is stored), checked."""
+    try:
+        metadata = json.loads(file.read_text())
+        if not isinstance(metadata.get("tree_metadata"), dict):
+            raise ValueError("no tree_metadata")  # noqa: TRY301
+    except Exception as e:  # noqa: BLE001 (JSON, storage and shape errors alike)
+        raise CheckpointSourceError(
+            f"{file} is not an orbax checkpoint's metadata ({storage.one_line(e)})."
+        ) from None
+    return metadata
 
 
 def _flat(tree: Any, prefix: str) -> Iterator[tuple[str, Any]]:
@@ -202,32 +293,41 @@ def _read_msgpack(file: epath.Path) -> dict[str, Any]:
     return contents
 
 
+def _layout(path: epath.Path) -> type[T5xSource] | None:
+    """Which T5X format step dir ``path`` holds (None: not a T5X step): orbax's when its
+    ``state/`` item has orbax's ``_METADATA`` (T5X's own test), else legacy by its msgpack."""
+    if not _STEP_DIR.fullmatch(path.name):
+        return None
+    if (path / ORBAX_ITEM / ORBAX_METADATA).is_file():
+        return T5xOrbaxSource
+    return T5xSource if (path / CHECKPOINT_FILE).is_file() else None
+
+
 def _steps(model_dir: epath.Path) -> list[int]:
-    return sorted(
-        int(match.group(1))
-        for p in model_dir.iterdir()
-        if (match := _STEP_DIR.fullmatch(p.name)) and (p / CHECKPOINT_FILE).is_file()
-    )
+    return sorted(int(p.name.split("_")[1]) for p in model_dir.iterdir() if _layout(p))
 
 
 def _is_step(path: epath.Path) -> bool:
-    return bool(_STEP_DIR.fullmatch(path.name)) and (path / CHECKPOINT_FILE).is_file()
+    return _layout(path) is not None
 
 
 def _open(path: epath.Path, step: int | None, layout: Any, observer: Any) -> T5xSource:
     if _is_step(path):
         if step is not None and step != int(_STEP_DIR.fullmatch(path.name).group(1)):
             raise CheckpointSourceError(f"{path} is a T5X step other than {step}.")
-        return T5xSource(path, observer)
+        return _layout(path)(path, observer)
     chosen = checkpoint_sources.pick_step(path, _steps(path), step)
-    return T5xSource(path / f"checkpoint_{chosen}", observer)
+    step_dir = path / f"checkpoint_{chosen}"
+    return _layout(step_dir)(step_dir, observer)
 
 
 checkpoint_sources.register(
     checkpoint_sources.Kind(
         T5xSource.kind,
-        f"checkpoint_<step>/{CHECKPOINT_FILE} (a T5X model dir or one of its steps)",
+        f"checkpoint_<step>/{CHECKPOINT_FILE} or checkpoint_<step>/{ORBAX_ITEM}/{ORBAX_METADATA}"
+        " (a T5X model dir or one of its steps, legacy or orbax)",
         lambda p: _is_step(p) or (p.is_dir() and bool(_steps(p))),
         _open,
+        t5x_gin.described,  # The model dir's config.gin says which T5 it is.
     )
 )

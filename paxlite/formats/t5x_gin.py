@@ -19,6 +19,7 @@ from etils import epath
 from gin import config_parser
 
 from praxis_lite import config as config_lib
+from praxis_lite import decoding
 from praxis_lite.t5_model import ACTIVATIONS, T5Shape, t5_model
 
 CONFIG_GIN = "config.gin"
@@ -130,10 +131,14 @@ def t5_shape(gin_file: epath.PathLike) -> T5Shape:
         raise GinConfigError(f"{gin_file}: {e} Known activations: {sorted(ACTIVATIONS)}.") from None
 
 
-def model_config(path: epath.PathLike) -> config_lib.Config | None:
-    """The model a T5X checkpoint's config.gin describes (float32, plain stacks), or None
-    when there is no config.gin."""
+#: T5's SentencePiece ids: decoding stops at EOS 1 and pads with 0.
+_T5_DECODING = decoding.DecoderParams(eos_token_id=1, pad_token_id=0)
+
+
+def described(path: epath.PathLike) -> tuple[config_lib.Config, decoding.DecoderParams] | None:
+    """The model a T5X checkpoint's config.gin describes (float32, plain stacks) and T5's
+    decoding ids, or None when there is no config.gin."""
     gin_file = find(path)
     if gin_file is None:
         return None
-    return t5_model(t5_shape(gin_file), fprop_dtype=jnp.float32, scanned=False)
+    return t5_model(t5_shape(gin_file), fprop_dtype=jnp.float32, scanned=False), _T5_DECODING

@@ -1,5 +1,6 @@
-"""T5X legacy checkpoints: the flan-t5-style Hugging Face fixture's weights as T5X writes them
-(tests/fixtures/t5x/flan_legacy, made by tools/t5x_fixtures/make_t5x_fixtures.py).
+"""T5X checkpoints: the flan-t5-style Hugging Face fixture's weights as T5X writes them, in its
+legacy format (tests/fixtures/t5x/flan_legacy) and its orbax one (tests/fixtures/t5x/flan_orbax),
+both made by tools/t5x_fixtures/make_t5x_fixtures.py.
 
 Oracles: the same weights read from the Hugging Face fixture (tests/fixtures/hf/t5_flan), and
 the logits transformers computed with them (its outputs.npz).
@@ -13,15 +14,18 @@ import ml_dtypes
 import numpy as np
 import pytest
 import tensorstore as ts
+from etils import epath
 from flax import serialization, traverse_util
 
 from paxlite import checkpoint_sources
 from paxlite.checkpoint_sources import CheckpointSourceError
 from paxlite.formats import t5x_checkpoint
 from paxlite.inference import from_pretrained
+from tests.paxlite.gcs import BUCKET
 
 _FIXTURES = pathlib.Path(__file__).parents[1] / "fixtures"
 _T5X = _FIXTURES / "t5x" / "flan_legacy"
+_ORBAX = _FIXTURES / "t5x" / "flan_orbax"
 
 
 @pytest.fixture(scope="module")
@@ -50,10 +54,13 @@ def test_the_model_dir_opens_its_newest_step_and_a_step_dir_opens_itself():
         checkpoint_sources.open_source(_T5X, step=8)
 
 
-def test_every_parameter_reads_onto_the_run_shardings_as_the_hugging_face_weights(hf_params):
+@pytest.mark.parametrize("model_dir", [_T5X, _ORBAX], ids=["legacy", "orbax"])
+def test_every_parameter_reads_onto_the_run_shardings_as_the_hugging_face_weights(
+    hf_params, model_dir
+):
     run_params = _run_params(hf_params)
     seen = []
-    source = t5x_checkpoint.T5xSource(_T5X / "checkpoint_7", lambda p, n: seen.append(p))
+    source = checkpoint_sources.open_source(model_dir, observer=lambda p, n: seen.append(p))
     got = _read_all(source, run_params)
     assert sorted(got) == sorted(hf_params)
     for path, value in hf_params.items():
@@ -63,11 +70,12 @@ def test_every_parameter_reads_onto_the_run_shardings_as_the_hugging_face_weight
     assert set(seen) == set(hf_params)
 
 
-def test_from_pretrained_with_an_experiment_matches_transformers_logits():
+@pytest.mark.parametrize("model_dir", [_T5X, _ORBAX], ids=["legacy", "orbax"])
+def test_from_pretrained_with_an_experiment_matches_transformers_logits(model_dir):
     """T5Tiny (scanned stacks: each layer read from its own T5X array) at the fixture's sizes."""
     sizes = ["NUM_ENCODER_LAYERS=3", "MODEL_DIMS=32", "HIDDEN_DIMS=48", "NUM_HEADS=4"]
     sizes += ["DIMS_PER_HEAD=8", "VOCAB_SIZE=256"]
-    t5 = from_pretrained(_T5X, exp="tasks.t5.tiny.T5Tiny", overrides=sizes)
+    t5 = from_pretrained(model_dir, exp="tasks.t5.tiny.T5Tiny", overrides=sizes)
     out = dict(np.load(_FIXTURES / "hf" / "t5_flan" / "outputs.npz"))
     logits = np.asarray(t5.logits(out["input_ids"], decoder_input_ids=out["decoder_input_ids"]))
     real = out["decoder_mask"].astype(bool)
@@ -138,3 +146,60 @@ def test_a_corrupt_or_missing_array_or_msgpack_is_one_line_naming_the_file(tmp_p
     (step / "checkpoint").write_bytes(b"\xc1garbage")
     with pytest.raises(CheckpointSourceError, match=f"{step / 'checkpoint'} is not a T5X"):
         checkpoint_sources.open_source(step)
+
+
+def test_an_orbax_model_dir_and_step_open_as_the_t5x_kind_with_its_step():
+    """T5X's orbax manager: checkpoint_<step>/state/ (_METADATA, an OCDBT database)."""
+    for path in (_ORBAX, _ORBAX / "checkpoint_7"):
+        source = checkpoint_sources.open_source(path)
+        assert isinstance(source, t5x_checkpoint.T5xOrbaxSource)
+        assert (source.kind, source.step, source.path.name) == ("t5x checkpoint", 7, "checkpoint_7")
+        assert source.gated and source.version is None
+        assert set(source.state_variables()) == {"state/step"}
+        assert int(source.read_whole("state/step")) == 7
+    with pytest.raises(CheckpointSourceError, match="no checkpoint at step 8"):
+        checkpoint_sources.open_source(_ORBAX, step=8)
+
+
+def _copy_orbax(tmp_path):
+    shutil.copytree(_ORBAX, tmp_path / "model")
+    return tmp_path / "model" / "checkpoint_7"
+
+
+def test_an_orbax_step_missing_a_data_file_or_its_manifest_is_one_line(tmp_path, hf_params):
+    step = _copy_orbax(tmp_path)
+    data = max((step / "state" / "ocdbt.process_0" / "d").iterdir(), key=lambda f: f.stat().st_size)
+    data.unlink()  # The largest: some parameters' chunks.
+    source = checkpoint_sources.open_source(step)
+    with pytest.raises(CheckpointSourceError, match="T5X array params/") as e:
+        _read_all(source, _run_params(hf_params))
+    assert "\n" not in str(e.value) and "OCDBT key target." in str(e.value)
+    (step / "state" / "manifest.ocdbt").unlink()
+    (step / "state" / "ocdbt.process_0" / "manifest.ocdbt").unlink()
+    with pytest.raises(CheckpointSourceError, match="cannot be opened") as e:
+        checkpoint_sources.open_source(step).read_whole("state/step")
+    assert "\n" not in str(e.value)
+
+
+def test_a_corrupt_orbax_metadata_is_one_line_naming_the_file(tmp_path):
+    step = _copy_orbax(tmp_path)
+    metadata = step / "state" / "_METADATA"
+    metadata.write_text('{"tree_metadata": ')
+    with pytest.raises(CheckpointSourceError, match=f"{metadata} is not an orbax") as e:
+        checkpoint_sources.open_source(tmp_path / "model")
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("model_dir", [_T5X, _ORBAX], ids=["legacy", "orbax"])
+def test_a_model_dir_in_a_bucket_reads_as_the_local_one(emulator, hf_params, model_dir):
+    """gs:// through the project's storage helpers (the GCS emulator)."""
+    bucket = epath.Path(f"gs://{BUCKET}/t5x/{model_dir.name}")
+    for file in model_dir.rglob("*"):
+        if file.is_file():
+            (bucket / file.relative_to(model_dir)).parent.mkdir(parents=True, exist_ok=True)
+            (bucket / file.relative_to(model_dir)).write_bytes(file.read_bytes())
+    source = checkpoint_sources.open_source(f"gs://{BUCKET}/t5x/{model_dir.name}")
+    assert (source.step, type(source)) == (7, type(checkpoint_sources.open_source(model_dir)))
+    got = _read_all(source, _run_params(hf_params))
+    for path, value in hf_params.items():
+        np.testing.assert_array_equal(np.asarray(got[path]), np.asarray(value), err_msg=path)

@@ -68,3 +68,21 @@ def test_configs_it_cannot_read_are_one_line(tmp_path, text, message):
     with pytest.raises(t5x_gin.GinConfigError, match=message) as e:
         t5x_gin.t5_shape(tmp_path / "config.gin")
     assert "\n" not in str(e.value)
+
+
+@pytest.mark.parametrize("checkpoint", ["flan_legacy", "flan_orbax"])
+def test_from_pretrained_builds_a_t5x_checkpoint_from_its_config_gin(checkpoint):
+    """No experiment named: the model dir's config.gin says which T5; the logits are those
+    transformers computed for the same weights (the HF fixture they were written from)."""
+    import numpy as np
+
+    from paxlite.inference import from_pretrained
+
+    t5 = from_pretrained(T5X.parent / checkpoint)
+    out = np.load(T5X.parents[1] / "hf" / "t5_flan" / "outputs.npz")
+    logits = t5.logits(out["input_ids"], decoder_input_ids=out["decoder_input_ids"])
+    mask = out["decoder_mask"].astype(bool)
+    scale = np.abs(out["logits"][mask]).max()
+    np.testing.assert_allclose(logits[mask], out["logits"][mask], atol=1e-4 * scale, rtol=0)
+    tokens = np.asarray(t5.generate([out["input_ids"][0].tolist()], max_new_tokens=8))[0]
+    np.testing.assert_array_equal(tokens, out["greedy_0"])

@@ -18,6 +18,12 @@ Writes ``<out>/flan_legacy/`` as T5X's ``train.py`` leaves a model dir (learned 
 - ``checkpoint_7/<target|state>.<path>/``: the zarr arrays (gzip; ``decoder.logits_dense``
   zstd).
 
+And ``<out>/flan_orbax/`` as T5X at HEAD saves by default (its orbax manager; this needs
+orbax-checkpoint and jax, as paxlite's venv has): ``config.gin`` and ``checkpoint_7/`` holding
+``_CHECKPOINT_METADATA`` and the ``state/`` item (``_METADATA``, the OCDBT database
+``manifest.ocdbt`` + ``d/`` + ``ocdbt.process_0/``, one zarr array per leaf under the key
+``target.<path>`` / ``state.step``); see :func:`write_orbax_checkpoint`.
+
 T5X puts a leaf in tensorstore when it has logical axes (every parameter, Adafactor's
 unfactored ``v`` and momentum ``m``) and inline otherwise (``step``, the factored ``v_row`` and
 ``v_col``, the ``(1,)`` placeholders). Here the layer norm scales and their ``v`` are inline as
@@ -169,6 +175,37 @@ def write_checkpoint(model_dir: pathlib.Path, params: dict[str, np.ndarray]) -> 
     (step_dir / "checkpoint").write_bytes(serialization.msgpack_serialize(contents))
 
 
+def write_orbax_checkpoint(model_dir: pathlib.Path, params: dict[str, np.ndarray]) -> None:
+    """Writes ``params`` as T5X's orbax manager (``OrbaxCheckpointManagerInterface``) saves a
+    step: an ``ocp.CheckpointManager`` with step prefix ``checkpoint`` whose ``state`` item is
+    a ``PyTreeCheckpointHandler(use_ocdbt=True)`` save of the train state's ``state_dict()``
+    (no ``version``/``optimizer`` wrapper), each leaf with a default ``ocp.SaveArgs()``.
+
+    The state dict is an ``InferenceState``'s (``{'target': params, 'state': {'step'}}``):
+    Adafactor's slots would add ~200 KB (mostly orbax's per-leaf ``_METADATA``) and nothing
+    the legacy fixture does not already cover.
+    """
+    import jax  # Only this writer needs jax and orbax.
+    import orbax.checkpoint as ocp
+
+    if model_dir.exists():
+        shutil.rmtree(model_dir)
+    state_dict = {"target": _nest(params), "state": {"step": np.asarray(STEP, np.int32)}}
+    options = ocp.CheckpointManagerOptions(
+        step_prefix="checkpoint", enable_async_checkpointing=False
+    )
+    manager = ocp.CheckpointManager(
+        model_dir.absolute(),
+        item_handlers={"state": ocp.PyTreeCheckpointHandler(use_ocdbt=True)},
+        options=options,
+    )
+    save_args = jax.tree_util.tree_map(lambda _: ocp.SaveArgs(), state_dict)
+    state = ocp.args.PyTreeSave(state_dict, save_args=save_args)
+    manager.save(STEP, args=ocp.args.Composite(state=state))
+    manager.wait_until_finished()
+    manager.close()
+
+
 def gin_config(config: dict) -> str:
     """The operative config T5X writes to ``<model_dir>/config.gin`` (the network part and the
     optimizer: the rest of a real one, data and trainer, says nothing of the weights)."""
@@ -234,6 +271,9 @@ def main() -> None:
     model_dir = args.out / "flan_legacy"
     write_checkpoint(model_dir, params)
     (model_dir / "config.gin").write_text(gin_config(config))
+    orbax_dir = args.out / "flan_orbax"
+    write_orbax_checkpoint(orbax_dir, params)
+    (orbax_dir / "config.gin").write_text(gin_config(config))
 
 
 if __name__ == "__main__":

@@ -100,6 +100,16 @@ class Source(abc.ABC):
     def close(self) -> None:  # noqa: B027 (most sources hold nothing open)
         """Lets go of what the source holds open."""
 
+    def opt_state_names(
+        self, assigned: Mapping[str, str], run_params: Mapping[str, Any]
+    ) -> dict[str, str]:
+        """Run leaf path -> the path its optimizer slots have in :meth:`read_train_state`'s
+        ``opt_state``, for the leaves ``assigned`` loads (``partial_load_opt_states``): by
+        default the source's own name of the leaf (its state is in its own names)."""
+        del run_params
+        cut = len(PARAMS)
+        return {run[cut:]: source[cut:] for run, source in assigned.items()}
+
     def read_train_state(self, abstract: Any, *, opt_state: bool) -> dict[str, Any]:
         """``{'step': int, 'opt_state': tree}`` (the latter only if asked) from this step."""
         raise CheckpointSourceError(

@@ -245,16 +245,16 @@ def _train_state_fields(entries: list[Entry], state: TrainState, abstract: Any) 
         if wants_opt and rule.load_opt_states:
             fields["opt_state"] = read["opt_state"]
         elif wants_opt:
-            fields["opt_state"] = _partial_opt_state(state.opt_state, read["opt_state"], entry)
+            run_params = traverse_util.flatten_dict(abstract.params, sep="/")
+            renamed = entry.source.opt_state_names(entry.assigned, run_params)
+            fields["opt_state"] = _partial_opt_state(state.opt_state, read["opt_state"], renamed)
     return fields
 
 
-def _partial_opt_state(fresh: Any, saved: Any, entry: Entry) -> Any:
-    """``fresh`` with the slots of the variables ``entry`` loaded taken from ``saved`` (the
+def _partial_opt_state(fresh: Any, saved: Any, renamed: Mapping[str, str]) -> Any:
+    """``fresh`` with the slots of the loaded variables taken from ``saved`` (the
     checkpoint's optimizer state, read in the run's structure): a slot ``<prefix>/<run
-    path>`` comes from the checkpoint's ``<prefix>/<its source path>``."""
-    cut = len(checkpoint_sources.PARAMS)
-    renamed = {run[cut:]: source[cut:] for run, source in entry.assigned.items()}
+    path>[/<field>]`` comes from ``saved``'s ``<prefix>/<renamed[run path]>[/<field>]``."""
     saved_by_path = {
         checkpoints.path_name(path): leaf
         for path, leaf in jax.tree_util.tree_flatten_with_path(saved)[0]
@@ -262,9 +262,11 @@ def _partial_opt_state(fresh: Any, saved: Any, entry: Entry) -> Any:
 
     def pick(path: Any, fresh_leaf: Any) -> Any:
         name = checkpoints.path_name(path)
-        for run, source in renamed.items():
-            if name.endswith("/" + run):
-                return saved_by_path.get(name[: -len(run)] + source, fresh_leaf)
+        for run, source in renamed.items():  # The run path, maybe then a slot (v_row).
+            at = f"/{name}/".find(f"/{run}/")
+            if at >= 0:
+                saved_name = name[:at] + source + name[at + len(run) :]
+                return saved_by_path.get(saved_name, fresh_leaf)
         return fresh_leaf
 
     return jax.tree_util.tree_map_with_path(pick, fresh)

@@ -14,7 +14,10 @@ itself, inline. Version 2 differs only in storing bfloat16 arrays in tensorstore
 Variables are ``params/`` + T5X's parameter path (``params/encoder/layers_0/attention/query/
 kernel``), named for a run by ``paxlite.formats.t5x_layout``; each device's slice is read by
 itself (an inline leaf: sliced from the msgpack's array). :meth:`T5xSource.state_variables`
-lists the optimizer's leaves (``state/step``, ``state/param_states/...``).
+lists the optimizer's leaves (``state/step``, ``state/param_states/...``);
+:meth:`T5xSource.read_train_state` reads the step and Adafactor's second moments into the
+run's optimizer state (the loading rules' ``load_step``, ``load_opt_states``,
+``partial_load_opt_states``).
 
 T5X's orbax manager (``OrbaxCheckpointManagerInterface``: an ``ocp.CheckpointManager`` with
 step prefix ``checkpoint``) saves a step as ``checkpoint_<step>/`` holding orbax's
@@ -35,15 +38,17 @@ import re
 from collections.abc import Iterator, Mapping
 from typing import Any
 
+import jax
 import ml_dtypes
 import numpy as np
 import tensorstore as ts
 from etils import epath
-from flax import serialization
+from flax import serialization, traverse_util
 
-from paxlite import checkpoint_sources, storage
+from paxlite import checkpoint_sources, checkpoints, storage
 from paxlite.checkpoint_sources import PARAMS, CheckpointSourceError, Variable
 from paxlite.formats import hf_layout, t5x_gin, t5x_layout
+from praxis_lite.factored_adafactor import FactoredMoment, FullMoment
 
 CHECKPOINT_FILE = "checkpoint"
 STATE = "state/"
@@ -52,6 +57,9 @@ _VERSIONS = (2, 3)
 ORBAX_ITEM = "state"
 ORBAX_METADATA = "_METADATA"
 _EMPTY_VALUES = ("None", "Dict", "List", "Tuple", "NamedTuple")  # Orbax's empty nodes.
+SLOTS = STATE + "param_states/"
+# T5X's 2-D parameters whose 'embed' dim (Adafactor's ROW dim: what v_row keeps) is the last.
+_EMBED_LAST = ("/out/kernel", "/wo/kernel", "token_embedder/embedding")
 
 
 class T5xSource(checkpoint_sources.PartsSource):
@@ -131,6 +139,139 @@ class T5xSource(checkpoint_sources.PartsSource):
 
     def close(self) -> None:
         self._stores.clear()
+
+    def read_train_state(self, abstract: Any, *, opt_state: bool) -> dict[str, Any]:
+        """T5X's step (``state/step``, which T5X restores) and, with ``opt_state``, its
+        Adafactor's second moments in the run's optimizer state (``abstract.opt_state``,
+        ``praxis_lite.factored_adafactor``'s): each moment of a parameter T5X names
+        (:mod:`t5x_layout`) from that parameter's ``v_row``/``v_col`` (factored: reshaped,
+        e.g. ``v_col [N*H]`` -> ``[N, H]``; a scanned stack's layers stacked on ``[L]``) or
+        ``v``; factored on one side only, the moment is converted (ours whole from T5X's
+        factors: ``v_row * v_col / mean(v_row)``, T5X's estimate; ours factored from T5X's
+        whole ``v``: its means). Every integer count of the run's state is the step.
+
+        Raises:
+          CheckpointSourceError: a slot of the run's state T5X has nothing for (named).
+        """
+        step = int(self.read_whole(STATE + "step"))
+        out: dict[str, Any] = {"step": step}
+        if opt_state:
+            out["opt_state"] = self._opt_state(abstract, step)
+        return out
+
+    def opt_state_names(
+        self, assigned: Mapping[str, str], run_params: Mapping[str, Any]
+    ) -> dict[str, str]:
+        """:meth:`read_train_state` puts T5X's slots under the run's own paths."""
+        return {path: path for path in self.loaded_leaves(assigned, run_params)}
+
+    def _opt_state(self, abstract: Any, step: int) -> Any:
+        run_params = traverse_util.flatten_dict(abstract.params, sep="/")
+        parts = {
+            path: (where, [n[len(PARAMS) :] for n in names])
+            for path, where, names in self._leaf_parts(run_params)
+        }
+
+        def one(path: Any, leaf: Any) -> Any:
+            name = checkpoints.path_name(path)
+            if isinstance(leaf, FactoredMoment | FullMoment):
+                param = next((p for p in parts if name == p or name.endswith("/" + p)), None)
+                if param is None:
+                    raise CheckpointSourceError(
+                        f"{self.path}: T5X has no parameter for the run's optimizer slot {name}."
+                    )
+                where, names = parts[param]
+                return self._moment(leaf, where, names, tuple(run_params[param].shape))
+            if leaf.shape == () and np.dtype(leaf.dtype).kind in "iu":
+                return checkpoint_sources.sharded_array(
+                    leaf, lambda index: np.asarray(step, leaf.dtype)
+                )
+            raise CheckpointSourceError(
+                f"{self.path}: T5X's Adafactor state has nothing for the run's optimizer slot "
+                f"{name} {tuple(leaf.shape)}."
+            )
+
+        moments = (FactoredMoment, FullMoment)
+        return jax.tree_util.tree_map_with_path(
+            one, abstract.opt_state, is_leaf=lambda x: isinstance(x, moments)
+        )
+
+    def _moment(
+        self, leaf: Any, where: Any, names: list[str], shape: tuple[int, ...]
+    ) -> FactoredMoment | FullMoment:
+        """Our moment ``leaf`` (ShapeDtypeStructs) of a parameter of ``shape`` from the T5X
+        slots of its parameter (``names``: one per layer of a scanned stack)."""
+        layer_shape = shape[1:] if where.stacked else shape
+        skip = 1 if where.stacked else 0
+        layers = [self._slots(n) for n in names]
+        if isinstance(leaf, FullMoment):
+            v = [
+                self._whole_v(n, slots, where, layer_shape)
+                for n, slots in zip(names, layers, strict=True)
+            ]
+            return leaf.replace(v=_on(leaf.v, v, where.stacked))
+        rows = tuple(d - skip for d in leaf.layout.row_dims)
+        cols = tuple(d - skip for d in leaf.layout.col_dims)
+        v_rows, v_cols = [], []
+        for name, slots in zip(names, layers, strict=True):
+            if "v_row" in slots and "v_col" in slots:
+                v_row, v_col = self._factors(name, slots)
+                row_shape = tuple(s for d, s in enumerate(layer_shape) if d not in cols)
+                col_shape = tuple(s for d, s in enumerate(layer_shape) if d not in rows)
+                if v_row.size != np.prod(row_shape) or v_col.size != np.prod(col_shape):
+                    raise CheckpointSourceError(
+                        f"{self.path}: T5X's {SLOTS}{name}/v_row {v_row.shape} and v_col "
+                        f"{v_col.shape} do not factor the run's {row_shape} x {col_shape}."
+                    )
+                v_rows.append(v_row.reshape(row_shape))
+                v_cols.append(v_col.reshape(col_shape))
+            else:
+                v = self._whole_v(name, slots, where, layer_shape)
+                v_rows.append(v.mean(axis=cols))
+                v_cols.append(v.mean(axis=rows))
+        return leaf.replace(
+            v_row=_on(leaf.v_row, v_rows, where.stacked),
+            v_col=_on(leaf.v_col, v_cols, where.stacked),
+        )
+
+    def _slots(self, name: str) -> dict[str, np.ndarray]:
+        """The used slots (not T5X's ``(1,)`` placeholders) of T5X parameter ``name``."""
+        out = {}
+        for slot in ("v_row", "v_col", "v"):
+            key = f"{SLOTS}{name}/{slot}"
+            if key in self._leaves and self._variable(key).shape != (1,):
+                out[slot] = np.asarray(self.read_whole(key), np.float32)
+        return out
+
+    def _factors(self, name: str, slots: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
+        """``v_row`` and ``v_col`` of 2-D T5X parameter ``name``, checked to keep its embed dim
+        and its other dim (T5X's logical factoring: 'embed' is the ROW dim)."""
+        shape = self._variable(PARAMS + name).shape
+        v_row, v_col = slots["v_row"], slots["v_col"]
+        row = 1 if name.endswith(_EMBED_LAST) else 0
+        if len(shape) != 2 or v_row.shape != (shape[row],) or v_col.shape != (shape[1 - row],):
+            raise CheckpointSourceError(
+                f"{self.path}: T5X's {SLOTS}{name}/v_row {v_row.shape} and v_col {v_col.shape} "
+                f"are not the factors of its parameter {shape} paxlite reads."
+            )
+        return v_row, v_col
+
+    def _whole_v(
+        self, name: str, slots: dict[str, np.ndarray], where: Any, shape: tuple[int, ...]
+    ) -> np.ndarray:
+        """T5X parameter ``name``'s whole second moment, in our layout of ``shape``."""
+        if "v" in slots:
+            v = slots["v"]
+        elif "v_row" in slots and "v_col" in slots:
+            v_row, v_col = self._factors(name, slots)
+            row = 1 if name.endswith(_EMBED_LAST) else 0
+            v = np.expand_dims(v_row, 1 - row) * np.expand_dims(v_col, row) / v_row.mean()
+        else:
+            raise CheckpointSourceError(
+                f"{self.path}: T5X's {SLOTS}{name} holds no second moment (v or v_row and v_col)."
+            )
+        full = tuple(slice(0, n) for n in shape)
+        return hf_layout.read_slice(where, shape, full, lambda index: v[index])
 
     def _variable(self, name: str) -> Variable:
         leaf = self._leaves[name]
@@ -252,6 +393,12 @@ class T5xOrbaxSource(T5xSource):
                     f"({storage.one_line(e)})."
                 ) from None
         return self._stores[name]
+
+
+def _on(target: Any, layers: list[np.ndarray], stacked: bool) -> jax.Array:
+    """``layers`` (stacked on ``[L]`` when ``stacked``) on ``target``'s sharding and dtype."""
+    value = (np.stack(layers) if stacked else layers[0]).astype(target.dtype)
+    return checkpoint_sources.sharded_array(target, lambda index: value[index])
 
 
 def _read_orbax_metadata(file: epath.Path) -> dict[str, Any]:

@@ -27,6 +27,7 @@ from safetensors.numpy import save_file
 from paxlite import checkpoint_sources
 from paxlite.checkpoint_sources import PARAMS, Variable
 from paxlite.formats import hf_layout, hf_models
+from paxlite.formats.layout_source import LayoutSource
 
 SINGLE_FILE = "model.safetensors"
 INDEX_FILE = "model.safetensors.index.json"
@@ -45,7 +46,7 @@ _DTYPES = {
 }
 
 
-class HfSource(checkpoint_sources.PartsSource):
+class HfSource(LayoutSource):
     """A Hugging Face model directory opened for reading (its config.json and safetensors).
 
     Attributes:
@@ -72,16 +73,6 @@ class HfSource(checkpoint_sources.PartsSource):
         for name, stored in self._name_of.items():
             tensor = self._tensor(stored)
             out[name] = Variable(tuple(tensor.get_shape()), _dtype(tensor.get_dtype()))
-        return out
-
-    def run_names(self, run_params: Mapping[str, Any]) -> dict[str, Variable]:
-        out = {}
-        for path, where, names in self._leaf_parts(run_params):
-            shape = tuple(run_params[path].shape)[1 if where.stacked else 0 :]
-            variable = Variable(
-                hf_layout.their_shape(where, shape), np.dtype(run_params[path].dtype)
-            )
-            out.update(dict.fromkeys(names, variable))
         return out
 
     def read(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> dict[str, Any]:

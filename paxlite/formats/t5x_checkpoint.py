@@ -48,6 +48,7 @@ from flax import serialization, traverse_util
 from paxlite import checkpoint_sources, checkpoints, storage
 from paxlite.checkpoint_sources import PARAMS, CheckpointSourceError, Variable
 from paxlite.formats import hf_layout, t5x_gin, t5x_layout
+from paxlite.formats.layout_source import LayoutSource
 from praxis_lite.factored_adafactor import FactoredMoment, FullMoment
 
 CHECKPOINT_FILE = "checkpoint"
@@ -62,7 +63,7 @@ SLOTS = STATE + "param_states/"
 _EMBED_LAST = ("/out/kernel", "/wo/kernel", "token_embedder/embedding")
 
 
-class T5xSource(checkpoint_sources.PartsSource):
+class T5xSource(LayoutSource):
     """A T5X legacy checkpoint step opened for reading.
 
     Attributes:
@@ -102,16 +103,6 @@ class T5xSource(checkpoint_sources.PartsSource):
         """Variable ``name`` (a parameter or optimizer leaf) as one host array."""
         shape = self._variable(name).shape
         return self._reader(name, name)(tuple(slice(0, n) for n in shape))
-
-    def run_names(self, run_params: Mapping[str, Any]) -> dict[str, Variable]:
-        out = {}
-        for path, where, names in self._leaf_parts(run_params):
-            shape = tuple(run_params[path].shape)[1 if where.stacked else 0 :]
-            variable = Variable(
-                hf_layout.their_shape(where, shape), np.dtype(run_params[path].dtype)
-            )
-            out.update(dict.fromkeys(names, variable))
-        return out
 
     def read(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> dict[str, Any]:
         out = {}

@@ -139,6 +139,11 @@ class BaseExperiment(abc.ABC):
         path}`` (copied when the run starts). None by default."""
         return {}
 
+    def job_texts(self) -> dict[str, str]:
+        """Files the job directory keeps that the experiment writes: ``{path in the job dir:
+        text}`` (written when the run starts, after :meth:`job_files`). None by default."""
+        return {}
+
     def validate(self) -> None:
         """Checks that knobs agree with each other; raises :class:`KnobError` if not.
 

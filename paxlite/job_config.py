@@ -28,7 +28,7 @@ def write_config(
     decoder_datasets: Sequence[Any] = (),
 ) -> str:
     """Writes config.txt (readable) and config.json (Fiddle JSON) into the job dir, and the
-    files the experiment keeps with the job (``job_files``)."""
+    files the experiment keeps with the job (``job_files``, ``job_texts``)."""
     text = format_config(experiment, task_cfg, datasets, decoder_datasets)
     job_log_dir.mkdir(parents=True, exist_ok=True)
     (job_log_dir / "config.txt").write_text(text)
@@ -40,6 +40,10 @@ def write_config(
         target = job_log_dir / relative
         target.parent.mkdir(parents=True, exist_ok=True)
         epath.Path(source).copy(target, overwrite=True)
+    for relative, content in experiment.job_texts().items():
+        target = job_log_dir / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
     return text
 
 

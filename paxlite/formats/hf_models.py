@@ -451,6 +451,35 @@ def t5_shape_of(cfg: HfConfig) -> T5Shape:
     )
 
 
+def t5_config(shape: T5Shape) -> dict[str, Any]:
+    """The config.json of a ``T5ForConditionalGeneration`` of ``shape`` (the inverse of
+    :func:`t5_shape_of`; T5's special ids), e.g. for a model that came from T5X."""
+    projection = {v: k for k, v in _T5_ACTIVATIONS.items()}[shape.mlp_activations]
+    tied = shape.logits_via_embedding
+    return {
+        "model_type": "t5",
+        "architectures": ["T5ForConditionalGeneration"],
+        "d_model": shape.model_dims,
+        "d_kv": shape.dims_per_head,
+        "num_heads": shape.num_heads,
+        "d_ff": shape.hidden_dims,
+        "num_layers": shape.num_encoder_layers,
+        "num_decoder_layers": shape.num_decoder_layers,
+        "vocab_size": shape.vocab_size,
+        "feed_forward_proj": projection,
+        "tie_word_embeddings": tied,
+        "scale_decoder_outputs": tied,
+        "relative_attention_num_buckets": shape.relative_buckets,
+        "relative_attention_max_distance": shape.relative_max_distance,
+        "layer_norm_epsilon": T5_NORM_EPSILON,
+        "is_encoder_decoder": True,
+        "decoder_start_token_id": 0,
+        "eos_token_id": 1,
+        "pad_token_id": 0,
+        "dropout_rate": 0.0,
+    }
+
+
 def _t5_logits_via_embedding(cfg: HfConfig) -> bool:
     """T5 1.0's logits: the shared table after scaling by ``d_model**-0.5``. transformers 5
     writes ``scale_decoder_outputs`` for it (and ``tie_word_embeddings`` true either way);

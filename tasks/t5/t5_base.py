@@ -8,6 +8,7 @@ sizes, batch, mesh and ``datasets()``.
 
 from __future__ import annotations
 
+import json
 from typing import Any
 
 import jax.numpy as jnp
@@ -99,6 +100,22 @@ class T5Knobs(BaseExperiment):
         if self.INIT_FROM and hf_checkpoint.is_hf_model_dir(epath.Path(self.INIT_FROM)):
             return export.kept_files(self.INIT_FROM)
         return {}
+
+    def job_texts(self) -> dict[str, str]:
+        """With a T5X INIT_FROM whose config.gin says which T5: Hugging Face's config.json
+        and generation config of that T5, so the job exports as Hugging Face T5."""
+        gin_file = t5x_gin.find(self.INIT_FROM) if self.INIT_FROM else None
+        if gin_file is None or self.job_files():
+            return {}
+        config = hf_models.t5_config(t5x_gin.t5_shape(gin_file))
+        generation = {
+            k: config[k] for k in ("decoder_start_token_id", "eos_token_id", "pad_token_id")
+        }
+        return {
+            f"{export.KEPT_DIR}/{hf_models.CONFIG_FILE}": json.dumps(config, indent=2) + "\n",
+            f"{export.KEPT_DIR}/{hf_checkpoint.GENERATION_CONFIG_FILE}": json.dumps(generation)
+            + "\n",
+        }
 
     def _check_init_from_config(self) -> None:
         """KnobError listing each knob that disagrees with INIT_FROM's own config (a Hugging

@@ -107,3 +107,11 @@ def test_t5_configs_it_cannot_build_are_one_line(tmp_path, change, message):
     with pytest.raises(hf_models.HfConfigError, match=message) as e:
         hf_models.build_model(hf_models.HfConfig.load(tmp_path))
     assert "\n" not in str(e.value)
+
+
+def test_a_t5s_config_json_describes_it_again():
+    """hf_models.t5_config (a T5 from T5X written as HF) is t5_shape_of's inverse."""
+    for name in ("t5_flan", "t5_v1_0"):
+        shape = hf_models.t5_shape_of(hf_models.HfConfig.load(_HF / name))
+        again = hf_models.HfConfig(hf_models.t5_config(shape), "config.json")
+        assert hf_models.t5_shape_of(again) == shape

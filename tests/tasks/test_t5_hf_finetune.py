@@ -86,12 +86,26 @@ def _fine_tune(init_from: pathlib.Path, job_dir: pathlib.Path, steps: int) -> li
     return [summary for _, summary in train.run(job, peak_tflops=1.0).history]
 
 
-def test_flan_t5_fine_tunes_from_a_t5x_checkpoint_at_transformers_loss(tmp_path):
+def test_flan_t5_fine_tunes_from_a_t5x_checkpoint_and_exports_as_hugging_face(tmp_path):
     """The same weights in T5X's legacy format (tests/fixtures/t5x, written from the HF
     fixture by tools/t5x_fixtures): its config.gin agrees with the knobs, the first loss is
-    transformers'."""
-    (first,) = _fine_tune(T5X_FIXTURE, tmp_path / "job", steps=1)
+    transformers'; the job keeps the config.json of that T5, so it exports as HF T5."""
+    job_dir = tmp_path / "job"
+    (first,) = _fine_tune(T5X_FIXTURE, job_dir, steps=1)
     np.testing.assert_allclose(first["loss"], _transformers_loss(), rtol=1e-5)
+    export.export(job_dir, tmp_path / "hf")
+    _assert_same_logits(from_pretrained(tmp_path / "hf"), from_pretrained(job_dir))
+
+
+def _assert_same_logits(a, b) -> None:
+    out = np.load(FIXTURE / "outputs.npz")
+    ids, dec = out["input_ids"], out["decoder_input_ids"]
+    np.testing.assert_allclose(
+        a.logits(ids, decoder_input_ids=dec),
+        b.logits(ids, decoder_input_ids=dec),
+        rtol=1e-5,
+        atol=1e-5,
+    )
 
 
 def test_flan_t5_fine_tunes_from_a_hugging_face_directory_and_exports(tmp_path):

@@ -132,6 +132,20 @@ def test_bfloat16_arrays_read_natively_in_version_3_and_from_uint16_in_version_2
     np.testing.assert_array_equal(got.view(np.uint16), want.view(np.uint16))
 
 
+def test_an_inline_array_in_flaxs_chunked_form_reads_whole(tmp_path, monkeypatch):
+    """flax's msgpack_serialize splits an inline array over its MAX_CHUNK_SIZE into chunks
+    (T5X's very large inline leaves); a small limit makes the fixture's norms chunked."""
+    step = _copy(tmp_path)
+    contents = serialization.msgpack_restore((step / "checkpoint").read_bytes())
+    want = contents["optimizer"]["target"]["encoder"]["encoder_norm"]["scale"]
+    monkeypatch.setattr(serialization, "MAX_CHUNK_SIZE", 16)  # Bytes: 4 floats a chunk.
+    packed = serialization.msgpack_serialize(contents)
+    assert b"__msgpack_chunked_array__" in packed
+    (step / "checkpoint").write_bytes(packed)
+    got = checkpoint_sources.open_source(step).read_whole("params/encoder/encoder_norm/scale")
+    np.testing.assert_array_equal(got, want)
+
+
 def test_a_corrupt_or_missing_array_or_msgpack_is_one_line_naming_the_file(tmp_path, hf_params):
     step = _copy(tmp_path)
     (step / "target.decoder.logits_dense.kernel" / "0.0").write_bytes(b"not zstd")

@@ -273,7 +273,8 @@ def _tokenizer_of(path: epath.Path) -> Any:
     """The directory's tokenizer, or None when it has none."""
     from praxis_lite import hf_tokenizer
 
-    if not any((path / name).is_file() for name in ("tokenizer.json", "tokenizer.model")):
+    names = (hf_tokenizer.TOKENIZER_JSON, *hf_tokenizer.SENTENCEPIECE_MODELS)
+    if not any((path / name).is_file() for name in names):
         return None
     return hf_tokenizer.HfTokenizer.from_dir(path)
 

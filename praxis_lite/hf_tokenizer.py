@@ -61,13 +61,15 @@ import tokenizers
 
 TOKENIZER_JSON = "tokenizer.json"
 SENTENCEPIECE_MODEL = "tokenizer.model"
+T5_SENTENCEPIECE_MODEL = "spiece.model"  # T5's name for it.
+SENTENCEPIECE_MODELS = (SENTENCEPIECE_MODEL, T5_SENTENCEPIECE_MODEL)
 TOKENIZER_CONFIG = "tokenizer_config.json"
 SPECIAL_TOKENS_MAP = "special_tokens_map.json"
 # The files ``save`` copies: the tokenizer and the files naming its special tokens.
 CHAT_TEMPLATE = "chat_template.jinja"  # transformers 5 keeps the chat template here.
 TOKENIZER_FILES = (
     TOKENIZER_JSON,
-    SENTENCEPIECE_MODEL,
+    *SENTENCEPIECE_MODELS,
     TOKENIZER_CONFIG,
     SPECIAL_TOKENS_MAP,
     CHAT_TEMPLATE,
@@ -100,6 +102,8 @@ class _Settings:
       legacy, add_prefix_space: tokenizer_config.json's (for tokenizer.model).
       has_config: whether there is a tokenizer_config.json.
       added: tokenizer_config.json's ``added_tokens_decoder``: id -> (content, special).
+      extra_ids: T5's ``extra_ids`` (its sentinels ``<extra_id_0>``... after the
+        SentencePiece vocabulary, counting down from the last id; 0: not a T5 tokenizer).
     """
 
     tokens: dict[str, str | None]
@@ -111,6 +115,7 @@ class _Settings:
     add_prefix_space: bool
     added: dict[int, tuple[str, bool]]
     has_config: bool
+    extra_ids: int = 0
 
 
 def _read_json(path: str) -> dict[str, Any]:
@@ -138,6 +143,15 @@ def _content(value: Any, where: str) -> str | None:
     if isinstance(value, Mapping) and isinstance(value.get("content"), str):
         return value["content"]
     raise TokenizerError(f"{where} is {value!r}, not a token string or {{'content': ...}}; {_FIX}.")
+
+
+def _sentinels_last(extra: tuple[str, ...], extra_ids: int) -> tuple[str, ...]:
+    """T5's sentinels count down from the last id (``<extra_id_0>`` is the vocabulary's
+    last): added after the other extra tokens, ``<extra_id_{N-1}>`` first."""
+    if not extra_ids:
+        return extra
+    sentinels = [f"<extra_id_{i}>" for i in reversed(range(extra_ids))]
+    return (*(t for t in extra if t not in sentinels), *sentinels)
 
 
 def _read_settings(directory: str) -> _Settings:
@@ -181,9 +195,11 @@ def _read_settings(directory: str) -> _Settings:
         if value is not None and not isinstance(value, bool):
             raise TokenizerError(f"{config_path}: {key} is {value!r}, not true or false; {_FIX}.")
         flags[key] = value
+    extra_ids = config.get("extra_ids") or 0
     return _Settings(
         tokens=tokens,
-        extra=tuple(t for t in extra if t),
+        extra=_sentinels_last(tuple(t for t in extra if t), extra_ids),
+        extra_ids=extra_ids,
         fallback_ids=fallback_ids,
         add_bos=flags["add_bos_token"],
         add_eos=flags["add_eos_token"],
@@ -255,8 +271,8 @@ class _SentencePieceBackend:
         self._text_of = {i: content for i, (content, _) in s.added.items() if content}
         self._special = {i for i, (_, special) in s.added.items() if special}
         self._prepend = "never" if not s.add_prefix_space else "always" if s.legacy else "first"
-        if not s.has_config:  # Not a LlamaTokenizer: transformers follows the model's settings.
-            self._prepend = "model"
+        if not s.has_config or s.extra_ids:  # Not a LlamaTokenizer (T5's, or none said):
+            self._prepend = "model"  # transformers follows the model's own settings.
         elif not self._dummy_prefix:  # Gemma's model adds no "▁" before the text; nor does HF.
             self._prepend = "never"
         self._pattern: re.Pattern | None = None
@@ -290,7 +306,8 @@ class _SentencePieceBackend:
         self._pattern = re.compile("|".join(map(re.escape, strings))) if strings else None
         bos, eos = tokens["bos"], tokens["eos"]
         self._bos = bos[1] if bos and s.add_bos is not False else None
-        self._eos = eos[1] if eos and s.add_eos else None
+        add_eos = s.add_eos if s.add_eos is not None else bool(s.extra_ids)  # T5 appends EOS.
+        self._eos = eos[1] if eos and add_eos else None
 
     def encode(self, texts: list[str], add_special_tokens: bool) -> list[list[int]]:
         return [self._encode(text, add_special_tokens) for text in texts]
@@ -405,7 +422,14 @@ class HfTokenizer:
             )
         settings = _read_settings(directory)
         json_path = os.path.join(directory, TOKENIZER_JSON)
-        spm_path = os.path.join(directory, SENTENCEPIECE_MODEL)
+        spm_path = next(
+            (
+                p
+                for name in SENTENCEPIECE_MODELS
+                if os.path.exists(p := os.path.join(directory, name))
+            ),
+            os.path.join(directory, SENTENCEPIECE_MODEL),
+        )
         if os.path.exists(json_path):
             backend: _JsonBackend | _SentencePieceBackend = _JsonBackend(json_path)
         elif os.path.exists(spm_path):

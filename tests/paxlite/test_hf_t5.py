@@ -115,3 +115,26 @@ def test_a_t5s_config_json_describes_it_again():
         shape = hf_models.t5_shape_of(hf_models.HfConfig.load(_HF / name))
         again = hf_models.HfConfig(hf_models.t5_config(shape), "config.json")
         assert hf_models.t5_shape_of(again) == shape
+
+
+def test_t5s_sentencepiece_with_its_100_extra_ids_tokenizes_as_transformers(tmp_path):
+    """A T5 directory with spiece.model and no tokenizer.json (older Hub copies): the ids,
+    with and without EOS, and the texts transformers gave for each case; <extra_id_0> is
+    the vocabulary's last id."""
+    import shutil
+
+    from praxis_lite.hf_tokenizer import HfTokenizer
+
+    names = ("spiece.model", "tokenizer_config.json", "special_tokens_map.json", "config.json")
+    for name in names:
+        shutil.copy(_HF / "t5_flan" / name, tmp_path / name)
+    tokenizer = HfTokenizer.from_dir(tmp_path)
+    assert tokenizer.vocab_size == 250 and tokenizer.eos_token_id == 1
+    assert tokenizer.encode("<extra_id_0>", add_special_tokens=False) == [249]
+    cases = json.loads((_HF / "t5_flan" / "tokenizer_cases.json").read_text())["cases"]
+    for case in cases:
+        assert tokenizer.encode(case["text"]) == case["ids"], case["text"]
+        assert tokenizer.encode(case["text"], add_special_tokens=False) == case["ids_no_special"]
+        assert (
+            tokenizer.decode(case["ids_no_special"], skip_special_tokens=False) == case["decoded"]
+        )

@@ -1018,20 +1018,27 @@ def check(model_dir: str, name: str, fixtures: pathlib.Path) -> bool:
     return all(results)
 
 
-def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
+def run_cli(doc: str, check_fn, make_all_fn) -> None:
+    """A fixture maker's command line: ``OUT_DIR [--only NAME,...]`` writes the fixtures
+    (``make_all_fn(out_dir, only)``), ``--check DIR NAME`` checks a directory against one
+    (``check_fn(dir, name, fixtures_root)``, exit 1 on a mismatch)."""
+    parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("out_dir", nargs="?", help="where to write (tests/fixtures/hf)")
     parser.add_argument("--check", nargs=2, metavar=("DIR", "NAME"), help="DIR vs fixture NAME")
     parser.add_argument("--fixtures", default=str(FIXTURES), help="--check's fixture root")
-    parser.add_argument("--only", metavar="NAME[,NAME]", help="write only these families")
+    parser.add_argument("--only", metavar="NAME[,NAME]", help="write only these fixtures")
     args = parser.parse_args()
     transformers.utils.logging.disable_progress_bar()
     torch.set_num_threads(1)
     if args.check:
-        sys.exit(0 if check(args.check[0], args.check[1], pathlib.Path(args.fixtures)) else 1)
+        sys.exit(0 if check_fn(args.check[0], args.check[1], pathlib.Path(args.fixtures)) else 1)
     if not args.out_dir:
         parser.error("give OUT_DIR or --check DIR NAME")
-    make_all(args.out_dir, args.only)
+    make_all_fn(args.out_dir, args.only)
+
+
+def main() -> None:
+    run_cli(__doc__, check, make_all)
 
 
 if __name__ == "__main__":

@@ -36,7 +36,6 @@ output (each within 1e-4 of the fixture's scale), greedy tokens and tokenizer ca
 NAME; exits 1 on a mismatch.
 """
 
-import argparse
 import contextlib
 import copy
 import dataclasses
@@ -58,13 +57,13 @@ import torch  # noqa: E402
 import transformers  # noqa: E402
 from make_fixtures import (  # noqa: E402
     CORPUS,
-    FIXTURES,
     MIN_GREEDY_GAP,
     MUST_MATTER,
     NEW_TOKENS,
     TOKENIZER_TEXTS,
     TOLERANCE,
     check_tokenizer,
+    run_cli,
     tokenizer_cases,
     verdict,
 )
@@ -598,19 +597,7 @@ def check(model_dir: str, name: str, fixtures: pathlib.Path, quiet: bool = False
 
 
 def main() -> None:
-    parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
-    parser.add_argument("out_dir", nargs="?", help="where to write (tests/fixtures/hf)")
-    parser.add_argument("--check", nargs=2, metavar=("DIR", "NAME"), help="DIR vs fixture NAME")
-    parser.add_argument("--fixtures", default=str(FIXTURES), help="--check's fixture root")
-    parser.add_argument("--only", metavar="NAME[,NAME]", help="write only these fixtures")
-    args = parser.parse_args()
-    transformers.utils.logging.disable_progress_bar()
-    torch.set_num_threads(1)
-    if args.check:
-        sys.exit(0 if check(args.check[0], args.check[1], pathlib.Path(args.fixtures)) else 1)
-    if not args.out_dir:
-        parser.error("give OUT_DIR or --check DIR NAME")
-    make_all(args.out_dir, args.only)
+    run_cli(__doc__, check, make_all)
 
 
 if __name__ == "__main__":

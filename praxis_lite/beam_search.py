@@ -100,92 +100,118 @@ def beam_search(
       ``lengths [B, K]``, ``log_probs [B, K, N]`` (each token's log-probability under the
       model, 0 after the end) and ``scores [B, K]`` (the rules' scores), best first.
     """
-    b, v = first_logits.shape
-    k, c, n = params.num_beams, num_candidates(params), max_new_tokens
-    hf = params.length_norm_alpha is None
-    neg = HF_NEG if hf else T5X_NEG
-    empty = jnp.full((b, k, n), processors.EMPTY, jnp.int32)
-    state = NestedMap(
-        live_scores=jnp.tile(jnp.asarray([0.0] + [neg] * (k - 1), jnp.float32), (b, 1)),
-        live_tokens=empty,
-        live_log_probs=jnp.zeros((b, k, n), jnp.float32),
-        finished_scores=jnp.full((b, k), neg, jnp.float32),
-        finished_tokens=empty,
-        finished_log_probs=jnp.zeros((b, k, n), jnp.float32),
-        finished_lengths=jnp.zeros((b, k), jnp.int32),
-        finished=jnp.zeros((b, k), bool),
-        open_rows=jnp.ones((b,), bool),  # transformers' is_early_stop_heuristic_unsatisfied
-        parents=jnp.zeros((b, k), jnp.int32),
-        go_on=jnp.asarray(True),
+    search = _Search(params, max_new_tokens, first_logits.shape, prompt_history, stop)
+    rules = (
+        _HfRules(params, max_new_tokens)
+        if search.hf
+        else _T5xRules(params, max_new_tokens, counted_prompt)
     )
-    if stop is not None:
-        state.stop_state = stop[0].reshape(b, k, -1)
-    rules = _HfRules(params, n) if hf else _T5xRules(params, n, counted_prompt)
-
-    def select(i: jax.Array, logits: jax.Array, state: NestedMap) -> NestedMap:
-        log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # [B * K, V]
-        history = jnp.concatenate(
-            [jnp.repeat(prompt_history, k, axis=0), state.live_tokens.reshape(b * k, n)], axis=1
-        )
-        scores = processors.process(log_probs, history, i, params).reshape(b, k, v)
-        totals = (scores + state.live_scores[:, :, None]).reshape(b, k * v)
-        sums, flat = jax.lax.top_k(totals, c)  # [B, C], best first
-        parent, token = flat // v, flat % v
-        raw = jnp.take_along_axis(log_probs.reshape(b, k * v), flat, axis=1)
-        tokens = _gather(state.live_tokens, parent).at[:, :, i].set(token)
-        token_log_probs = _gather(state.live_log_probs, parent).at[:, :, i].set(raw)
-        ends = processors.eos_hit(token, params.eos_token_id)
-        new = NestedMap(parents=state.parents)
-        if stop is not None:
-            stop_state, hit = stop[1](
-                _gather(state.stop_state, parent).reshape(b * c, -1), token.reshape(b * c)
-            )
-            ends = ends | hit.reshape(b, c)
-            stop_state = stop_state.reshape(b, c, -1)
-        stopped = rules.stopped(ends, i)
-        live_sums = sums + stopped * neg
-        keep = _top(live_sums, k)
-        new.live_scores = jnp.take_along_axis(live_sums, keep, axis=1)
-        new.live_tokens = _gather(tokens, keep)
-        new.live_log_probs = _gather(token_log_probs, keep)
-        new.parents = jnp.take_along_axis(parent, keep, axis=1)
-        if stop is not None:
-            new.stop_state = _gather(stop_state, keep)
-        finishing = rules.finishing(ends, stopped, sums, i, state)  # [B, C] scores
-        merged = NestedMap(
-            scores=jnp.concatenate([state.finished_scores, finishing.scores], axis=1),
-            tokens=jnp.concatenate([state.finished_tokens, tokens], axis=1),
-            log_probs=jnp.concatenate([state.finished_log_probs, token_log_probs], axis=1),
-            lengths=jnp.concatenate(
-                [state.finished_lengths, jnp.full((b, c), i + 1, jnp.int32)], axis=1
-            ),
-            finished=jnp.concatenate([state.finished, finishing.flags], axis=1),
-        )
-        best = _top(merged.scores, k)
-        new.finished_scores = jnp.take_along_axis(merged.scores, best, axis=1)
-        new.finished_tokens = _gather(merged.tokens, best)
-        new.finished_log_probs = _gather(merged.log_probs, best)
-        new.finished_lengths = jnp.take_along_axis(merged.lengths, best, axis=1)
-        new.finished = jnp.take_along_axis(merged.finished, best, axis=1)
-        new.open_rows, new.go_on = rules.after_step(new, state.open_rows, stopped, i)
-        return new
-
-    state = select(jnp.asarray(0, jnp.int32), jnp.repeat(first_logits, k, axis=0), state)
+    k = search.k
+    first = jnp.repeat(first_logits, k, axis=0)
+    state = search.select(jnp.asarray(0, jnp.int32), first, search.initial_state(), rules)
 
     def cond(carry):
         i, _, state = carry
-        return (i < n) & state.go_on
+        return (i < max_new_tokens) & state.go_on
 
     def body(carry):
         i, cache, state = carry
         if k > 1:
             cache = decode_cache.gather_beams(cache, axes, state.parents)
-        ids = state.live_tokens[:, :, i - 1].reshape(b * k)
+        ids = state.live_tokens[:, :, i - 1].reshape(-1)
         logits, cache = step(cache, ids, i)
-        return i + 1, cache, select(i, logits, state)
+        return i + 1, cache, search.select(i, logits, state, rules)
 
     steps, _, state = jax.lax.while_loop(cond, body, (jnp.asarray(1, jnp.int32), cache, state))
     return rules.outputs(state, steps)
+
+
+class _Search:
+    """One beam search's sizes and its step of selection (see :func:`beam_search`)."""
+
+    def __init__(self, params: Any, n: int, shape: tuple[int, int], prompt_history, stop):
+        self.params, self.n, self.stop = params, n, stop
+        self.b, self.v = shape
+        self.k, self.c = params.num_beams, num_candidates(params)
+        self.hf = params.length_norm_alpha is None
+        self.neg = HF_NEG if self.hf else T5X_NEG
+        self.prompt_history = jnp.repeat(prompt_history, self.k, axis=0)  # [B * K, P]
+
+    def initial_state(self) -> NestedMap:
+        """Live beams ``[0, neg, ...]`` (only the first one's continuations count at the
+        first step), no finished hypotheses."""
+        b, k, n, neg = self.b, self.k, self.n, self.neg
+        empty = jnp.full((b, k, n), processors.EMPTY, jnp.int32)
+        state = NestedMap(
+            live_scores=jnp.tile(jnp.asarray([0.0] + [neg] * (k - 1), jnp.float32), (b, 1)),
+            live_tokens=empty,
+            live_log_probs=jnp.zeros((b, k, n), jnp.float32),
+            finished_scores=jnp.full((b, k), neg, jnp.float32),
+            finished_tokens=empty,
+            finished_log_probs=jnp.zeros((b, k, n), jnp.float32),
+            finished_lengths=jnp.zeros((b, k), jnp.int32),
+            finished=jnp.zeros((b, k), bool),
+            open_rows=jnp.ones((b,), bool),  # transformers' is_early_stop_heuristic_unsatisfied
+            parents=jnp.zeros((b, k), jnp.int32),
+            go_on=jnp.asarray(True),
+        )
+        if self.stop is not None:
+            state.stop_state = self.stop[0].reshape(b, k, -1)
+        return state
+
+    def candidates(self, i: jax.Array, logits: jax.Array, state: NestedMap) -> NestedMap:
+        """The ``C`` best continuations ``[B, C, ...]``: summed scores, parents, tokens,
+        sequences, per-token log-probs and which end (an EOS or a stop string)."""
+        b, k, c, v = self.b, self.k, self.c, self.v
+        log_probs = jax.nn.log_softmax(logits.astype(jnp.float32), axis=-1)  # [B * K, V]
+        generated = state.live_tokens.reshape(b * k, self.n)
+        history = jnp.concatenate([self.prompt_history, generated], axis=1)
+        scores = processors.process(log_probs, history, i, self.params).reshape(b, k, v)
+        totals = (scores + state.live_scores[:, :, None]).reshape(b, k * v)
+        sums, flat = jax.lax.top_k(totals, c)  # [B, C], best first
+        parent, token = flat // v, flat % v
+        raw = jnp.take_along_axis(log_probs.reshape(b, k * v), flat, axis=1)
+        out = NestedMap(
+            sums=sums,
+            parents=parent,
+            tokens=_gather(state.live_tokens, parent).at[:, :, i].set(token),
+            log_probs=_gather(state.live_log_probs, parent).at[:, :, i].set(raw),
+            ends=processors.eos_hit(token, self.params.eos_token_id),
+        )
+        if self.stop is not None:
+            before = _gather(state.stop_state, parent).reshape(b * c, -1)
+            stop_state, hit = self.stop[1](before, token.reshape(b * c))
+            out.ends = out.ends | hit.reshape(b, c)
+            out.stop_state = stop_state.reshape(b, c, -1)
+        return out
+
+    def select(self, i: jax.Array, logits: jax.Array, state: NestedMap, rules) -> NestedMap:
+        """One step: the next live beams and finished hypotheses after ``logits [B * K, V]``."""
+        cand = self.candidates(i, logits, state)
+        stopped = rules.stopped(cand.ends, i)
+        live_sums = cand.sums + stopped * self.neg
+        keep = _top(live_sums, self.k)
+        new = NestedMap(
+            live_scores=jnp.take_along_axis(live_sums, keep, axis=1),
+            live_tokens=_gather(cand.tokens, keep),
+            live_log_probs=_gather(cand.log_probs, keep),
+            parents=jnp.take_along_axis(cand.parents, keep, axis=1),
+        )
+        if self.stop is not None:
+            new.stop_state = _gather(cand.stop_state, keep)
+        finishing = rules.finishing(cand.ends, stopped, cand.sums, i, state)  # [B, C]
+        lengths = jnp.full((self.b, self.c), i + 1, jnp.int32)
+        merged = NestedMap(
+            finished_scores=jnp.concatenate([state.finished_scores, finishing.scores], 1),
+            finished_tokens=jnp.concatenate([state.finished_tokens, cand.tokens], 1),
+            finished_log_probs=jnp.concatenate([state.finished_log_probs, cand.log_probs], 1),
+            finished_lengths=jnp.concatenate([state.finished_lengths, lengths], 1),
+            finished=jnp.concatenate([state.finished, finishing.flags], 1),
+        )
+        best = _top(merged.finished_scores, self.k)
+        new.update({name: _gather(x, best) for name, x in merged.items()})
+        new.open_rows, new.go_on = rules.after_step(new, state.open_rows, stopped, i)
+        return new
 
 
 class _HfRules:

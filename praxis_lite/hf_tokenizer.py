@@ -80,6 +80,7 @@ ID_FILES = ("generation_config.json", "config.json")
 _NAMES = ("bos", "eos", "pad", "unk")
 _SPACE = "▁"  # SentencePiece's space.
 _BYTE_PIECE = re.compile(r"<0x([0-9A-Fa-f]{2})>")
+_PREFIX = "abcdef"  # Text before a token when decoding it alone (as StopStringCriteria).
 _FIX = "copy the tokenizer files from the model's Hugging Face repository again"
 
 
@@ -247,6 +248,36 @@ class _JsonBackend:
     def vocab_size(self) -> int:
         return self._tok.get_vocab_size(with_added_tokens=True)
 
+    def token_bytes(self, skip_special_tokens: bool) -> list[bytes]:
+        """Each id's bytes in the decoded text, as transformers' StopStringCriteria reads
+        them: through GPT-2's byte table where the decoder is ByteLevel, ``<0xNN>`` as that
+        byte where it has ByteFallback, else the decoder's text for the token after a prefix
+        (so no leading-space rule applies)."""
+        modes = _decoder_types(self._tok.decoder)
+        table = _unicode_to_byte() if "ByteLevel" in modes else {}
+        byte_pieces = "ByteFallback" in modes
+        prefix = [
+            self._tok.id_to_token(i)
+            for i in self._tok.encode(_PREFIX, add_special_tokens=False).ids
+        ]
+        special = {i for i, t in self._tok.get_added_tokens_decoder().items() if t.special}
+        vocab = self._tok.get_vocab(with_added_tokens=True)
+        out = [b""] * max(self.vocab_size, *(i + 1 for i in vocab.values()))
+        for token, i in vocab.items():
+            if skip_special_tokens and i in special:
+                continue
+            byte = _BYTE_PIECE.fullmatch(token) if byte_pieces else None
+            if byte:
+                out[i] = bytes([int(byte.group(1), 16)])
+            elif table and all(c in table for c in token):
+                out[i] = bytes(table[c] for c in token)
+            elif self._tok.decoder is None:
+                out[i] = token.encode("utf-8")
+            else:
+                text = self._tok.decoder.decode([*prefix, token])
+                out[i] = text[text.find(_PREFIX) + len(_PREFIX) :].encode("utf-8")
+        return out
+
 
 class _SentencePieceBackend:
     """``tokenizer.model`` through ``sentencepiece``, as transformers 5 reads it (module
@@ -364,6 +395,20 @@ class _SentencePieceBackend:
     def vocab_size(self) -> int:
         return max([self._pieces - 1, *self._text_of]) + 1
 
+    def token_bytes(self, skip_special_tokens: bool) -> list[bytes]:
+        """Each id's bytes in ``decode``'s text before its leading space is removed."""
+        out = [b""] * self.vocab_size
+        for i in range(len(out)):
+            if skip_special_tokens and i in self._special:
+                continue
+            if i in self._text_of or i < self._pieces:
+                piece = self._text_of.get(i) or self._sp.id_to_piece(i)
+                byte = i not in self._text_of and self._sp.is_byte(i)
+                byte = _BYTE_PIECE.fullmatch(piece) if byte else None
+                text = piece.replace(_SPACE, " ").encode("utf-8")
+                out[i] = bytes([int(byte.group(1), 16)]) if byte else text
+        return out
+
 
 def _without_normalizer(proto: bytes) -> tuple[bytes, bool]:
     """The SentencePiece model ``proto`` with no normalization and no "▁" prefix; whether
@@ -385,6 +430,27 @@ def _bytes_text(run: bytearray) -> str:
         return run.decode("utf-8")
     except UnicodeDecodeError:
         return "\ufffd" * len(run)
+
+
+def _decoder_types(decoder: Any) -> set[str]:
+    """The ``type`` names in a tokenizers decoder's JSON (a Sequence's members too)."""
+    state = json.loads(decoder.__getstate__()) if decoder is not None else {}
+    found, stack = set(), [state]
+    while stack:
+        value = stack.pop()
+        if isinstance(value, dict):
+            found.add(value.get("type"))
+            stack.extend(value.values())
+        elif isinstance(value, list):
+            stack.extend(value)
+    return found
+
+
+def _unicode_to_byte() -> dict[str, int]:
+    """GPT-2's byte-level alphabet: the character standing for each byte -> the byte."""
+    kept = [*range(ord("!"), ord("~") + 1), *range(0xA1, 0xAC + 1), *range(0xAE, 0xFF + 1)]
+    moved = [b for b in range(256) if b not in kept]
+    return {chr(b): b for b in kept} | {chr(256 + n): b for n, b in enumerate(moved)}
 
 
 class HfTokenizer:
@@ -487,6 +553,16 @@ class HfTokenizer:
         self, rows: Iterable[Iterable[int]], skip_special_tokens: bool = True
     ) -> list[str]:
         return [self.decode(row, skip_special_tokens) for row in rows]
+
+    def token_bytes(self, skip_special_tokens: bool = False) -> list[bytes]:
+        """Each id's contribution to the decoded text, as bytes ([vocab_size]): a byte piece
+        is one byte (maybe part of a character), "▁" is a space, a special token is its
+        text (b"" with ``skip_special_tokens``), an id without a token b"". Joined, they
+        are the UTF-8 of ``decode(ids, skip_special_tokens)`` where that is valid text,
+        except that SentencePiece-style decoding removes one leading space there. These are
+        transformers' StopStringCriteria's per-token strings (its ``clean_tokenizer_vocab``).
+        """
+        return self._backend.token_bytes(skip_special_tokens)
 
     def save(self, directory: str | os.PathLike) -> list[str]:
         """Copies the tokenizer files it was read from into ``directory``; their paths.

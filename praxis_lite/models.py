@@ -93,6 +93,7 @@ class BaseModel(BaseLayer):
         key: jax.Array,
         params: DecoderParams,
         max_new_tokens: int,
+        stop: Any = None,
     ) -> NestedMap:
         """New tokens after each prompt (call inside jit, on the unbound model).
 
@@ -101,12 +102,14 @@ class BaseModel(BaseLayer):
           prompt_ids: ``[B, P]`` right-padded (the batch's ``decode_prompt_keys()[0]``).
           prompt_lengths: ``[B]``.
           key: the sampling RNG.
-          params: how to decode.
+          params: how to decode (greedy, sampling or beams; the logits controls).
           max_new_tokens: ``N``.
+          stop: ``praxis_lite.stop_strings.StopStrings`` of ``params.stop_strings``.
 
         Returns:
           ``praxis_lite.decoding.decode``'s NestedMap: ``tokens [B, N]``, ``lengths [B]``,
-          ``log_probs [B, N]``, ``scores [B]``.
+          ``log_probs [B, N]``, ``scores [B]`` (with ``num_return_sequences = n > 1``,
+          ``[B, n, ...]``).
         """
         raise NotImplementedError
 
@@ -178,10 +181,11 @@ class LanguageModel(BaseModel):
         key: jax.Array,
         params: DecoderParams,
         max_new_tokens: int,
+        stop: Any = None,
     ) -> NestedMap:
         """Continues each prefix (``decoding.decode_lm``)."""
         return decoding.decode_lm(
-            self, variables, prompt_ids, prompt_lengths, key, params, max_new_tokens
+            self, variables, prompt_ids, prompt_lengths, key, params, max_new_tokens, stop
         )
 
     def decode_unsupported(self) -> str | None:
@@ -322,11 +326,14 @@ class EncoderDecoderModel(BaseModel):
         key: jax.Array,
         params: DecoderParams,
         max_new_tokens: int,
+        stop: Any = None,
     ) -> NestedMap:
         """Targets of each input (``decoding.decode_seq2seq``: encoded once, then the
         decoder from id 0)."""
         del prompt_lengths  # The encoder masks the inputs' padding (id 0) itself.
-        return decoding.decode_seq2seq(self, variables, prompt_ids, key, params, max_new_tokens)
+        return decoding.decode_seq2seq(
+            self, variables, prompt_ids, key, params, max_new_tokens, stop=stop
+        )
 
     def decode_unsupported(self) -> str | None:
         return None

@@ -305,7 +305,31 @@ def _hf_generation(
         top_p=float(fields.get("top_p", 1.0)),
         eos_token_id=eos,
         pad_token_id=int(pad),
+        **_hf_beam_and_controls(fields),
     )
+
+
+#: generation_config.json's beam and control fields that generate takes, and their types.
+_HF_GENERATION_FIELDS = {
+    "num_beams": int,
+    "length_penalty": float,
+    "early_stopping": lambda v: v if v == "never" else bool(v),
+    "num_return_sequences": int,
+    "min_new_tokens": int,
+    "repetition_penalty": float,
+    "no_repeat_ngram_size": int,
+    "stop_strings": lambda v: (v,) if isinstance(v, str) else tuple(v),
+}
+
+
+def _hf_beam_and_controls(fields: dict[str, Any]) -> dict[str, Any]:
+    """The beam search and logits-control defaults a generation_config.json sets
+    (transformers' names; a missing or null field keeps transformers' default)."""
+    return {
+        name: convert(fields[name])
+        for name, convert in _HF_GENERATION_FIELDS.items()
+        if fields.get(name) is not None
+    }
 
 
 def _load_params(

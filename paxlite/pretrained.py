@@ -27,7 +27,7 @@ from flax import traverse_util
 
 from paxlite import partitioning
 from paxlite.formats import hf_checkpoint, hf_models
-from praxis_lite import decoding
+from praxis_lite import decoding, stop_strings
 from praxis_lite.layers import lora
 from praxis_lite.py_utils import NestedMap
 
@@ -129,8 +129,9 @@ class Pretrained(abc.ABC):
         max_new_tokens: int | None = None,
         *,
         messages: Any = None,
+        return_scores: bool = False,
         **settings: Any,
-    ) -> np.ndarray | list[str] | str:
+    ) -> Any:
         """New tokens of each prompt (the model's ``decode``), with Hugging Face's names and
         defaults: a decoder-only model's continuation, an encoder-decoder's targets after
         the decoder start.
@@ -144,13 +145,21 @@ class Pretrained(abc.ABC):
             or a list of them, formatted by the model's chat template with the assistant's
             header after it (``add_generation_prompt``); returns the reply (or replies).
             Decoder-only models only.
-          **settings: ``do_sample`` (False: greedy, whatever the temperature),
-            ``temperature``, ``top_k``, ``top_p``, ``eos_token_id`` (an int or a list),
-            ``pad_token_id``, ``seed``; defaults: :attr:`generation`.
+          return_scores: also return each sequence's score (its summed log-probability;
+            with beams, the beam rules' score).
+          **settings: ``praxis_lite.decoding.DecoderParams``' fields: ``do_sample`` (False:
+            greedy, whatever the temperature), ``temperature``, ``top_k``, ``top_p``,
+            ``num_beams``, ``length_penalty`` or ``length_norm_alpha``, ``early_stopping``,
+            ``num_return_sequences``, ``min_new_tokens``, ``repetition_penalty``,
+            ``no_repeat_ngram_size``, ``stop_strings`` (needs the tokenizer),
+            ``eos_token_id`` (an int or a list), ``pad_token_id``, ``seed``; defaults:
+            :attr:`generation`.
 
         Returns:
-          ``[B, N]`` new token ids (``pad_token_id`` after a row's EOS); for strings, the
-          decoded new text of each (special tokens dropped), a string for a string.
+          ``[B, N]`` new token ids (``pad_token_id`` after a row's end), ``[B, n, N]`` with
+          ``num_return_sequences = n > 1`` (best first); for strings, the decoded new text
+          of each (special tokens dropped; a list of ``n`` per row), a string for a string.
+          With ``return_scores``, ``(that, scores)``: ``[B]`` or ``[B, n]`` float32.
         """
         if messages is not None:
             return self._chat(messages, max_new_tokens, settings)
@@ -160,18 +169,58 @@ class Pretrained(abc.ABC):
             ids, lengths = _right_padded([self._encoded(text) for text in texts])
         else:
             ids, lengths = _prompt_ids(inputs)
-        params = dataclasses.replace(self.generation, **settings)
+        out, params = self._decoded(ids, lengths, max_new_tokens, settings)
+        result = out["tokens"]
+        if as_text:
+            result = self._texts(out["tokens"], out["lengths"], params)
+            result = result[0] if isinstance(inputs, str) else result
+        return (result, out["scores"].astype(np.float32)) if return_scores else result
+
+    def _decoded(
+        self, ids: np.ndarray, lengths: np.ndarray, max_new_tokens: int | None, settings: dict
+    ) -> tuple[dict[str, np.ndarray], decoding.DecoderParams]:
+        """The model's ``decode`` outputs (numpy, the first ``B`` rows) of prompts ``ids [B,
+        P]`` of ``lengths [B]``, and the settings used."""
+        params = _settings(self.generation, settings)
         steps = max_new_tokens or params.max_new_tokens
         if steps is None:
             raise ValueError("generate: pass max_new_tokens (the generation config has none).")
-        make = lambda: _decode_fn(self.model, params, steps)
+        stop = self._stop_table(params)
+        make = lambda: _decode_fn(self.model, params, steps, stop)
         key = jax.random.key(params.seed)
         out = self._run(("decode", params, steps), make, ids, lengths, key=key)
-        tokens = np.asarray(out["tokens"])[: len(ids)]
-        if not as_text:
-            return tokens
-        decoded = [self.tokenizer.decode(_until_eos(row, params)) for row in tokens]
-        return decoded[0] if isinstance(inputs, str) else decoded
+        return {name: np.asarray(x)[: len(ids)] for name, x in out.items()}, params
+
+    def _texts(self, tokens: np.ndarray, lengths: np.ndarray, params: Any) -> list:
+        """The decoded new text of each sequence of ``tokens [B, (n,) N]`` (its first
+        ``lengths`` tokens, before an EOS): ``B`` strings, or ``B`` lists of ``n``."""
+        flat = tokens.reshape(-1, tokens.shape[-1])
+        counts = lengths.reshape(-1)
+        texts = [
+            self.tokenizer.decode(_until_eos(row[:count], params))
+            for row, count in zip(flat, counts, strict=True)
+        ]
+        if tokens.ndim == 2:
+            return texts
+        n = tokens.shape[1]
+        return [texts[i : i + n] for i in range(0, len(texts), n)]
+
+    def _stop_table(self, params: decoding.DecoderParams) -> Any:
+        """``params.stop_strings`` as ``stop_strings.StopStrings`` of the tokenizer (built
+        once per strings), or None without stop strings."""
+        if not params.stop_strings:
+            return None
+        if self.tokenizer is None:
+            raise ValueError(
+                "generate: stop_strings need the model's tokenizer and this model has none; "
+                "pass eos_token_id instead."
+            )
+        key = ("stop", params.stop_strings)
+        if key not in self._programs:
+            self._programs[key] = stop_strings.StopStrings.build(
+                params.stop_strings, stop_strings.token_bytes(self.tokenizer)
+            )
+        return self._programs[key]
 
     @abc.abstractmethod
     def _chat(self, messages: Any, max_new_tokens: int | None, settings: dict) -> Any:
@@ -225,9 +274,9 @@ class PretrainedLm(Pretrained):
             )
             for c in conversations
         ]
-        params = dataclasses.replace(self.generation, **settings)
-        tokens = self.generate(prompts, max_new_tokens, **settings)
-        replies = [self.tokenizer.decode(_until_eos(row, params)) for row in tokens]
+        ids, lengths = _right_padded(prompts)
+        out, params = self._decoded(ids, lengths, max_new_tokens, settings)
+        replies = self._texts(out["tokens"], out["lengths"], params)
         return replies[0] if one else replies
 
 
@@ -303,6 +352,21 @@ def _right_padded(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return ids, np.array([len(r) for r in rows], np.int32)
 
 
+def _settings(defaults: decoding.DecoderParams, settings: dict[str, Any]) -> Any:
+    """``defaults`` with generate's ``settings`` (an old Pax name or an unknown one is one
+    error line naming the fields)."""
+    known = [f.name for f in dataclasses.fields(decoding.DecoderParams)]
+    unknown = sorted(set(settings) - set(known))
+    try:
+        return dataclasses.replace(defaults, **settings)
+    except TypeError as e:
+        if "is now" in str(e):
+            raise
+        raise TypeError(
+            f"generate: unknown setting {', '.join(unknown)}; it takes {', '.join(known)}."
+        ) from None
+
+
 def _until_eos(row: np.ndarray, params: decoding.DecoderParams) -> list[int]:
     """``row``'s tokens before its first EOS."""
     eos = params.eos_token_id
@@ -355,11 +419,14 @@ def _method_fn(model: Any, method: str, batch: Callable[..., Any] | None = None)
     return apply
 
 
-def _decode_fn(model: Any, params: decoding.DecoderParams, steps: int) -> Callable:
-    """``(weights, ids, lengths, key) ->`` the model's ``decode`` of ``steps`` new tokens."""
+def _decode_fn(
+    model: Any, params: decoding.DecoderParams, steps: int, stop: Any = None
+) -> Callable:
+    """``(weights, ids, lengths, key) ->`` the model's ``decode`` of ``steps`` new tokens
+    (``stop``: the stop strings' tables, constants of the program)."""
 
     def decode(weights, ids, lengths, key):
-        return model.decode({"params": weights}, ids, lengths, key, params, steps)
+        return model.decode({"params": weights}, ids, lengths, key, params, steps, stop)
 
     return decode
 

@@ -275,12 +275,7 @@ def decode(
     history = jnp.where(paddings > 0, processors.EMPTY, ids)
     rows_lengths = jnp.repeat(prompt_lengths, copies)
     step_at = lambda cache, token, i: step(cache, token, rows_lengths + i - 1)
-    stop_fns = None
-    if stop is not None:
-        stop_fns = (
-            stop_strings.init_state(stop, b * copies),
-            functools.partial(stop_strings.advance, stop),
-        )
+    stop_fns = None if stop is None else _stop_fns(stop, b * copies)
     first = logits[:, -1].astype(jnp.float32)
     if params.num_beams > 1:
         counted = prompt_lengths if prompt_is_counted else jnp.zeros_like(prompt_lengths)
@@ -302,6 +297,11 @@ def decode(
     if params.num_return_sequences == 1:
         return NestedMap({name: x[:, 0] for name, x in out.items()})
     return NestedMap({name: x[:, : params.num_return_sequences] for name, x in out.items()})
+
+
+def _stop_fns(stop: Any, rows: int) -> tuple[jax.Array, Callable]:
+    """The stop strings' initial state ``[rows, S]`` and step function."""
+    return stop_strings.init_state(stop, rows), functools.partial(stop_strings.advance, stop)
 
 
 def _sample_loop(

@@ -18,10 +18,12 @@ length 0 are no examples. Results go to::
 JSONL fields: ``prompt``, ``prompt_ids``, ``decoded`` (text, via the input's
 ``ids_to_strings``, an EOS left out), ``decoded_ids`` (an EOS kept), ``target``,
 ``target_ids``, ``log_probs`` (per decoded token, under the model) and ``score``
-(their sum). Metrics: the input's ``predict_metric_fns`` on (targets, decoded
-texts; postprocessed first by inputs that have ``postprocess``, as SeqIO's evaluator
-does with a task's ``postprocess_fn``), plus ``num_examples``, ``mean_score`` and
-``mean_decode_length``.
+(their sum; with beams, the beam rules' score); with ``num_return_sequences = n > 1``
+these are the best sequence's and ``n_best`` lists all ``n`` (``decoded``,
+``decoded_ids``, ``score``; best first). Metrics: the input's ``predict_metric_fns``
+on (targets, decoded texts; postprocessed first by inputs that have ``postprocess``,
+as SeqIO's evaluator does with a task's ``postprocess_fn``), plus ``num_examples``,
+``mean_score`` and ``mean_decode_length``.
 """
 
 from __future__ import annotations
@@ -39,7 +41,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from paxlite import best_effort, partitioning, summaries
 from paxlite.tasks_lib import SingleTask
-from praxis_lite import decoding
+from praxis_lite import decoding, stop_strings
 from praxis_lite.base_input import BaseInput
 from praxis_lite.decoding import DecoderParams
 from praxis_lite.py_utils import NestedMap
@@ -85,13 +87,34 @@ def check_decode_input(inp: BaseInput, model: Any) -> None:
     check_decode_batch(batch, inp, passed_through(model))
 
 
-def make_decode_fn(task: SingleTask, params: DecoderParams, max_new_tokens: int) -> DecodeFn:
+def stop_table(inp: BaseInput, params: DecoderParams) -> stop_strings.StopStrings | None:
+    """``params.stop_strings`` over ``inp``'s vocabulary (its ``token_bytes()``), or None
+    without stop strings; DecodeConfigError when the input has no such vocabulary."""
+    if not params.stop_strings:
+        return None
+    token_bytes = getattr(inp, "token_bytes", lambda: None)()
+    if token_bytes is None:
+        raise DecodeConfigError(
+            f"Decoder input '{inp.name}' ({type(inp).__name__}) has no tokenizer to match "
+            "task.decoder.stop_strings against; decode it with eos_token_id only, or use a "
+            "SeqIOInput with a SentencePiece or Hugging Face vocabulary."
+        )
+    try:
+        return stop_strings.StopStrings.build(params.stop_strings, token_bytes)
+    except ValueError as e:
+        raise DecodeConfigError(f"task.decoder.stop_strings: {e}") from None
+
+
+def make_decode_fn(
+    task: SingleTask, params: DecoderParams, max_new_tokens: int, stop: Any = None
+) -> DecodeFn:
     """``decode(model_params, batch, key) -> outputs`` (a pure function; jit it).
 
     Outputs: ``tokens [B, N]``, ``lengths [B]``, ``log_probs [B, N]``, ``scores [B]``
-    (see ``decoding.decode``) and the batch's prompt/target arrays (:func:`passed_through`),
-    so that a replicated output holds every host's examples. The model decodes (the
-    contract's ``decode``) from the batch's ``decode_prompt_keys()``.
+    (``[B, n, ...]`` with ``num_return_sequences = n > 1``; see ``decoding.decode``) and
+    the batch's prompt/target arrays (:func:`passed_through`), so that a replicated
+    output holds every host's examples. The model decodes (the contract's ``decode``)
+    from the batch's ``decode_prompt_keys()``; ``stop``: :func:`stop_table`'s.
     """
     model = task.model
     check_can_decode(model)
@@ -105,6 +128,7 @@ def make_decode_fn(task: SingleTask, params: DecoderParams, max_new_tokens: int)
             key,
             params,
             max_new_tokens,
+            stop,
         )
         return {**out, **{k: batch[k] for k in passed_through(model)}}
 
@@ -135,31 +159,65 @@ def example_rows(
     prompt_keys: tuple[str, str],
 ) -> list[dict]:
     """One JSON-ready dict per real example (prompt length > 0) of a decoded batch whose
-    prompts are ``out[prompt_keys[0]]`` of lengths ``out[prompt_keys[1]]``."""
+    prompts are ``out[prompt_keys[0]]`` of lengths ``out[prompt_keys[1]]``; with several
+    sequences per example (``tokens [B, n, N]``), the best one's fields and ``n_best``:
+    ``[{"decoded", "decoded_ids", "score"}...]``, best first."""
     prompt_ids, prompt_lengths = (out[k] for k in prompt_keys)
     real = np.flatnonzero(prompt_lengths > 0)
-    tokens, lengths = out["tokens"][real], out["lengths"][real]
-    last = tokens[np.arange(len(real)), np.maximum(lengths - 1, 0)]
-    ended = (lengths > 0) & decoding.is_eos(last, eos_token_id)
+    n_best = out["tokens"].ndim == 3
+    tokens, lengths = (out[k][real] for k in ("tokens", "lengths"))
+    log_probs, scores = (out[k][real] for k in ("log_probs", "scores"))
+    if not n_best:
+        tokens, lengths = tokens[:, None], lengths[:, None]
+        log_probs, scores = log_probs[:, None], scores[:, None]
+    sequences = _sequences(tokens, lengths, scores, inp, eos_token_id)
     prompts = inp.ids_to_strings(prompt_ids[real], prompt_lengths[real].tolist())
     targets = inp.ids_to_strings(out["target_ids"][real], out["target_lengths"][real].tolist())
-    decoded = inp.ids_to_strings(tokens, (lengths - ended).tolist())
     rows = []
     for i, r in enumerate(real):
-        n, p, t = int(lengths[i]), int(prompt_lengths[r]), int(out["target_lengths"][r])
-        rows.append(
-            {
-                "prompt": prompts[i],
-                "prompt_ids": prompt_ids[r, :p].tolist(),
-                "decoded": decoded[i],
-                "decoded_ids": tokens[i, :n].tolist(),
-                "target": targets[i],
-                "target_ids": out["target_ids"][r, :t].tolist(),
-                "log_probs": [round(float(x), 6) for x in out["log_probs"][r, :n]],
-                "score": float(out["scores"][r]),
-            }
-        )
+        p, t = int(prompt_lengths[r]), int(out["target_lengths"][r])
+        best = sequences[i][0]
+        row = {
+            "prompt": prompts[i],
+            "prompt_ids": prompt_ids[r, :p].tolist(),
+            "decoded": best["decoded"],
+            "decoded_ids": best["decoded_ids"],
+            "target": targets[i],
+            "target_ids": out["target_ids"][r, :t].tolist(),
+            "log_probs": [round(float(x), 6) for x in log_probs[i, 0, : int(lengths[i, 0])]],
+            "score": best["score"],
+        }
+        if n_best:
+            row["n_best"] = sequences[i]
+        rows.append(row)
     return rows
+
+
+def _sequences(
+    tokens: np.ndarray,
+    lengths: np.ndarray,
+    scores: np.ndarray,
+    inp: BaseInput,
+    eos_token_id: int | tuple[int, ...] | None,
+) -> list[list[dict]]:
+    """Per example, its sequences (``tokens [E, n, N]`` of ``lengths [E, n]``) as
+    ``{"decoded" (an ending EOS left out), "decoded_ids" (kept), "score"}``."""
+    e, n, steps = tokens.shape
+    flat, counts = tokens.reshape(e * n, steps), lengths.reshape(e * n)
+    last = flat[np.arange(e * n), np.maximum(counts - 1, 0)]
+    ended = (counts > 0) & decoding.is_eos(last, eos_token_id)
+    texts = inp.ids_to_strings(flat, (counts - ended).tolist())
+    return [
+        [
+            {
+                "decoded": texts[i * n + j],
+                "decoded_ids": flat[i * n + j, : int(counts[i * n + j])].tolist(),
+                "score": float(scores[i, j]),
+            }
+            for j in range(n)
+        ]
+        for i in range(e)
+    ]
 
 
 def run_decode_pass(
@@ -283,7 +341,8 @@ class DecodeProgram:
             NamedSharding(batch_sharding.mesh, PartitionSpec()),
         )
         self._replicated = NamedSharding(batch_sharding.mesh, PartitionSpec())
-        self._jitted: dict[int, Any] = {}
+        self._jitted: dict[tuple[int, str], Any] = {}
+        self._stops = {i.name: stop_table(i, self.params) for i in self.inputs}
         self._writers = {
             i.name: summaries.create_writer(self.job_log_dir, f"decode_{i.name}")
             for i in self.inputs
@@ -307,21 +366,24 @@ class DecodeProgram:
             lambda b: partitioning.to_global(partitioning.pad_rows(b, layout), layout),
         )
 
-    def _decode(self, model_params: Any, batch: Any, key: jax.Array, steps: int) -> Any:
-        if steps not in self._jitted:
-            self._jitted[steps] = jax.jit(
-                make_decode_fn(self.task, self.params, steps),
+    def _decode(
+        self, model_params: Any, batch: Any, key: jax.Array, steps: int, *, name: str
+    ) -> Any:
+        """Decodes ``batch`` of input ``name`` (one program per steps and input)."""
+        if (steps, name) not in self._jitted:
+            self._jitted[steps, name] = jax.jit(
+                make_decode_fn(self.task, self.params, steps, self._stops[name]),
                 in_shardings=self._in_shardings,
                 out_shardings=self._replicated,
             )
-        return self._jitted[steps](model_params, batch, key)
+        return self._jitted[steps, name](model_params, batch, key)
 
     def run(self, model_params: Any, step: int) -> dict[str, dict[str, float]]:
         """Decodes every decoder input; writes JSONL and summaries; returns metrics by name."""
         results = {}
         for inp in self.inputs:
             rows, metrics = run_decode_pass(
-                self._decode,
+                functools.partial(self._decode, name=inp.name),
                 model_params,
                 inp,
                 self._to_global,

@@ -111,4 +111,5 @@ def build_job(
         partitioning.check_batch_divides(inp, layout)
     for inp in job.decoder_inputs:
         decode_lib.check_decode_input(inp, task.model)
+        decode_lib.stop_table(inp, task.decoder_params())
     return job

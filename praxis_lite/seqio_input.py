@@ -90,12 +90,14 @@ from collections.abc import Callable, Mapping, Sequence
 from typing import Any
 
 import numpy as np
+import sentencepiece
 import seqio
 import tensorflow as tf
 from absl import logging
 
-from praxis_lite import seqio_seq2seq
+from praxis_lite import seqio_seq2seq, stop_strings
 from praxis_lite.base_input import BaseInput, InputConfigError, InputDataError
+from praxis_lite.hf_tokenizer import HfTokenizer
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.seqio_checks import (
     check_files,
@@ -342,6 +344,18 @@ class SeqIOInput(BaseInput):
         for task in seqio.get_subtasks(self._provider):
             fns += [fn for fn in task.predict_metric_fns if fn not in fns]
         return fns
+
+    def token_bytes(self) -> list[bytes] | None:
+        """Each id's bytes in the 'targets' vocabulary's text (``stop_strings`` matches
+        against them), or None for a vocabulary that is neither a Hugging Face tokenizer
+        nor SentencePiece."""
+        vocab = self._vocabulary()
+        tokenizer = getattr(vocab, "tokenizer", None)
+        if isinstance(tokenizer, HfTokenizer):
+            return tokenizer.token_bytes()
+        if isinstance(tokenizer, sentencepiece.SentencePieceProcessor):
+            return stop_strings.sentencepiece_bytes(tokenizer, vocab.vocab_size)
+        return None
 
     def ids_to_strings(self, ids: np.ndarray, lengths: Sequence[int] | None = None) -> list[str]:
         """Detokenizes rows of ``ids [B, T]`` with the task's 'targets' vocabulary (an

@@ -37,7 +37,7 @@ from __future__ import annotations
 
 import bisect
 from collections.abc import Sequence
-from typing import NamedTuple, Protocol
+from typing import Any, NamedTuple, Protocol
 
 import jax
 import jax.numpy as jnp
@@ -192,3 +192,19 @@ def token_bytes(tokenizer: _HasTokenBytes, skip_special_tokens: bool = False) ->
     has them (so "<|eot_id|>" can be a stop string), or as b"" with ``skip_special_tokens``.
     """
     return tokenizer.token_bytes(skip_special_tokens)
+
+
+def sentencepiece_bytes(processor: Any, vocab_size: int) -> list[bytes]:
+    """Each id's bytes under a SentencePiece model (``sentencepiece.SentencePieceProcessor``,
+    e.g. seqio's ``SentencePieceVocabulary.tokenizer``): "▁" as a space, byte pieces as
+    their byte, control and unknown pieces and ids past the model (T5's extra ids) b""."""
+    out = [b""] * vocab_size
+    for i in range(min(vocab_size, processor.get_piece_size())):
+        if processor.is_control(i) or processor.is_unknown(i):
+            continue
+        piece = processor.id_to_piece(i)
+        if processor.is_byte(i):
+            out[i] = bytes([int(piece[3:5], 16)])
+        else:
+            out[i] = piece.replace("\u2581", " ").encode("utf-8")
+    return out

@@ -340,6 +340,7 @@ def set_pax_eos_id(task_cfg) -> None:
         ("--fdl_set=task.decoder.eos_id=1", "eos_id", "eos_token_id"),
         ("--fdl_set=task.decoder.pad_id=0", "pad_id", "pad_token_id"),
         (f"--fiddler={__name__}.set_pax_eos_id", "eos_id", "eos_token_id"),
+        ("--fdl_set=task.decoder.beam_size=4", "beam_size", "num_beams"),
     ],
 )
 def test_pax_names_of_decoder_fields_are_one_error_line(tmp_path, flag, old, new):
@@ -348,4 +349,53 @@ def test_pax_names_of_decoder_fields_are_one_error_line(tmp_path, flag, old, new
     assert code == 2, stderr[-2000:]
     assert stderr.startswith("paxlite: error: ") and stderr.count("\n") == 1, stderr
     assert f"DecoderParams: {old} is now {new} (Hugging Face's name)." in stderr
+    assert not job.exists()
+
+
+def test_beam_search_through_decode_run_on_8_devices_writes_the_n_best(trained, tmp_path):
+    """task.decoder.num_beams / num_return_sequences (--fdl_set) on the data 2 x mdl 4 mesh:
+    the JSONL gains each example's n best with scores, best first, and they equal a
+    1-device beam search of the same prompts."""
+    job_dir, result = trained
+    shutil.copytree(job_dir / "checkpoints", tmp_path / "checkpoints")  # step 150
+    exp = _experiment(ICI_MESH_SHAPE=(1, 2, 4))
+    beams = ["num_beams=3", "num_return_sequences=2", "length_penalty=0.5", "eos_token_id=7"]
+    task_cfg, datasets, decoders = resolve_configs(
+        exp, [f"task.decoder.{b}" for b in beams] + ["decoder_datasets[0].num_batches=1"], []
+    )
+    train_only = [cfg for cfg in datasets if cfg.is_training]
+    job = build_job(exp, task_cfg, train_only, tmp_path, decoder_dataset_cfgs=decoders)
+    decode_run.run(job)
+    rows = _progression_rows(tmp_path / "decoder_out" / f"{NAME}_step150.jsonl")
+    assert len(rows) == 16
+
+    one = _job(tmp_path / "one", jax.devices()[:1])
+    batch = partitioning.instantiate_input(decoders[0]).get_next()
+    params = DecoderParams(num_beams=3, num_return_sequences=2, length_penalty=0.5, eos_token_id=7)
+    with one.scope():
+        fn = jax.jit(decode_lib.make_decode_fn(one.task, params, 8))
+        want = jax.device_get(fn(result.state.params, batch, jax.random.key(0)))
+    assert want["tokens"].shape == (16, 2, 8)
+    for i, row in enumerate(rows):
+        assert len(row["n_best"]) == 2
+        assert row["n_best"][0]["score"] >= row["n_best"][1]["score"]
+        assert row["decoded_ids"] == row["n_best"][0]["decoded_ids"]
+        assert row["score"] == row["n_best"][0]["score"]
+        for j, seq in enumerate(row["n_best"]):
+            assert seq["decoded_ids"] == list(want["tokens"][i, j, : want["lengths"][i, j]])
+            assert seq["score"] == pytest.approx(float(want["scores"][i, j]), rel=1e-4)
+
+
+def test_contradicting_beam_settings_are_one_error_line(tmp_path):
+    job = tmp_path / "job"
+    code, stderr = main_in_process(
+        f"--job_log_dir={job}",
+        "--mode=decode",
+        "--set=ICI_MESH_SHAPE=1,8,1",
+        "--fdl_set=task.decoder.length_penalty=1.0",
+        "--fdl_set=task.decoder.length_norm_alpha=0.6",
+    )
+    assert code == 2, stderr[-2000:]
+    assert stderr.startswith("paxlite: error: ") and stderr.count("\n") == 1, stderr
+    assert "set length_penalty" in stderr and "not both" in stderr
     assert not job.exists()

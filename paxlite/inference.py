@@ -305,7 +305,7 @@ def _hf_generation(
         top_p=float(fields.get("top_p", 1.0)),
         eos_token_id=eos,
         pad_token_id=int(pad),
-        **_hf_beam_and_controls(fields),
+        **hf_generation_settings(fields),
     )
 
 
@@ -322,7 +322,7 @@ _HF_GENERATION_FIELDS = {
 }
 
 
-def _hf_beam_and_controls(fields: dict[str, Any]) -> dict[str, Any]:
+def hf_generation_settings(fields: dict[str, Any]) -> dict[str, Any]:
     """The beam search and logits-control defaults a generation_config.json sets
     (transformers' names; a missing or null field keeps transformers' default)."""
     return {

@@ -38,6 +38,8 @@ from praxis_lite import decode_cache
 from praxis_lite import logits_processors as processors
 from praxis_lite.py_utils import NestedMap
 
+T5X_LENGTH_NORM_ALPHA = 0.6  # t5x.decoding.beam_search's default alpha.
+PRAXIS_LENGTH_NORM_ALPHA = 0.8  # praxis' BeamSearchHParams.length_norm_alpha.
 HF_NEG = -1.0e9  # transformers' "very large negative" for excluded beams.
 T5X_NEG = -1.0e7  # T5X's NEG_INF.
 

@@ -30,7 +30,7 @@ from typing import Any
 import jax.numpy as jnp
 from etils import epath
 
-from paxlite import experiment_registry, export
+from paxlite import experiment_registry, export, inference
 from paxlite.base_experiment import KnobError
 from paxlite.formats import hf_checkpoint, hf_models, peft_adapter
 from paxlite.tasks_lib import CheckpointLoadingRules
@@ -249,6 +249,16 @@ class HfCausalLm(PromptCompletionKnobs):
             task.train.init_from_checkpoint_rules = {self.HF_MODEL: CheckpointLoadingRules()}
         if self.RECORDS in (Records.PROMPT_COMPLETION, Records.CHAT):
             task = self.decode_with_every_eval(task)
+        return self.with_generation_config(task)
+
+    def with_generation_config(self, task: Any) -> Any:
+        """``task`` decoding with HF_MODEL's generation_config.json's beam and control
+        settings (transformers' rules and defaults, not praxis' length norm)."""
+        task.decoder.length_norm_alpha = None
+        path = epath.Path(self.HF_MODEL) / hf_checkpoint.GENERATION_CONFIG_FILE
+        fields = json.loads(path.read_text()) if path.is_file() else {}
+        for name, value in inference.hf_generation_settings(fields).items():
+            setattr(task.decoder, name, value)
         return task
 
     def eos_token_id(self) -> int | tuple[int, ...]:

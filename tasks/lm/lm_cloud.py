@@ -12,6 +12,7 @@ import jax.numpy as jnp
 
 from paxlite import experiment_registry, mesh_checks
 from paxlite.base_experiment import KnobError
+from praxis_lite import beam_search
 from praxis_lite import config as config_lib
 from praxis_lite.layers.embedding_softmax import PositionalEmbedding
 from praxis_lite.layers.repeats import AutodiffCheckpointType
@@ -192,7 +193,10 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, Lor
         ]
 
     def task(self) -> Any:
+        """The task; beam search (``task.decoder.num_beams > 1``) normalises lengths with
+        praxis' default ``length_norm_alpha`` (0.8)."""
         task = self.single_task(self.model(), self.learner(self.lr_schedule()))
+        task.decoder.length_norm_alpha = beam_search.PRAXIS_LENGTH_NORM_ALPHA
         return self.with_lora(task)
 
 

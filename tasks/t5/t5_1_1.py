@@ -25,7 +25,7 @@ from tasks.t5.c4_span_corruption import (
     T5_VOCAB_PATH,
     register_c4_span_corruption_task,
 )
-from tasks.t5.t5_base import T5Knobs, check_t5_mesh
+from tasks.t5.t5_base import T5Knobs, check_t5_mesh, with_t5x_beam_rules
 from tasks.t5.t5x_setup import T5xDataKnobs, T5xTrainKnobs
 
 #: T5's SentencePiece EOS id (0 is padding and the decoder's start).
@@ -67,7 +67,7 @@ class T5v11Spmd(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     def task(self) -> Any:
         """The task; decoding stops at T5's EOS (1) and, with DECODE_VALIDATION, runs with
         every eval (T5X's ``infer_eval`` at each ``eval_period``)."""
-        task = self.single_task(self.model(), self.learner())
+        task = with_t5x_beam_rules(self.single_task(self.model(), self.learner()))
         task.decoder.eos_token_id = T5_EOS_ID
         if self.DECODE_VALIDATION:
             task.decode_interval_steps = self.EVAL_INTERVAL_STEPS or self.NUM_TRAIN_STEPS

@@ -17,6 +17,7 @@ from etils import epath
 from paxlite import export, mesh_checks
 from paxlite.base_experiment import BaseExperiment, KnobError
 from paxlite.formats import hf_checkpoint, hf_models, t5x_gin
+from praxis_lite import beam_search
 from praxis_lite import config as config_lib
 from praxis_lite.layers.repeats import AutodiffCheckpointType
 from praxis_lite.sharding import EMBED, HEAD_DIM, HEADS, KV_HEADS, LAYERS, MLP, TABLE_EMBED, VOCAB
@@ -183,7 +184,15 @@ class T5Spmd(T5Knobs, AdamKnobs, LrScheduleKnobs, LoopKnobs):
         check_t5_mesh(self)
 
     def task(self) -> Any:
-        return self.single_task(self.model(), self.learner(self.lr_schedule()))
+        task = self.single_task(self.model(), self.learner(self.lr_schedule()))
+        return with_t5x_beam_rules(task)
+
+
+def with_t5x_beam_rules(task: Any) -> Any:
+    """``task`` decoding by T5X's beam rules (``length_norm_alpha`` 0.6) when beams are
+    asked for (``task.decoder.num_beams > 1``; T5X's WMT configs use 4)."""
+    task.decoder.length_norm_alpha = beam_search.T5X_LENGTH_NORM_ALPHA
+    return task
 
 
 def check_t5_mesh(experiment: T5Knobs) -> None:

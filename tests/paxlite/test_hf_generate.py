@@ -76,3 +76,27 @@ def test_beams_and_controls_are_transformers(recorded):
         ended, reached = _check_run(model, by_name[case_name][row], f"{name} {case_name} {row}")
         ended_in_eos, reached_max = ended_in_eos + ended, reached_max + reached
     assert ended_in_eos and reached_max
+
+
+@pytest.fixture(scope="module")
+def llama3():
+    return from_pretrained(_HF / "llama3")
+
+
+def test_stop_strings_strings_out_and_the_n_best(llama3):
+    """A stop string taken from the middle of a greedy reply ends the row at the token that
+    completes it; strings in give strings out, n per row with their scores."""
+    prompt = "The cat sat"
+    tokens = llama3.generate([llama3.tokenizer.encode(prompt)], 8, eos_token_id=None)[0]
+    texts = [llama3.tokenizer.decode(tokens[:i].tolist()) for i in range(1, 9)]
+    cut = next(i for i in range(2, 8) if len(texts[i]) > len(texts[i - 1]) + 1)
+    stop = texts[cut][len(texts[cut - 1]) - 1 :]  # spans the last two tokens' text
+    stopped = llama3.generate(prompt, 8, eos_token_id=None, stop_strings=[stop])
+    assert stopped == texts[cut] and stopped.endswith(stop)
+    replies, scores = llama3.generate(
+        [prompt, "Hello"], 4, num_beams=3, num_return_sequences=2, return_scores=True
+    )
+    assert [len(r) for r in replies] == [2, 2] and all(isinstance(t, str) for t in replies[0])
+    assert scores.shape == (2, 2) and (scores[:, 0] >= scores[:, 1]).all()
+    with pytest.raises(ValueError, match="more than num_beams"):
+        llama3.generate(prompt, 4, num_beams=2, num_return_sequences=3)

@@ -110,6 +110,10 @@ def beam_search(
     )
     k = search.k
     first = jnp.repeat(first_logits, k, axis=0)
+    ids = jnp.zeros((first.shape[0],), jnp.int32)
+    # Leaves no step writes (cross-attention keys and values) stay equal across a row's
+    # beams: they are never reordered.
+    shared = decode_cache.untouched_by(lambda c: step(c, ids, jnp.asarray(1)), cache)
     state = search.select(jnp.asarray(0, jnp.int32), first, search.initial_state(), rules)
 
     def cond(carry):
@@ -119,7 +123,7 @@ def beam_search(
     def body(carry):
         i, cache, state = carry
         if k > 1:
-            cache = decode_cache.gather_beams(cache, axes, state.parents)
+            cache = decode_cache.gather_beams(cache, axes, state.parents, shared)
         ids = state.live_tokens[:, :, i - 1].reshape(-1)
         logits, cache = step(cache, ids, i)
         return i + 1, cache, search.select(i, logits, state, rules)

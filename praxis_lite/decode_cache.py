@@ -79,3 +79,19 @@ def gather_beams(cache: Any, axes: Axes, parents: jax.Array, unchanged: Any = No
         return jnp.take_along_axis(split, index, axis=a + 1).reshape(x.shape)
 
     return jax.tree.map(gather, cache, axes, unchanged)
+
+
+def untouched_by(step: Callable[[Any], tuple[Any, Any]], cache: Any) -> Any:
+    """A pytree like ``cache`` of bools: the leaves ``step(cache) -> (out, cache)`` returns
+    as they came (e.g. an encoder-decoder's cross-attention keys and values, written once
+    by the prefill). Found by tracing ``step`` once (``jax.eval_shape``: nothing runs)."""
+    found = []
+
+    def probe(cache):
+        _, new = step(cache)
+        pairs = zip(jax.tree.leaves(new), jax.tree.leaves(cache), strict=True)
+        found.append([a is b for a, b in pairs])
+        return new
+
+    jax.eval_shape(probe, cache)
+    return jax.tree.unflatten(jax.tree.structure(cache), found[0])

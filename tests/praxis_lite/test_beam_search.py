@@ -322,3 +322,53 @@ def test_contradicting_settings_are_one_line(settings, message):
 def test_paxs_beam_size_names_num_beams():
     with pytest.raises(TypeError, match="beam_size is now num_beams"):
         DecoderParams(beam_size=4)
+
+
+def test_the_cached_beams_scores_equal_rescoring_them_teacher_forced():
+    """A tiny transformer LM (rotary, GQA, a repeated stack: the KV cache's rows follow
+    their beams): each returned hypothesis' score times n ** p is the summed log-prob a
+    full forward pass gives its tokens."""
+    from praxis_lite.layers import embedding_softmax as es
+    from praxis_lite.layers.repeats import StackedTransformerRepeated
+    from praxis_lite.layers.transformer_models import TransformerLm
+    from praxis_lite.models import LanguageModel
+    from tests.praxis_lite.layers import numpy_refs as ref
+
+    vocab, n, penalty = 16, 5, 0.7
+    cfg = TransformerLm.HParams.config(model_dims=16, vocab_size=vocab)
+    cfg.stacked_transformer_tpl = StackedTransformerRepeated.HParams.config(num_layers=2)
+    block = cfg.stacked_transformer_tpl.block_tpl
+    block.input_dims, block.hidden_dims, block.num_heads, block.num_kv_heads = 16, 32, 4, 2
+    block.tr_atten_tpl.rotary_tpl = es.RotaryPositionalEmbedding.HParams.config()
+    model = ref.build(LanguageModel.HParams.config(lm_tpl=cfg))
+    prompts = np.asarray([[1, 2, 3, 4], [5, 6, 0, 0]], np.int32)
+    lengths = np.asarray([4, 2], np.int32)
+    variables = ref.init_variables(model, method=lambda m, i: m.lm(i), i=prompts, noise=2.0)
+    params = DecoderParams(
+        num_beams=3, num_return_sequences=3, length_penalty=penalty, eos_token_id=7
+    )
+    out = jax.jit(
+        lambda v, p, ln: decoding.decode_lm(model, v, p, ln, jax.random.key(0), params, n),
+        compiler_options=ref._FAST_COMPILE,
+    )(variables, prompts, lengths)
+    out = jax.tree.map(np.asarray, out)
+    full = jax.jit(
+        functools.partial(model.apply, method=lambda m, i: m.lm(i).logits),
+        compiler_options=ref._FAST_COMPILE,
+    )
+    seqs = np.zeros((2, 3, prompts.shape[1] + n), np.int32)
+    for row in range(2):
+        for j in range(3):
+            seqs[row, j, : lengths[row]] = prompts[row, : lengths[row]]
+            seqs[row, j, lengths[row] : lengths[row] + n] = out.tokens[row, j]
+    log_probs = np.asarray(jax.nn.log_softmax(full(variables, seqs.reshape(6, -1)))).reshape(
+        2, 3, -1, vocab
+    )
+    for row in range(2):
+        for j in range(3):
+            count = out.lengths[row, j]
+            slots = lengths[row] - 1 + np.arange(count)
+            total = log_probs[row, j, slots, out.tokens[row, j, :count]].sum()
+            np.testing.assert_allclose(out.scores[row, j] * count**penalty, total, rtol=2e-4)
+        assert out.scores[row, 0] >= out.scores[row, 1] >= out.scores[row, 2]
+    assert len({tuple(out.tokens[0, j]) for j in range(3)}) == 3

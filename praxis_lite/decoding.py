@@ -140,7 +140,9 @@ class DecoderParams:
         if self.length_penalty is not None and self.length_norm_alpha is not None:
             raise ValueError(
                 "DecoderParams: set length_penalty (Hugging Face's sum / length ** p) or "
-                "length_norm_alpha (T5X's and Pax's ((5 + length) / 6) ** alpha), not both."
+                "length_norm_alpha (T5X's and Pax's ((5 + length) / 6) ** alpha), not both "
+                "(T5 and Pax LM experiments set length_norm_alpha: set it to None to use "
+                "length_penalty)."
             )
         if self.early_stopping not in EARLY_STOPPING:
             raise ValueError(

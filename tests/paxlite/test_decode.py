@@ -359,7 +359,8 @@ def test_beam_search_through_decode_run_on_8_devices_writes_the_n_best(trained, 
     job_dir, result = trained
     shutil.copytree(job_dir / "checkpoints", tmp_path / "checkpoints")  # step 150
     exp = _experiment(ICI_MESH_SHAPE=(1, 2, 4))
-    beams = ["num_beams=3", "num_return_sequences=2", "length_penalty=0.5", "eos_token_id=7"]
+    beams = ["num_beams=3", "num_return_sequences=2", "eos_token_id=7"]
+    beams += ["length_norm_alpha=None", "length_penalty=0.5"]  # HF's rules, not praxis'.
     task_cfg, datasets, decoders = resolve_configs(
         exp, [f"task.decoder.{b}" for b in beams] + ["decoder_datasets[0].num_batches=1"], []
     )

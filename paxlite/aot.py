@@ -112,7 +112,11 @@ def compile_train_step(job: Job, target: TpuTarget | None = None) -> dict[str, A
       ``memory_analysis``'s estimate), and ``hbm_needed_bytes`` when the compiler refused
       the program for lack of HBM (then no program figures).
     """
-    figures: dict[str, Any] = {"mesh": dict(job.mesh.shape), "num_devices": job.mesh.size}
+    figures: dict[str, Any] = {
+        "mesh": dict(job.mesh.shape),
+        "num_devices": job.mesh.size,
+        "attention_impl": job.attention_impl,
+    }
     if target is not None:
         figures["target"] = target.describe()
         figures["hbm_bytes_per_chip"] = tpu_topology.hbm_bytes_per_chip(target)
@@ -209,6 +213,7 @@ def format_report(name: str, figures: dict[str, Any]) -> str:
     where = figures.get("target", f"{figures['num_devices']} fake CPU devices")
     lines = [
         f"Compiled {name} for {where}, mesh {figures['mesh']}",
+        _row("attention", figures.get("attention_impl", "einsum")),
         _row("parameters", f"{figures['num_params']:,}"),
         _row("global batch", figures["global_batch"]),
         *_trained_row(figures),

@@ -104,6 +104,14 @@ class BaseExperiment(abc.ABC):
         start fresh. None: random initialisation.
       INIT_FROM_EXP: the experiment a paxml INIT_FROM was trained with (its pipeline
         layout); None: this one's.
+      ATTENTION_IMPL: how every attention layer attends in training and eval: ``einsum``,
+        ``xla``, ``cudnn`` or ``splash`` (``praxis_lite.layers.attentions``); None: by the
+        platform of the mesh's devices (``paxlite.attention_choice``): ``splash`` on TPUs,
+        ``cudnn`` on NVIDIA GPUs, else ``einsum``, each falling back to the einsums, with
+        one line saying why, where a layer's settings rule the kernel out.
+      SA_BLOCK_Q, SA_BLOCK_KV, SA_BLOCK_KV_COMPUTE, SA_BLOCK_Q_DKV, SA_BLOCK_KV_DKV,
+        SA_BLOCK_KV_DKV_COMPUTE, SA_BLOCK_Q_DQ, SA_BLOCK_KV_DQ: splash attention's block
+        sizes (MaxText's names and defaults, 512), capped at the sequence lengths.
     """
 
     ICI_MESH_SHAPE: tuple[int, ...] = (1, 1, 1)
@@ -115,6 +123,15 @@ class BaseExperiment(abc.ABC):
     TPU_TARGET: str | None = None
     INIT_FROM: str | None = None
     INIT_FROM_EXP: str | None = None
+    ATTENTION_IMPL: str | None = None
+    SA_BLOCK_Q: int = 512
+    SA_BLOCK_KV: int = 512
+    SA_BLOCK_KV_COMPUTE: int = 512
+    SA_BLOCK_Q_DKV: int = 512
+    SA_BLOCK_KV_DKV: int = 512
+    SA_BLOCK_KV_DKV_COMPUTE: int = 512
+    SA_BLOCK_Q_DQ: int = 512
+    SA_BLOCK_KV_DQ: int = 512
 
     # Knob name -> declared type, over the whole MRO; set per class at creation.
     _knob_types: ClassVar[dict[str, Any]]

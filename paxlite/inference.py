@@ -49,6 +49,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from paxlite import (
     adapters,
+    attention_choice,
     checkpoint_sources,
     init_from,
     job_record,
@@ -182,8 +183,9 @@ def _from_checkpoint(
         task_cfg = experiment.task()
     else:  # The job's config.json is the model; the knobs only place it (data knobs unread).
         experiment = _placement_only(resolve_experiment_class(exp, list(overrides), ("tasks",)))
-    task = config_lib.instantiate(task_cfg)
     mesh, rules = _mesh_and_rules(experiment)
+    attention_choice.apply(task_cfg, experiment, list(mesh.devices.flat))  # This platform's.
+    task = config_lib.instantiate(task_cfg)
     layout = (getattr(experiment, "NUM_STAGES", 1), getattr(experiment, "CIRCULAR_REPEAT", 1))
     params = _load_params(task.model, sources, layout, mesh, rules, task.learner)
     model, settings = task.model, adapters.settings_in(task_cfg.model)

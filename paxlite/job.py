@@ -12,7 +12,7 @@ import jax
 from etils import epath
 from jax.sharding import Mesh, NamedSharding
 
-from paxlite import decode_lib, partitioning
+from paxlite import attention_choice, decode_lib, partitioning
 from paxlite.base_experiment import BaseExperiment
 from paxlite.mesh import create_mesh
 from paxlite.tasks_lib import SingleTask
@@ -31,6 +31,7 @@ class Job:
       mesh: the device mesh; rules: logical-axis rules filtered to it.
       train_input / eval_inputs / decoder_inputs: this process's inputs.
       job_log_dir: where checkpoints, summaries and outputs go.
+      attention_impl: what the attention layers use (``paxlite.attention_choice``).
     """
 
     experiment: BaseExperiment
@@ -41,6 +42,7 @@ class Job:
     eval_inputs: list[BaseInput]
     job_log_dir: epath.Path
     decoder_inputs: list[BaseInput] = dataclasses.field(default_factory=list)
+    attention_impl: str = "einsum"
 
     @property
     def batch_sharding(self) -> NamedSharding:
@@ -83,6 +85,7 @@ def build_job(
     mesh = create_mesh(
         experiment.ICI_MESH_SHAPE, experiment.DCN_MESH_SHAPE, experiment.MESH_AXIS_NAMES, devices
     )
+    attention_impl = attention_choice.apply(task_cfg, experiment, list(mesh.devices.flat))
     task = config_lib.instantiate(task_cfg)
     if decoder_dataset_cfgs:  # Before any decoder input reads data.
         decode_lib.check_can_decode(task.model)
@@ -106,6 +109,7 @@ def build_job(
         decoder_inputs=[
             partitioning.instantiate_input(cfg, layout) for cfg in decoder_dataset_cfgs
         ],
+        attention_impl=attention_impl,
     )
     for inp in [job.train_input, *job.eval_inputs]:
         partitioning.check_batch_divides(inp, layout)

@@ -1,9 +1,8 @@
 """``paxlite --exp=NAME --job_log_dir=DIR [--mode=...]``: run a registered experiment.
 
-The flags and the modes are in ``paxlite/flags.py``; ``--set KNOB=VALUE`` and
-``--fdl_set PATH=VALUE`` overrides in ``paxlite/overrides.py``. Re-running with
-the same ``--job_log_dir`` resumes from the latest checkpoint. Exit codes (2 bad
-input, 3 divergence, 4 a lost peer, 5 storage, 143 preempted) are ``paxlite/exits.py``'s.
+Flags and modes: ``paxlite/flags.py``; ``--set KNOB=VALUE`` and ``--fdl_set PATH=VALUE``:
+``paxlite/overrides.py``. The same ``--job_log_dir`` resumes from its latest checkpoint.
+Exit codes (2 bad input, 3 divergence, 4 a lost peer, 5 storage, 143 preempted): exits.py.
 """
 
 from __future__ import annotations
@@ -47,6 +46,7 @@ from paxlite.job import Job, build_job  # noqa: E402
 from paxlite.mesh import MeshShapeError  # noqa: E402
 from paxlite.pax_flags import apply_jax_flags, distributed_args, restore_checkpoint  # noqa: E402
 from praxis_lite.base_input import InputConfigError, InputDataError  # noqa: E402
+from praxis_lite.layers.attentions import AttentionImplError  # noqa: E402
 from praxis_lite.model_flops import FlopsDefinition  # noqa: E402
 
 #: Errors of the command line or the experiment found before anything runs (exit 2).
@@ -99,8 +99,8 @@ def main(argv: Sequence[str]) -> None:
         if jax.process_index() == 0:  # Nothing ran: keep the config its checkpoints came from.
             job_config.restore_config_files(job_log_dir, previous_config)
         fail(e)
-    except (FileNotFoundError, InputDataError, InputConfigError) as e:  # Found while reading.
-        fail(e)
+    except (FileNotFoundError, InputDataError, InputConfigError, AttentionImplError) as e:
+        fail(e)  # Found while reading, or (attention) when the step is traced.
     exits.report_unwritten()
     if result is not None and result.preempted:
         sys.exit(periodic_actions.PREEMPTED_EXIT_CODE)

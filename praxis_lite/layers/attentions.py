@@ -12,15 +12,19 @@ training path) never touches the cache.
 
 from __future__ import annotations
 
+import dataclasses
 import math
+from typing import Any
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from absl import logging
 from jax.ad_checkpoint import checkpoint_name
 
 from praxis_lite.base_layer import BaseLayer
 from praxis_lite.config import LayerTpl, template_field
+from praxis_lite.layers import attention_kernels as kernels
 from praxis_lite.layers import lora as lora_lib
 from praxis_lite.layers.embedding_softmax import RotaryPositionalEmbedding
 from praxis_lite.layers.lora import LoraSettings
@@ -30,6 +34,51 @@ CACHE = "cache"  # The flax collection of decoding state (keys, values, paddings
 CACHE_KV_AXES = (BATCH, LENGTH, KV_HEADS, HEAD_DIM)
 
 _MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
+EINSUM, XLA, CUDNN, SPLASH = "einsum", "xla", "cudnn", "splash"
+ATTENTION_IMPLS = (EINSUM, XLA, CUDNN, SPLASH)
+
+
+class AttentionImplError(ValueError):
+    """An attention implementation asked for explicitly cannot honour a call."""
+
+
+@dataclasses.dataclass(frozen=True)
+class MaskSpec:
+    """Which keys each query may attend, as the kernels take it (see :func:`attention_mask`).
+
+    Attributes:
+      causal: query ``t`` sees keys ``s <= t``.
+      window: and only ``s > t - window`` (None: all).
+      key_paddings: ``[B, S]``, 1.0 at padded keys.
+      query_segment_ids / key_segment_ids: ``[B, T]`` / ``[B, S]`` packed-sequence ids.
+      query_paddings: ``[B, T]``, 1.0 at padded queries (self-attention's key paddings;
+        only the kernels use it: their outputs there are not read).
+    """
+
+    causal: bool
+    window: int | None = None
+    key_paddings: jax.Array | None = None
+    query_segment_ids: jax.Array | None = None
+    key_segment_ids: jax.Array | None = None
+    query_paddings: jax.Array | None = None
+
+    def dense(self, query_len: int, key_len: int) -> jax.Array:
+        """The boolean ``[B or 1, 1, 1, T, S]`` mask."""
+        return attention_mask(
+            query_len,
+            key_len,
+            causal=self.causal,
+            key_paddings=self.key_paddings,
+            query_segment_ids=self.query_segment_ids,
+            key_segment_ids=self.key_segment_ids,
+            window=self.window,
+        )
+
+    @property
+    def packed(self) -> bool:
+        return self.query_segment_ids is not None and self.key_segment_ids is not None
+
+
 #: DotProductAttention's LoRA targets and the weight each adapts ('qkv': the A shared by
 #: w_q, w_k and w_v).
 LORA_TARGETS = {"query": "w_q", "key": "w_k", "value": "w_v", "post": "w_post", "qkv": "w_qkv"}
@@ -108,6 +157,17 @@ class DotProductAttention(BaseLayer):
         q, k and v, with their own B's (PEFT's adapter on GPT-2's fused ``c_attn``; not
         with ``'query'``/``'key'``/``'value'``). Not with ``combine_qkv``. KV-cache
         decoding (``extend``) includes the adapters.
+      attention_impl: how training and eval attend (decoding's KV-cache steps always use
+        the einsums): ``einsum`` (float32 logits ``[B, K, G, T, S]``), ``xla``
+        (``jax.nn.dot_product_attention``'s XLA path), ``cudnn`` (its cuDNN flash
+        attention: NVIDIA GPUs, bf16/fp16, no logit cap, no dropout, no packing or
+        additive bias) or ``splash`` (TPU splash attention; on a CPU in Pallas' interpret
+        mode; no dropout or additive bias, sequences a multiple of the block size).
+      attention_fallback: the implementation was chosen by default (for the platform):
+        a call it cannot honour uses the einsums, with one logged line saying why;
+        False (asked for explicitly): such a call is an :class:`AttentionImplError`.
+      splash_block_sizes: splash's block sizes (None: MaxText's, 512, capped at the
+        sequence lengths).
     """
 
     input_dims: int
@@ -127,6 +187,9 @@ class DotProductAttention(BaseLayer):
     per_dim_scale: bool = False
     query_scale_in_init: bool = False
     lora: LoraSettings | None = None
+    attention_impl: str = EINSUM
+    attention_fallback: bool = False
+    splash_block_sizes: kernels.SplashBlockSizes | None = None
 
     @property
     def kv_heads(self) -> int:
@@ -142,6 +205,11 @@ class DotProductAttention(BaseLayer):
         return self.use_bias if self.use_post_bias is None else self.use_post_bias
 
     def setup(self) -> None:
+        if self.attention_impl not in ATTENTION_IMPLS:
+            raise ValueError(
+                f"DotProductAttention.attention_impl must be one of "
+                f"{', '.join(ATTENTION_IMPLS)}, got {self.attention_impl!r}."
+            )
         n, k, h, d = self.num_heads, self.kv_heads, self.head_dim, self.input_dims
         if self.dims_per_head is None and d % n:
             raise ValueError(
@@ -323,6 +391,90 @@ class DotProductAttention(BaseLayer):
         encoded = jnp.einsum("bkgts,bskh->btkgh", probs, v)
         return checkpoint_name(encoded.reshape(b, t, n, h), "context")
 
+    def attend_fused(
+        self,
+        q: jax.Array,
+        k: jax.Array,
+        v: jax.Array,
+        spec: MaskSpec,
+        train: bool,
+        bias: jax.Array | None = None,
+    ) -> jax.Array:
+        """:meth:`attend` by ``attention_impl`` (the training and eval path): q ``[B, T, N,
+        H]``, k/v ``[B, S, K, H]`` -> ``[B, T, N, H]``, named 'context' like the einsums'."""
+        impl = self._usable_impl(q, k, spec, train, bias)
+        if impl == EINSUM:
+            return self.attend(q, k, v, spec.dense(q.shape[1], k.shape[1]), train, bias)
+        q = q * self.query_scaling(q.shape[-1]).astype(q.dtype)
+        if impl == XLA:
+            mask = kernels.dense_mask(spec.dense(q.shape[1], k.shape[1]))
+            encoded = kernels.xla_attention(q, k, v, mask=mask, implementation="xla")
+        elif impl == CUDNN:
+            encoded = kernels.cudnn_attention(
+                q, k, v, causal=spec.causal, window=spec.window, key_lengths=_lengths(spec)
+            )
+        else:
+            encoded = self._splash(q, k, v, spec)
+        return checkpoint_name(encoded, "context")
+
+    def _splash(self, q: jax.Array, k: jax.Array, v: jax.Array, spec: MaskSpec) -> jax.Array:
+        """Splash attention, under ``shard_map`` over the mesh's batch and head axes."""
+        q_segments, kv_segments = _segment_ids(spec, q.shape[:2])
+        mesh, batch_axes, head_axes = _mesh_axes()
+        return kernels.splash_attention(
+            q,
+            k,
+            v,
+            causal=spec.causal,
+            window=spec.window,
+            q_segment_ids=q_segments,
+            kv_segment_ids=kv_segments,
+            logit_cap=self.atten_logit_cap,
+            block_sizes=self.splash_block_sizes or kernels.SplashBlockSizes(),
+            interpret=jax.devices()[0].platform != "tpu",
+            mesh=mesh,
+            batch_axes=batch_axes,
+            head_axes=head_axes,
+        )
+
+    def _usable_impl(
+        self, q: jax.Array, k: jax.Array, spec: MaskSpec, train: bool, bias: jax.Array | None
+    ) -> str:
+        """``attention_impl``, or ``einsum`` where it cannot honour this call (with one
+        logged line when it was a default; an :class:`AttentionImplError` when asked for)."""
+        reason = self._unsupported(q, k, spec, train, bias)
+        if reason is None:
+            return self.attention_impl
+        where = self.name or type(self).__name__
+        message = f"ATTENTION_IMPL={self.attention_impl} cannot run {where}: {reason.rstrip('.')}"
+        if not self.attention_fallback:
+            raise AttentionImplError(f"{message}; pick another ATTENTION_IMPL (e.g. einsum).")
+        logging.warning("%s; it uses the einsums.", message)
+        return EINSUM
+
+    def _unsupported(
+        self, q: jax.Array, k: jax.Array, spec: MaskSpec, train: bool, bias: jax.Array | None
+    ) -> str | None:
+        """Why ``attention_impl`` cannot run this call, or None."""
+        dropout = self.atten_dropout_prob if train else 0.0
+        if self.attention_impl == CUDNN:
+            return kernels.cudnn_unsupported(
+                q.dtype, q.shape[-1], self.atten_logit_cap, dropout, spec.packed, bias is not None
+            )
+        if self.attention_impl == SPLASH:
+            _, batch_axes, head_axes = _mesh_axes()
+            del batch_axes
+            return kernels.splash_unsupported(
+                q.shape[1],
+                k.shape[1],
+                self.splash_block_sizes or kernels.SplashBlockSizes(),
+                dropout,
+                bias is not None,
+                k.shape[2],
+                _axes_size(head_axes),
+            )
+        return None
+
     def __call__(
         self,
         x: jax.Array,
@@ -353,17 +505,15 @@ class DotProductAttention(BaseLayer):
         v = self.constrain(v, (BATCH, LENGTH, KV_HEADS, HEAD_DIM))
         if self.rotary is not None:
             q, k = self.rotary(q, positions), self.rotary(k, positions)
-        t = x.shape[1]
-        mask = attention_mask(
-            t,
-            t,
+        spec = MaskSpec(
             causal=self.is_causal,
+            window=self.sliding_window,
             key_paddings=paddings,
             query_segment_ids=segment_ids,
             key_segment_ids=segment_ids,
-            window=self.sliding_window,
+            query_paddings=paddings,
         )
-        encoded = self.attend(q, k, v, mask, train, attention_bias)
+        encoded = self.attend_fused(q, k, v, spec, train, attention_bias)
         return self.post_project(encoded, train=train)
 
     def cross_attend(
@@ -389,15 +539,13 @@ class DotProductAttention(BaseLayer):
         """
         x = self.to_fprop(self.constrain(x, (BATCH, LENGTH, EMBED)))
         q, k, v = self._cross_projections(x, memory, train)
-        mask = attention_mask(
-            x.shape[1],
-            memory.shape[1],
+        spec = MaskSpec(
             causal=False,
             key_paddings=memory_paddings,
             query_segment_ids=segment_ids,
             key_segment_ids=memory_segment_ids,
         )
-        return self.post_project(self.attend(q, k, v, mask, train), train=train)
+        return self.post_project(self.attend_fused(q, k, v, spec, train), train=train)
 
     def _cross_projections(
         self, x: jax.Array, memory: jax.Array, train: bool
@@ -541,10 +689,60 @@ class DotProductAttention(BaseLayer):
         return self.post_project(self.attend(q, keys, values, mask, train=False))
 
 
+def _lengths(spec: MaskSpec) -> jax.Array | None:
+    """Real keys per row ``[B]`` of a right-padded batch (cuDNN's key lengths), or None."""
+    if spec.key_paddings is None:
+        return None
+    return jnp.sum(spec.key_paddings < 0.5, axis=1).astype(jnp.int32)
+
+
+def _segment_ids(
+    spec: MaskSpec, q_shape: tuple[int, int]
+) -> tuple[jax.Array | None, jax.Array | None]:
+    """Splash's segment ids ``([B, T], [B, S])``: the packed ones shifted up by 1, padding
+    (queries and keys) in segment 0 of its own; padding alone: 1 real, 0 padded."""
+    q_seg, kv_seg = spec.query_segment_ids, spec.key_segment_ids
+    if spec.key_paddings is None:
+        return q_seg, kv_seg
+    kv_real = (spec.key_paddings < 0.5).astype(jnp.int32)
+    q_real = jnp.ones(q_shape, jnp.int32)
+    if spec.query_paddings is not None:
+        q_real = (spec.query_paddings < 0.5).astype(jnp.int32)
+    if q_seg is None or kv_seg is None:
+        return q_real, kv_real
+    return (q_seg + 1) * q_real, (kv_seg + 1) * kv_real
+
+
+def _mesh_axes() -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
+    """The current mesh (None without one) and the mesh axes the batch and the heads are
+    split over by the current logical axis rules."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh is None or mesh.empty:
+        return None, (), ()
+    spec = nn.logical_to_mesh_axes((BATCH, HEADS))
+
+    def names(entry: Any) -> tuple[str, ...]:
+        if entry is None:
+            return ()
+        named = entry if isinstance(entry, tuple) else (entry,)
+        return tuple(n for n in named if n in mesh.axis_names and mesh.shape[n] > 1)
+
+    return mesh, names(spec[0]), names(spec[1])
+
+
+def _axes_size(axes: tuple[str, ...]) -> int:
+    """How many ways the current mesh splits over ``axes``."""
+    mesh = jax.sharding.get_abstract_mesh()
+    return math.prod(mesh.shape[a] for a in axes) if axes else 1
+
+
 __all__ = [
     "CACHE",
     "LORA_TARGETS",
+    "ATTENTION_IMPLS",
+    "AttentionImplError",
     "DotProductAttention",
+    "MaskSpec",
     "RotaryPositionalEmbedding",
     "attention_mask",
 ]

@@ -72,6 +72,7 @@ def apply(task_cfg: Any, experiment: Any, devices: Sequence[Any]) -> str:
             fdl.Buildable.__setattr__(value, "attention_impl", impl)
             fdl.Buildable.__setattr__(value, "attention_fallback", not explicit)
             fdl.Buildable.__setattr__(value, "splash_block_sizes", sizes)
+            fdl.Buildable.__setattr__(value, "splash_interpret", devices[0].platform != "tpu")
     return impl
 
 

@@ -168,6 +168,9 @@ class DotProductAttention(BaseLayer):
         False (asked for explicitly): such a call is an :class:`AttentionImplError`.
       splash_block_sizes: splash's block sizes (None: MaxText's, 512, capped at the
         sequence lengths).
+      splash_interpret: run splash in Pallas' interpret mode (what a CPU runs); None: when
+        this process's devices are no TPUs. A job sets it from its mesh's devices, so a
+        ``--compile_topology`` compile on a CPU host compiles the TPU kernel.
     """
 
     input_dims: int
@@ -190,6 +193,7 @@ class DotProductAttention(BaseLayer):
     attention_impl: str = EINSUM
     attention_fallback: bool = False
     splash_block_sizes: kernels.SplashBlockSizes | None = None
+    splash_interpret: bool | None = None
 
     @property
     def kv_heads(self) -> int:
@@ -431,11 +435,17 @@ class DotProductAttention(BaseLayer):
             kv_segment_ids=kv_segments,
             logit_cap=self.atten_logit_cap,
             block_sizes=self.splash_block_sizes or kernels.SplashBlockSizes(),
-            interpret=jax.devices()[0].platform != "tpu",
+            interpret=self._splash_interpret(),
             mesh=mesh,
             batch_axes=batch_axes,
             head_axes=head_axes,
         )
+
+    def _splash_interpret(self) -> bool:
+        """Whether splash runs in interpret mode (see ``splash_interpret``)."""
+        if self.splash_interpret is not None:
+            return self.splash_interpret
+        return jax.devices()[0].platform != "tpu"
 
     def _usable_impl(
         self, q: jax.Array, k: jax.Array, spec: MaskSpec, train: bool, bias: jax.Array | None

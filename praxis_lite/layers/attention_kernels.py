@@ -16,8 +16,10 @@ inside), k/v ``[B, S, K, H]`` with ``K`` dividing ``N``; query head ``n`` reads 
   CPU), optionally under ``jax.shard_map`` over batch and heads;
   :func:`splash_unsupported` says why a configuration can't use it.
 
-Masked logits get a large finite negative value in every path (never ``-inf``), so a
-query that may see no key at all gets the uniform average of the values, not NaN.
+A query that may see no key at all never gives NaN, but its output differs by path:
+``attend`` and XLA (a large finite negative, never ``-inf``) average all S values; splash
+averages the values of the key tiles it visits (it skips tiles its static mask empties);
+cuDNN gives zeros. Self-attention with causal masks and packed segments has no such row.
 """
 
 from __future__ import annotations

@@ -82,7 +82,7 @@ def _losses(tmp_path, impl: str) -> list[float]:
         {
             "ICI_MESH_SHAPE": (1, 4, 2),
             "LOGICAL_AXIS_RULES": sharding.TENSOR_PARALLEL_RULES,
-            "NUM_TRAIN_STEPS": 3,
+            "NUM_TRAIN_STEPS": 2,
             "SUMMARY_INTERVAL_STEPS": 1,
             "CHECKPOINT_EVERY_N_STEPS": 1000,
             "PERCORE_BATCH_SIZE": 1,

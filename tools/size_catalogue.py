@@ -1,5 +1,6 @@
 """Compiles every registered experiment's train step for its TPU target and writes the table
-docs/tpu-sizing.md (per-chip GiB by kind, fits or not, compile seconds).
+docs/tpu-sizing.md (attention implementation, per-chip GiB by kind, fits or not, compile
+seconds).
 
     python tools/size_catalogue.py                 # all, resuming; hours on 2 cores
     nohup python tools/size_catalogue.py > /tmp/sizing.log 2>&1 &
@@ -191,13 +192,15 @@ def size_one(name: str) -> dict[str, Any]:
     distributed.use_fake_cpu_devices(aot.devices_needed(experiment_cls, target))
     experiment = experiment_cls()
     task_cfg, dataset_cfgs, _ = overrides.resolve_configs(experiment, [], [])
+    job = None
     try:
         job = aot.build_compile_job(experiment, task_cfg, dataset_cfgs, target)
         figures = aot.compile_train_step(job, target)
     except Exception as e:  # noqa: BLE001 (recorded in the table, not raised)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
-        return {"name": name, "target": target.describe(), "error": first[:300]}
-    figures["fit"] = aot.fit_line(figures)
+        row = {"name": name, "target": target.describe(), "error": first[:300]}
+        return row if job is None else {**row, "attention_impl": job.attention_impl}
+    figures["fit"] = aot.fit_line(figures)  # With figures["attention_impl"], the layers' impl.
     keep = (str, int, float, dict, type(None))
     return {"name": name, **{k: v for k, v in figures.items() if isinstance(v, keep)}}
 
@@ -246,7 +249,9 @@ def write_table(experiments: dict[str, Any], results: dict[str, Any]) -> None:
         "buffer assignment places on a chip (arguments, outputs, temporaries), the figure it",
         "checks against the chip's HBM (it refuses a program over it, with that figure); HBM is",
         "what the TPU compiler offers a program on that chip. The fit follows the compiler:",
-        "assigned (or its refusal's figure) against HBM.",
+        "assigned (or its refusal's figure) against HBM. Attention: the implementation the",
+        "train step's attention layers compiled with (`ATTENTION_IMPL`; unset, a TPU mesh takes",
+        "the splash kernel); rows compiled before splash existed used the einsums.",
         *(_UNASSIGNED if any(_unassigned(r) for r in done) else ()),
         "A target is the experiment's `TPU_TARGET` (from its Pax name or Pax's README), else",
         "TPU v4 with one chip per mesh device.",
@@ -263,9 +268,9 @@ def write_table(experiments: dict[str, Any], results: dict[str, Any]) -> None:
             else ""
         ),
         "",
-        "| experiment | target | params | optimizer | XLA temp | program | assigned | HBM "
-        "| fits | compile s |",
-        "|---|---|---|---|---|---|---|---|---|---|",
+        "| experiment | target | attention | params | optimizer | XLA temp | program | assigned "
+        "| HBM | fits | compile s |",
+        "|---|---|---|---|---|---|---|---|---|---|---|",
     ]
     lines += [_table_row(name, results.get(name)) for name in experiments]
     notes = [
@@ -304,9 +309,10 @@ def _note(name: str, row: dict[str, Any] | None) -> str | None:
 def _table_row(name: str, row: dict[str, Any] | None) -> str:
     short = name.removeprefix("tasks.lm.")
     if row is None:
-        return f"| {short} | | | | | | | | not yet compiled | |"
+        return f"| {short} | | | | | | | | | not yet compiled | |"
     if "error" in row:
-        return f"| {short} | {row.get('target', '')} | | | | | | | error: {row['error']} | |"
+        target, attention = row.get("target", ""), row.get("attention_impl", "")
+        return f"| {short} | {target} | {attention} | | | | | | | error: {row['error']} | |"
     if "hbm_needed_bytes" in row:  # A refusal's figure is the compiler's assignment too.
         row = {**row, "hbm_assigned_bytes_per_chip": row["hbm_needed_bytes"]}
     gib = {
@@ -325,11 +331,17 @@ def _table_row(name: str, row: dict[str, Any] | None) -> str:
         fit += f" (same program as {row['same_as'].rsplit('.', 1)[-1]})"
     seconds = f"{row['compile_seconds']:.0f}" if "compile_seconds" in row else ""
     return (
-        f"| {short} | {row['target']} | {gib['params_bytes_per_device']} | "
+        f"| {short} | {row['target']} | {_attention(row)} | {gib['params_bytes_per_device']} | "
         f"{gib['opt_state_bytes_per_device']} | {gib['temp_bytes_per_device']} | "
         f"{gib['program_bytes_per_device']} | {gib['hbm_assigned_bytes_per_chip']} | "
         f"{gib['hbm_bytes_per_chip']} | {fit} | {seconds} |"
     )
+
+
+def _attention(row: dict[str, Any]) -> str:
+    """The attention implementation a row was compiled with (rows written before the report
+    recorded it were compiled before the splash kernel existed: the einsums)."""
+    return row.get("attention_impl", "einsum")
 
 
 def _full_name(name: str, experiments: dict[str, Any]) -> str:

@@ -35,6 +35,7 @@ CACHE_KV_AXES = (BATCH, LENGTH, KV_HEADS, HEAD_DIM)
 
 _MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
 EINSUM, XLA, CUDNN, SPLASH = "einsum", "xla", "cudnn", "splash"
+_FALLBACKS_LOGGED: set[tuple[str, str]] = set()  # (implementation, reason) already logged
 ATTENTION_IMPLS = (EINSUM, XLA, CUDNN, SPLASH)
 
 
@@ -459,7 +460,9 @@ class DotProductAttention(BaseLayer):
         message = f"ATTENTION_IMPL={self.attention_impl} cannot run {where}: {reason.rstrip('.')}"
         if not self.attention_fallback:
             raise AttentionImplError(f"{message}; pick another ATTENTION_IMPL (e.g. einsum).")
-        logging.warning("%s; it uses the einsums.", message)
+        if (self.attention_impl, reason) not in _FALLBACKS_LOGGED:  # One line per reason.
+            _FALLBACKS_LOGGED.add((self.attention_impl, reason))
+            logging.warning("%s; it uses the einsums (and so does any layer like it).", message)
         return EINSUM
 
     def _unsupported(

@@ -18,7 +18,7 @@ import pytest
 from paxlite import attention_choice, base_experiment, train
 from paxlite.job import build_job
 from praxis_lite import sharding
-from praxis_lite.layers import attention_kernels
+from praxis_lite.layers import attention_kernels, attentions
 from praxis_lite.layers.attentions import AttentionImplError, DotProductAttention
 from tasks.lm.synthetic import LmSyntheticTiny
 from tests.paxlite.test_main import main_in_process
@@ -127,6 +127,7 @@ def test_what_cudnn_cannot_run_is_one_error_asked_for_and_one_line_by_default(ca
         _layer("cudnn", **bf16).apply(params, x)
     assert "\n" not in str(info.value) and "pick another ATTENTION_IMPL" in str(info.value)
     default = _layer("cudnn", attention_fallback=True, **bf16)
+    attentions._FALLBACKS_LOGGED.clear()  # One line per reason and process.
     want = _layer("einsum", **bf16).apply(params, x)
     np.testing.assert_array_equal(default.apply(params, x), want)
     assert any("uses the einsums" in r.getMessage() for r in caplog.records)

@@ -102,6 +102,12 @@ flags.DEFINE_string(
     "default: this run's.",
 )
 flags.DEFINE_bool("print_config", False, "Print the resolved configuration and exit.")
+flags.DEFINE_bool(
+    "xla_gpu_defaults",
+    True,
+    "On NVIDIA GPUs, add the XLA flags MaxText and JAX-Toolbox train with to XLA_FLAGS (each "
+    "one XLA_FLAGS does not already set; paxlite/gpu_flags.py); false: add none.",
+)
 flags.DEFINE_integer(
     "stop_at_step",
     None,

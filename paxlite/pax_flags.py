@@ -13,6 +13,8 @@ from __future__ import annotations
 
 from absl import flags
 
+from paxlite import gpu_flags
+
 FLAGS = flags.FLAGS
 
 flags.DEFINE_bool(
@@ -162,8 +164,11 @@ def distributed_args() -> tuple[str | None, int | None, int | None]:
 
 
 def apply_jax_flags() -> None:
-    """Sets JAX's traceback filtering; starts the profiler server if a port is given."""
+    """Adds the NVIDIA GPU XLA flags (``--xla_gpu_defaults``, before the backend starts);
+    sets JAX's traceback filtering; starts the profiler server if a port is given."""
     import jax
+
+    gpu_flags.apply(FLAGS.xla_gpu_defaults)
 
     jax.config.update("jax_traceback_filtering", FLAGS.jax_traceback_filtering_option)
     if FLAGS.jax_profiler_port is not None:

@@ -10,6 +10,7 @@ relative bias with splash, ...) uses the einsums, with one logged line saying wh
 
 from __future__ import annotations
 
+import copy
 from collections.abc import Sequence
 from typing import Any
 
@@ -48,9 +49,11 @@ def choose(requested: str | None, devices: Sequence[Any]) -> tuple[str, bool]:
     return requested, True
 
 
-def block_sizes(experiment: Any) -> attention_kernels.SplashBlockSizes:
-    """Splash's block sizes from the experiment's SA_BLOCK_* knobs."""
-    return attention_kernels.SplashBlockSizes(
+def block_sizes(experiment: Any) -> fdl.Config:
+    """Splash's block sizes from the experiment's SA_BLOCK_* knobs (a config: the job's
+    config files serialize it)."""
+    return fdl.Config(
+        attention_kernels.SplashBlockSizes,
         block_q=experiment.SA_BLOCK_Q,
         block_kv=experiment.SA_BLOCK_KV,
         block_kv_compute=experiment.SA_BLOCK_KV_COMPUTE,
@@ -71,7 +74,7 @@ def apply(task_cfg: Any, experiment: Any, devices: Sequence[Any]) -> str:
         if isinstance(value, fdl.Buildable) and _is_attention(value):
             fdl.Buildable.__setattr__(value, "attention_impl", impl)
             fdl.Buildable.__setattr__(value, "attention_fallback", not explicit)
-            fdl.Buildable.__setattr__(value, "splash_block_sizes", sizes)
+            fdl.Buildable.__setattr__(value, "splash_block_sizes", copy.copy(sizes))
             fdl.Buildable.__setattr__(value, "splash_interpret", devices[0].platform != "tpu")
     return impl
 

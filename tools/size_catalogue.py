@@ -1,6 +1,6 @@
 """Compiles every registered experiment's train step for its TPU target and writes the table
 docs/tpu-sizing.md (attention implementation, per-chip GiB by kind, fits or not, compile
-seconds).
+seconds). Sections added to it by hand (a ``## `` heading other than Notes) are kept.
 
     python tools/size_catalogue.py                 # all, resuming; hours on 2 cores
     nohup python tools/size_catalogue.py > /tmp/sizing.log 2>&1 &
@@ -134,8 +134,10 @@ def main() -> None:
             results[name] = size_in_subprocess(name, experiments, shared, args.timeout)
             with RESULTS.open("a") as f:
                 f.write(json.dumps(results[name]) + "\n")
+            summary = _summary(results[name])
+            results = read_results()  # Rows sharing its program follow the row just written.
             write_table(experiments, results)
-            print(_summary(results[name]), flush=True)
+            print(summary, flush=True)
     write_table(experiments, results)
 
 
@@ -280,7 +282,23 @@ def write_table(experiments: dict[str, Any], results: dict[str, Any]) -> None:
     ]
     if notes:
         lines += ["", "## Notes", "", *notes]
+    if kept := _kept_sections():
+        lines += ["", *kept]
     TABLE.write_text("\n".join(lines) + "\n")
+
+
+def _kept_sections() -> list[str]:
+    """The sections of docs/tpu-sizing.md written by hand (each ``## `` heading but the Notes
+    this script writes, to the next one), kept at its end when the table is rewritten."""
+    if not TABLE.exists():
+        return []
+    kept, keep = [], False
+    for line in TABLE.read_text().splitlines():
+        if line.startswith("## "):
+            keep = line != "## Notes"
+        if keep:
+            kept.append(line)
+    return "\n".join(kept).strip().splitlines()
 
 
 _UNASSIGNED = (

@@ -20,7 +20,7 @@ def test_jax_starts_with_every_flag_and_refuses_an_unknown_one():
     assert len(added) == len(gpu_flags.GPU_XLA_FLAGS)
     started = _jax_starts_with(flags)
     assert started.returncode == 0, started.stderr[-2000:]
-    refused = _jax_starts_with(flags + " --xla_gpu_pipeline_all_gather=on")  # MaxText's newer
+    refused = _jax_starts_with(flags + " --xla_gpu_enable_no_such_thing=true")
     assert refused.returncode != 0 and "Unknown flag" in refused.stderr
 
 

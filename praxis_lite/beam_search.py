@@ -182,7 +182,7 @@ class _Search:
             parents=parent,
             tokens=_gather(state.live_tokens, parent).at[:, :, i].set(token),
             log_probs=_gather(state.live_log_probs, parent).at[:, :, i].set(raw),
-            ends=processors.eos_hit(token, self.params.eos_token_id),
+            ends=processors.is_eos(token, self.params.eos_token_id),
         )
         if self.stop is not None:
             before = _gather(state.stop_state, parent).reshape(b * c, -1)

@@ -31,6 +31,7 @@ from praxis_lite import beam_search, decode_cache, stop_strings
 from praxis_lite import config as config_lib
 from praxis_lite import logits_processors as processors
 from praxis_lite.layers.attentions import CACHE
+from praxis_lite.logits_processors import is_eos  # Re-exported: decode_lib's name.
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import strip_boxes
 
@@ -185,11 +186,6 @@ class DecoderParams:
                 )
         if self.stop_strings and any(not s for s in self.stop_strings):
             raise ValueError("DecoderParams.stop_strings holds an empty string; remove it.")
-
-
-def is_eos(tokens: Any, eos_token_id: int | tuple[int, ...] | None) -> Any:
-    """Elementwise ``tokens`` (a numpy or jax array) in ``eos_token_id``; all False for None."""
-    return processors.eos_hit(tokens, eos_token_id)
 
 
 def sample_logits(logits: jax.Array, key: jax.Array, params: DecoderParams) -> jax.Array:

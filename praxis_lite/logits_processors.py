@@ -35,7 +35,7 @@ def eos_ids(eos_token_id: int | tuple[int, ...] | None) -> tuple[int, ...]:
     return eos_token_id if isinstance(eos_token_id, tuple) else (eos_token_id,)
 
 
-def eos_hit(tokens: Any, eos_token_id: int | tuple[int, ...] | None) -> Any:
+def is_eos(tokens: Any, eos_token_id: int | tuple[int, ...] | None) -> Any:
     """Elementwise ``tokens`` (a numpy or jax array) in ``eos_token_id``; all False for None."""
     hit = tokens != tokens
     for i in eos_ids(eos_token_id):

@@ -475,8 +475,7 @@ class DotProductAttention(BaseLayer):
                 q.dtype, q.shape[-1], self.atten_logit_cap, dropout, spec.packed, bias is not None
             )
         if self.attention_impl == SPLASH:
-            _, batch_axes, head_axes = _mesh_axes()
-            del batch_axes
+            mesh, _, head_axes = _mesh_axes()
             return kernels.splash_unsupported(
                 q.shape[1],
                 k.shape[1],
@@ -484,7 +483,7 @@ class DotProductAttention(BaseLayer):
                 dropout,
                 bias is not None,
                 k.shape[2],
-                _axes_size(head_axes),
+                math.prod(mesh.shape[a] for a in head_axes),
             )
         return None
 
@@ -741,12 +740,6 @@ def _mesh_axes() -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
         return tuple(n for n in named if n in mesh.axis_names and mesh.shape[n] > 1)
 
     return mesh, names(spec[0]), names(spec[1])
-
-
-def _axes_size(axes: tuple[str, ...]) -> int:
-    """How many ways the current mesh splits over ``axes``."""
-    mesh = jax.sharding.get_abstract_mesh()
-    return math.prod(mesh.shape[a] for a in axes) if axes else 1
 
 
 __all__ = [

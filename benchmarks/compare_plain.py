@@ -32,6 +32,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from benchmarks.plain_jax_lm import PlainRunner, Shape  # noqa: E402
 from paxlite import base_experiment, partitioning, prefetch, train_setup  # noqa: E402
+from paxlite.base_experiment import BaseExperiment  # noqa: E402
 from paxlite.job import build_job  # noqa: E402
 from praxis_lite.layers.repeats import AutodiffCheckpointType  # noqa: E402
 from tasks.lm.lm_cloud import LmCloudSpmd2B  # noqa: E402
@@ -70,10 +71,10 @@ def _experiment(shape: Shape) -> LmCloudSpmd2B:
 
 
 class PaxliteRunner:
-    """paxlite's loop path, without checkpoints or summaries (they come at intervals)."""
+    """paxlite's loop path for an experiment on one device, without checkpoints or
+    summaries (they come at intervals)."""
 
-    def __init__(self, shape: Shape):
-        exp = _experiment(shape)
+    def __init__(self, exp: BaseExperiment):
         self.input_cfg = exp.datasets()[0]
         self.job = build_job(exp, exp.task(), [self.input_cfg], "/nonexistent", jax.devices()[:1])
         with self._scope():
@@ -81,7 +82,7 @@ class PaxliteRunner:
             self.state, self.key = run.state, run.train_key
             self.step_fn, self.compile_s = train_setup.compile_train_step(self.job, run)
         self.batches = self.prefetcher()
-        self.tokens_per_step = shape.batch * shape.seq_len
+        self.tokens_per_step = exp.PERCORE_BATCH_SIZE * exp.MAX_SEQ_LEN
         self.step = 0
 
     def prefetcher(self) -> prefetch.Prefetcher:
@@ -112,7 +113,7 @@ class PaxliteRunner:
 
 def compare(name: str, rounds: int) -> dict:
     shape, steps = CONFIGS[name]
-    pax = PaxliteRunner(shape)
+    pax = PaxliteRunner(_experiment(shape))
     plain_batches = pax.prefetcher()
     plain = PlainRunner(shape, plain_batches.next)
     try:

@@ -7,6 +7,11 @@ q/k/v, causal softmax attention, the output projection and a GELU MLP (tanh form
 praxis's); a final LayerNorm; the tied output projection (``x @ table^T``); optax's
 integer-label softmax cross-entropy (mean over tokens); ``optax.adam``.
 
+A Llama-shaped variant is three fields of :class:`Shape`: ``num_kv_heads`` (grouped
+k/v heads), ``gated`` (SwiGLU: ``(silu(h W1) * h W3) W2``) and ``rms_norm``; no rotary
+positions in either. ``compute_dtype`` (``make_train_step``) casts the float32 weights to
+it inside the step (mixed precision: the logits go back to float32 for the loss).
+
 Shapes: ``B`` batch, ``T`` time, ``D`` model dims, ``F`` hidden dims, ``N`` heads, ``H``
 dims per head, ``V`` vocabulary, ``L`` layers.
 """
@@ -33,12 +38,19 @@ class Shape:
     vocab_size: int
     seq_len: int
     batch: int
+    num_kv_heads: int | None = None  # None: num_heads (multi-head attention).
+    gated: bool = False
+    rms_norm: bool = False
+
+    @property
+    def kv_heads(self) -> int:
+        return self.num_kv_heads or self.num_heads
 
 
 def init_params(shape: Shape, seed: int = 0) -> dict[str, Any]:
     """``emb [V, D]``, ``blocks`` (each leaf stacked over ``L``), ``final_ln [D]``; float32."""
     layers, d, f = shape.num_layers, shape.model_dims, shape.hidden_dims
-    n, h = shape.num_heads, shape.dims_per_head
+    n, k, h = shape.num_heads, shape.kv_heads, shape.dims_per_head
     rng = np.random.default_rng(seed)
 
     def normal(*dims: int, fan_in: int) -> jax.Array:
@@ -46,12 +58,14 @@ def init_params(shape: Shape, seed: int = 0) -> dict[str, Any]:
 
     blocks = {
         "ln1": jnp.ones((layers, d)),
-        "qkv": normal(layers, d, 3, n, h, fan_in=d),
+        "qkv": normal(layers, d, n + 2 * k, h, fan_in=d),  # q, k and v heads in one.
         "out": normal(layers, n, h, d, fan_in=n * h),
         "ln2": jnp.ones((layers, d)),
         "w1": normal(layers, d, f, fan_in=d),
         "w2": normal(layers, f, d, fan_in=f),
     }
+    if shape.gated:
+        blocks["w3"] = normal(layers, d, f, fan_in=d)
     return {"emb": normal(shape.vocab_size, d, fan_in=d), "blocks": blocks, "final_ln": jnp.ones(d)}
 
 
@@ -61,35 +75,66 @@ def _layer_norm(x: jax.Array, gain: jax.Array, eps: float = 1e-6) -> jax.Array:
     return (x - mean) * jax.lax.rsqrt(var + eps) * gain
 
 
-def _block(x: jax.Array, p: dict[str, jax.Array]) -> jax.Array:
-    """One pre-LN block: ``[B, T, D] -> [B, T, D]``."""
-    h = _layer_norm(x, p["ln1"])
-    q, k, v = jnp.unstack(jnp.einsum("btd,dcnh->cbtnh", h, p["qkv"]))
-    logits = jnp.einsum("btnh,bsnh->bnts", q / math.sqrt(q.shape[-1]), k)
+def _rms_norm(x: jax.Array, gain: jax.Array, eps: float = 1e-6) -> jax.Array:
+    return x * jax.lax.rsqrt(jnp.square(x).mean(-1, keepdims=True) + eps) * gain
+
+
+def _norm(shape: Shape) -> Any:
+    return _rms_norm if shape.rms_norm else _layer_norm
+
+
+def _block(x: jax.Array, p: dict[str, jax.Array], shape: Shape) -> jax.Array:
+    """One pre-norm block: ``[B, T, D] -> [B, T, D]``."""
+    norm = _norm(shape)
+    h = norm(x, p["ln1"])
+    heads, kv_heads = shape.num_heads, shape.kv_heads
+    qkv = jnp.einsum("btd,dnh->btnh", h, p["qkv"])
+    q, k, v = jnp.split(qkv, [heads, heads + kv_heads], axis=2)
+    groups = heads // kv_heads  # Query heads per k/v head.
+    q = q.reshape(*q.shape[:2], kv_heads, groups, q.shape[-1])
+    logits = jnp.einsum("btkgh,bskh->bkgts", q / math.sqrt(q.shape[-1]), k)
     t = x.shape[1]
     causal = jnp.tril(jnp.ones((t, t), bool))
-    probs = jax.nn.softmax(jnp.where(causal, logits, -1e9), axis=-1)
-    x = x + jnp.einsum("bnts,bsnh,nhd->btd", probs, v, p["out"])
-    h = _layer_norm(x, p["ln2"])
-    return x + jax.nn.gelu(h @ p["w1"], approximate=True) @ p["w2"]
+    probs = jax.nn.softmax(jnp.where(causal, logits, -1e9).astype(jnp.float32), axis=-1)
+    context = jnp.einsum("bkgts,bskh->btkgh", probs.astype(v.dtype), v)
+    out = p["out"].reshape(kv_heads, groups, *p["out"].shape[1:])
+    x = x + jnp.einsum("btkgh,kghd->btd", context, out)
+    h = norm(x, p["ln2"])
+    if shape.gated:
+        hidden = jax.nn.silu(h @ p["w1"]) * (h @ p["w3"])
+    else:
+        hidden = jax.nn.gelu(h @ p["w1"], approximate=True)
+    return x + hidden @ p["w2"]
 
 
-def loss_fn(params: dict[str, Any], ids: jax.Array, labels: jax.Array) -> jax.Array:
-    """Mean next-token cross-entropy of ``ids [B, T]`` against ``labels [B, T]``."""
+def loss_fn(
+    params: dict[str, Any],
+    ids: jax.Array,
+    labels: jax.Array,
+    shape: Shape,
+    compute_dtype: Any = jnp.float32,
+) -> jax.Array:
+    """Mean next-token cross-entropy of ``ids [B, T]`` against ``labels [B, T]``; the
+    matmuls in ``compute_dtype``, the softmaxes and the loss in float32."""
+    params = jax.tree.map(lambda w: w.astype(compute_dtype), params)
     emb = params["emb"]
     x = emb[ids] * math.sqrt(emb.shape[1])
-    x, _ = jax.lax.scan(lambda x, p: (_block(x, p), None), x, params["blocks"])
-    logits = jnp.einsum("btd,vd->btv", _layer_norm(x, params["final_ln"]), emb)
-    return optax.softmax_cross_entropy_with_integer_labels(logits, labels).mean()
+    x, _ = jax.lax.scan(lambda x, p: (_block(x, p, shape), None), x, params["blocks"])
+    logits = jnp.einsum("btd,vd->btv", _norm(shape)(x, params["final_ln"]), emb)
+    return optax.softmax_cross_entropy_with_integer_labels(
+        logits.astype(jnp.float32), labels
+    ).mean()
 
 
-def make_train_step(learning_rate: float = 1e-3) -> tuple[optax.GradientTransformation, Any]:
+def make_train_step(
+    shape: Shape, learning_rate: float = 1e-3, compute_dtype: Any = jnp.float32
+) -> tuple[optax.GradientTransformation, Any]:
     """``(tx, step)``: ``step(params, opt_state, ids, labels) -> (params, opt_state, loss)``,
     jitted, params and optimizer state donated."""
     tx = optax.adam(learning_rate)
 
     def step(params, opt_state, ids, labels):
-        loss, grads = jax.value_and_grad(loss_fn)(params, ids, labels)
+        loss, grads = jax.value_and_grad(loss_fn)(params, ids, labels, shape, compute_dtype)
         updates, opt_state = tx.update(grads, opt_state, params)
         return optax.apply_updates(params, updates), opt_state, loss
 
@@ -99,9 +144,11 @@ def make_train_step(learning_rate: float = 1e-3) -> tuple[optax.GradientTransfor
 class PlainRunner:
     """Holds the state; :meth:`run` takes steps on the batches ``next_batch()`` gives."""
 
-    def __init__(self, shape: Shape, next_batch: Any, seed: int = 0):
+    def __init__(
+        self, shape: Shape, next_batch: Any, seed: int = 0, compute_dtype: Any = jnp.float32
+    ):
         self.params = init_params(shape, seed)
-        tx, self.step = make_train_step()
+        tx, self.step = make_train_step(shape, compute_dtype=compute_dtype)
         self.opt_state = tx.init(self.params)
         self.next_batch = next_batch
         self.tokens_per_step = shape.batch * shape.seq_len

@@ -139,7 +139,7 @@ def compile_train_step(job: Job, target: TpuTarget | None = None) -> dict[str, A
                 raise
             figures["hbm_needed_bytes"], figures["hbm_bytes_per_chip"] = shortfall
             return figures
-    figures.update(_program_memory(compiled))
+    figures.update(program_memory(compiled))
     if assigned is not None:
         figures["hbm_assigned_bytes_per_chip"] = assigned
     counted = job.task.model.train_flops(run_state.sample)  # The model's own count.
@@ -165,7 +165,7 @@ def _compile(
     return compiled, time.perf_counter() - start, assigned
 
 
-def _program_memory(compiled: Any) -> dict[str, int]:
+def program_memory(compiled: Any) -> dict[str, int]:
     """Per-device bytes of the compiled program (``memory_analysis``), and their total:
     arguments + outputs - aliased (donated buffers reused as outputs) + temp + code."""
     memory = compiled.memory_analysis()

@@ -23,22 +23,19 @@ config, generation config and tokenizer (``<job>/hf_model/``) for ``paxlite-expo
 from __future__ import annotations
 
 import enum
-import functools
 import json
 from typing import Any
 
-import jax.numpy as jnp
 from etils import epath
 
 from paxlite import experiment_registry, export, inference
 from paxlite.base_experiment import KnobError
-from paxlite.formats import hf_checkpoint, hf_models, peft_adapter
+from paxlite.formats import hf_checkpoint, peft_adapter
 from paxlite.tasks_lib import CheckpointLoadingRules
-from praxis_lite import config as config_lib
 from praxis_lite.hf_chat import ChatTemplate, ChatTemplateError
 from praxis_lite.seqio_input import DecodeForm
-from praxis_lite.sharding import FSDP_AND_TENSOR_PARALLEL_RULES
 from tasks.lm.chat import register_chat_task
+from tasks.lm.hf_model import HfModelKnobs
 from tasks.lm.prompt_completion import PromptCompletionKnobs
 from tasks.lm.text import TextFormat
 
@@ -54,21 +51,8 @@ class Records(enum.Enum):
     CHAT = "chat"  # {MESSAGES_FIELD: [{"role": ..., "content": ...}, ...]}: tasks.lm.chat.
 
 
-#: Model knob -> config.json's names for that size (Llama's, then GPT-2's): the model is
-#: built with config.json's, so a knob set otherwise is a contradiction.
-_SIZE_KNOBS = {
-    "NUM_LAYERS": ("num_hidden_layers", "n_layer"),
-    "MODEL_DIMS": ("hidden_size", "n_embd"),
-    "HIDDEN_DIMS": ("intermediate_size", "n_inner"),
-    "NUM_HEADS": ("num_attention_heads", "n_head"),
-    "NUM_KV_HEADS": ("num_key_value_heads",),
-    "DIMS_PER_HEAD": ("head_dim",),
-    "VOCAB_SIZE": ("vocab_size",),
-}
-
-
 @experiment_registry.register
-class HfCausalLm(PromptCompletionKnobs):
+class HfCausalLm(HfModelKnobs, PromptCompletionKnobs):
     """A Hugging Face decoder-only model fine-tuned on text or prompt/completion files.
 
     Attributes (knobs, beyond LmTextTiny's and the prompt/completion ones):
@@ -79,13 +63,10 @@ class HfCausalLm(PromptCompletionKnobs):
         MAX_PROMPT_LEN tokens: a longer one keeps its end) the prompt.
     """
 
-    HF_MODEL: str | None = None
     RECORDS: Records = Records.TEXT
     MESSAGES_FIELD: str = "messages"
 
     TEXT_TASK_NAME = "hf_text"
-    LOGICAL_AXIS_RULES = FSDP_AND_TENSOR_PARALLEL_RULES  # Weights over 'data' and 'mdl'.
-    FPROP_DTYPE = jnp.bfloat16
     LEARNING_RATE = 1e-5
     LR_COS_WARMUP = 0
     LR_COS_DECAY_START = 0
@@ -98,17 +79,9 @@ class HfCausalLm(PromptCompletionKnobs):
         adapter = self._init_adapter()
         if adapter is not None:
             self._take_adapter(adapter)
-        if self.HF_MODEL is None:
-            raise KnobError(
-                f"{type(self).__qualname__}: HF_MODEL is unset; set --set HF_MODEL=DIR (a Hugging "
-                "Face model directory: config.json, safetensors, tokenizer)."
-            )
         if isinstance(self.HF_MODEL, str):
-            self._check_sizes()
             self._check_vocab_path()
-            # The model's vocabulary and tokenizer, for the inputs and the config's record.
-            self.VOCAB_SIZE = self.hf_config.fields["vocab_size"]
-            self.VOCAB_PATH = self.HF_MODEL
+            self.VOCAB_PATH = self.HF_MODEL  # The model's tokenizer, for the inputs.
         super().__init__()
 
     def validate(self) -> None:
@@ -184,57 +157,12 @@ class HfCausalLm(PromptCompletionKnobs):
                 f"with: {'; '.join(differ)}; leave them unset to continue the adapter as it is."
             )
 
-    def lora_targets(self) -> tuple[str, ...]:
-        """LORA_TARGET_MODULES in Hugging Face's module names (PEFT's default: the family's)."""
-        family = hf_models.family_of(self.hf_config)
-        try:
-            return peft_adapter.lora_targets(family, self.lora_modules())
-        except peft_adapter.PeftError as e:
-            raise KnobError(f"{type(self).__qualname__}: LORA_TARGET_MODULES: {e}") from None
-
-    @functools.cached_property
-    def hf_config(self) -> hf_models.HfConfig:
-        """HF_MODEL's config.json (read once)."""
-        try:
-            return hf_models.HfConfig.load(epath.Path(self.HF_MODEL))
-        except hf_models.HfConfigError as e:
-            raise KnobError(f"{type(self).__qualname__}: HF_MODEL: {e}") from None
-
     def _check_vocab_path(self) -> None:
         if type(self).VOCAB_PATH not in (None, self.HF_MODEL):
             raise KnobError(
                 f"{type(self).__qualname__}: VOCAB_PATH={type(self).VOCAB_PATH!r}, but the "
                 "model's tokenizer is HF_MODEL's; leave VOCAB_PATH unset."
             )
-
-    def _check_sizes(self) -> None:
-        """KnobError listing each model knob set to other than config.json says."""
-        fields = self.hf_config.fields
-        differ = []
-        for knob, names in _SIZE_KNOBS.items():
-            theirs = next((fields[n] for n in names if fields.get(n) is not None), None)
-            ours = getattr(type(self), knob, None)
-            if theirs is not None and _set_here(type(self), knob) and ours != theirs:
-                differ.append(f"{knob}={ours} (config.json: {theirs})")
-        if differ:
-            raise KnobError(
-                f"{type(self).__qualname__}: {self.HF_MODEL}/config.json builds the model, and "
-                f"these knobs disagree with it: {'; '.join(differ)}; leave them unset."
-            )
-
-    def model(self) -> config_lib.Config:
-        """config.json's model (scanned unless its layers differ): float32 weights, FPROP_DTYPE
-        compute, NUM_LOSS_CHUNKS and Z_LOSS_WEIGHT on its softmax."""
-        _, model = hf_models.build_model(self.hf_config)
-        if self.USE_REPEATED_LAYER:
-            model = hf_models.scanned(
-                model,
-                checkpoint_policy=self.CHECKPOINT_POLICY,
-                offload_to_host=self.CHECKPOINT_OFFLOAD_TO_HOST,
-            )
-        softmax = model.lm_tpl.softmax_tpl
-        softmax.num_chunks, softmax.z_loss_weight = self.NUM_LOSS_CHUNKS, self.Z_LOSS_WEIGHT
-        return config_lib.set_dtypes(model, dtype=jnp.float32, fprop_dtype=self.FPROP_DTYPE)
 
     def task(self) -> Any:
         """LmTextTiny's task over this model, its parameters from HF_MODEL at step 0 (unless
@@ -260,20 +188,6 @@ class HfCausalLm(PromptCompletionKnobs):
         for name, value in inference.hf_generation_settings(fields).items():
             setattr(task.decoder, name, value)
         return task
-
-    def eos_token_id(self) -> int | tuple[int, ...]:
-        """The model's EOS id(s): generation_config.json's, else config.json's (no tokenizer
-        read, so a config alone sizes the job)."""
-        for name in (hf_checkpoint.GENERATION_CONFIG_FILE, hf_models.CONFIG_FILE):
-            path = epath.Path(self.HF_MODEL) / name
-            eos = json.loads(path.read_text()).get("eos_token_id") if path.is_file() else None
-            if eos is not None:
-                return tuple(eos) if isinstance(eos, list) else eos
-        return super().eos_token_id()
-
-    def job_files(self) -> dict[str, str]:
-        """HF_MODEL's config, generation config and tokenizer files, kept in the job."""
-        return export.kept_files(self.HF_MODEL)
 
     def register_task(self) -> None:
         if self.RECORDS is Records.PROMPT_COMPLETION:
@@ -305,16 +219,6 @@ class HfCausalLm(PromptCompletionKnobs):
                 "decode_form": DecodeForm.INPUTS_TARGETS,
             }
         return super().prompt_input_fields()
-
-
-def _set_here(cls: type, knob: str) -> bool:
-    """Whether ``knob`` was given a value below HfCausalLm (a subclass or ``--set``)."""
-    for klass in cls.__mro__:
-        if klass is HfCausalLm:
-            return False
-        if knob in vars(klass):
-            return True
-    return False
 
 
 def _has_weights(path: str) -> bool:

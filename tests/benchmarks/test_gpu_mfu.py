@@ -1,0 +1,112 @@
+"""``benchmarks.gpu_mfu`` on this CPU (its ``--cpu`` tiny shapes), and the pieces it stands on."""
+
+import json
+import os
+import pathlib
+import subprocess
+import sys
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from benchmarks import gpu_mfu_run
+from benchmarks.plain_jax_lm import Shape, init_params, loss_fn
+
+REPO = pathlib.Path(__file__).resolve().parents[2]
+
+#: Runs the script as a GPU machine would, then lists the modules it must never import.
+_RUN = """
+import json, sys
+from benchmarks import gpu_mfu
+gpu_mfu.main(sys.argv[1:])
+heavy = sorted({m.split(".")[0] for m in sys.modules} & {"seqio", "tensorflow", "clu"})
+print("HEAVY_IMPORTS", json.dumps(heavy))
+"""
+
+
+@pytest.fixture(scope="module")
+def report(tmp_path_factory):
+    out = tmp_path_factory.mktemp("gpu_mfu")
+    args = ["--cpu", "--out", str(out), "--batch", "2", "--lora_batch", "2"]
+    args += ["--memory_gib", "0.006", "--steps", "2", "--rounds", "1", "--profile"]
+    result = subprocess.run(
+        [sys.executable, "-c", _RUN, *args],
+        cwd=REPO,
+        env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"},  # One GPU.
+        capture_output=True,
+        text=True,
+        timeout=600,
+    )
+    assert result.returncode == 0, result.stderr[-3000:]
+    heavy = next(ln for ln in result.stdout.splitlines() if ln.startswith("HEAVY_IMPORTS"))
+    return {
+        "figures": json.loads((out / "gpu_mfu.json").read_text()),
+        "markdown": (out / "gpu_mfu.md").read_text(),
+        "heavy_imports": json.loads(heavy.split(" ", 1)[1]),
+        "out": out,
+    }
+
+
+def test_cpu_mode_runs_every_leg_end_to_end(report):
+    figures, markdown, out = report["figures"], report["markdown"], report["out"]
+    assert report["heavy_imports"] == []  # GPU machines have no SeqIO, TensorFlow or clu.
+    for leg in ("llama_1b", "llama3_8b_lora"):
+        leg_figures = figures[leg]["figures"]
+        assert figures[leg]["batch"] == 2
+        assert leg_figures["tokens_per_step"] == 2 * figures["seq"]
+        assert leg_figures["tokens_per_sec"] > 0 and 0 < leg_figures["mfu"] < 1
+        assert f"| {leg} (" in markdown
+    assert figures["llama3_8b_lora"]["figures"]["model"]["description"].startswith("L=2 D=64 F=192")
+    plain = figures["plain"]
+    assert plain["batch"] >= 1  # Fitted beside paxlite's state.
+    assert plain["ratio"] == pytest.approx(
+        plain["paxlite"]["tokens_per_sec"] / plain["plain"]["tokens_per_sec"]
+    )
+    assert "paxlite / plain" in markdown
+    assert list((out / "profile").rglob("*.trace.json.gz"))
+    assert plain["profile_top_ops"] and not any(
+        op["name"].startswith("$") for op in plain["profile_top_ops"]
+    )
+
+
+def test_lora_frozen_base_count(report):
+    figures = report["figures"]["llama3_8b_lora"]
+    shape = gpu_mfu_run.lm_shape(gpu_mfu_run.CPU_CONFIGS["llama3_8b"])
+    seq = report["figures"]["seq"]
+    d, v, layers = 64, 256, 2
+    blocks = layers * (d * 16 * (2 * 4 + 2 * 2) + 3 * d * 192)
+    attention = layers * 4 * 16 * seq
+    expected = (4 * (blocks + d * v) + 6 * attention) / (6 * (blocks + d * v) + 6 * attention)
+    assert shape.non_embedding_params == blocks
+    assert figures["frozen_base"]["mfu"] == pytest.approx(figures["figures"]["mfu"] * expected)
+
+
+def test_largest_batch_extrapolates_linearly():
+    def bytes_at(batch):
+        return 100 + 30 * batch
+
+    assert gpu_mfu_run.largest_batch(bytes_at, 250, 64, "step") == 5  # 250 exactly.
+    assert gpu_mfu_run.largest_batch(bytes_at, 279, 64, "step") == 5
+    assert gpu_mfu_run.largest_batch(bytes_at, 10_000, 64, "step") == 64
+    with pytest.raises(SystemExit, match="needs .* at batch 1, over the budget"):
+        gpu_mfu_run.largest_batch(bytes_at, 120, 64, "step")
+
+
+def test_plain_grouped_kv_heads_equal_repeated_heads():
+    """The plain step's GQA: each k/v head serves ``groups`` query heads in order, which
+    is multi-head attention with every k/v head repeated ``groups`` times."""
+    gqa = Shape(2, 32, 48, 4, 8, 50, 12, 2, num_kv_heads=2, gated=True, rms_norm=True)
+    mha = Shape(2, 32, 48, 4, 8, 50, 12, 2, num_kv_heads=None, gated=True, rms_norm=True)
+    params = init_params(gqa, seed=3)
+    qkv = params["blocks"]["qkv"]  # [L, D, 4 + 2 + 2, H]
+    q, k, v = qkv[:, :, :4], qkv[:, :, 4:6], qkv[:, :, 6:]
+    repeated = jnp.concatenate([q, jnp.repeat(k, 2, axis=2), jnp.repeat(v, 2, axis=2)], axis=2)
+    mha_params = jax.tree.map(lambda x: x, params)
+    mha_params["blocks"] = dict(params["blocks"], qkv=repeated)
+    ids = jnp.asarray(np.random.default_rng(0).integers(0, 50, (2, 12)), jnp.int32)
+    labels = jnp.roll(ids, -1, axis=1)
+    np.testing.assert_allclose(
+        loss_fn(params, ids, labels, gqa), loss_fn(mha_params, ids, labels, mha), rtol=1e-6
+    )

@@ -70,8 +70,13 @@ def main(argv: list[str] | None = None) -> None:
     added = gpu_flags.apply(not args.no_gpu_flags)
     from benchmarks import gpu_mfu_run
 
-    report = gpu_mfu_run.run(args, added)
-    gpu_mfu_run.write(report, args.out)
+    unknown = set(args.legs.split(",")) - set(gpu_mfu_run.LEGS)
+    if unknown:
+        raise SystemExit(
+            f"gpu_mfu: error: --legs names {', '.join(sorted(unknown))}; choose from "
+            f"{', '.join(gpu_mfu_run.LEGS)}."
+        )
+    gpu_mfu_run.run(args, added)
 
 
 def _parser() -> argparse.ArgumentParser:
@@ -90,7 +95,9 @@ def _parser() -> argparse.ArgumentParser:
     )
     parser.add_argument("--steps", type=int, default=20, help="timed steps per leg")
     parser.add_argument("--rounds", type=int, default=3, help="alternating rounds vs plain")
-    parser.add_argument("--profile", action="store_true", help="trace 3 steps of leg 1")
+    parser.add_argument(
+        "--profile", action="store_true", help="trace 3 of leg 1's steps (in the plain leg)"
+    )
     parser.add_argument("--no_gpu_flags", action="store_true", help="leave XLA_FLAGS alone")
     return parser
 

@@ -120,21 +120,28 @@ def log(message: str) -> None:
     print(f"[gpu_mfu {time.strftime('%H:%M:%S')}] {message}", flush=True)
 
 
+#: The legs, in the order they run.
+LEGS = ("llama_1b", "plain", "llama3_8b_lora")
+
+
 def run(args: argparse.Namespace, gpu_flags_added: list[str]) -> dict[str, Any]:
-    """Every leg ``--legs`` names; returns the report's figures."""
+    """Every leg ``--legs`` names; writes the report after each (a run stopped by a time
+    limit keeps the legs it finished) and returns it."""
     out = pathlib.Path(args.out)
     configs = _write_configs(out / "configs", CPU_CONFIGS if args.cpu else CONFIGS)
     settings = _Settings.of(args, configs)
-    legs = set(args.legs.split(","))
+    legs = args.legs.split(",")
     report = _header(settings, gpu_flags_added)
     log(f"device {report['device']}; a step may take {size(settings.budget)}")
-    if "llama_1b" in legs:
-        report["llama_1b"] = _bench_leg(settings, _llama_1b(settings), args.batch)
-    if "plain" in legs:
-        report["plain"] = _compare_with_plain(settings, args.rounds, args.profile)
-    if "llama3_8b_lora" in legs:
-        report["llama3_8b_lora"] = _bench_leg(settings, _lora_leg(settings), args.lora_batch)
-        _add_frozen_base_mfu(report["llama3_8b_lora"], settings)
+    for name in (leg for leg in LEGS if leg in legs):
+        if name == "llama_1b":
+            report[name] = _bench_leg(settings, _llama_1b(settings), args.batch)
+        elif name == "plain":
+            report[name] = _compare_with_plain(settings, args.rounds, args.profile)
+        else:
+            report[name] = _bench_leg(settings, _lora_leg(settings), args.lora_batch)
+            _add_frozen_base_mfu(report[name], settings)
+        write(report, args.out)
     return report
 
 

@@ -18,22 +18,18 @@ tokens/s of both (medians over rounds) and paxlite / plain.
 from __future__ import annotations
 
 import argparse
-import contextlib
 import json
 import os
 import statistics
 import time
-from collections.abc import Iterator
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
-import jax  # noqa: E402
 import jax.numpy as jnp  # noqa: E402
 
+from benchmarks.paxlite_runner import PaxliteRunner  # noqa: E402
 from benchmarks.plain_jax_lm import PlainRunner, Shape  # noqa: E402
-from paxlite import base_experiment, partitioning, prefetch, train_setup  # noqa: E402
-from paxlite.base_experiment import BaseExperiment  # noqa: E402
-from paxlite.job import build_job  # noqa: E402
+from paxlite import base_experiment  # noqa: E402
 from praxis_lite.layers.repeats import AutodiffCheckpointType  # noqa: E402
 from tasks.lm.lm_cloud import LmCloudSpmd2B  # noqa: E402
 
@@ -68,47 +64,6 @@ def _experiment(shape: Shape) -> LmCloudSpmd2B:
         "PERCORE_BATCH_SIZE": shape.batch,
     }
     return base_experiment.with_overrides(LmCloudSpmd2B, knobs)()
-
-
-class PaxliteRunner:
-    """paxlite's loop path for an experiment on one device, without checkpoints or
-    summaries (they come at intervals)."""
-
-    def __init__(self, exp: BaseExperiment):
-        self.input_cfg = exp.datasets()[0]
-        self.job = build_job(exp, exp.task(), [self.input_cfg], "/nonexistent", jax.devices()[:1])
-        with self._scope():
-            run = train_setup.init_or_restore(self.job, train_setup.StateSource.FRESH)
-            self.state, self.key = run.state, run.train_key
-            self.step_fn, self.compile_s = train_setup.compile_train_step(self.job, run)
-        self.batches = self.prefetcher()
-        self.tokens_per_step = exp.PERCORE_BATCH_SIZE * exp.MAX_SEQ_LEN
-        self.step = 0
-
-    def prefetcher(self) -> prefetch.Prefetcher:
-        """A new reader of the job's training input, prefetched as the training loop does."""
-        inp = partitioning.instantiate_input(self.input_cfg, self.job.batch_sharding)
-        return prefetch.Prefetcher(inp, self.job.to_global)
-
-    @contextlib.contextmanager
-    def _scope(self) -> Iterator[None]:
-        """The mesh and logical rules, as the training loop has them (only around our calls,
-        so the plain step never runs under them)."""
-        with self.job.scope():
-            yield
-
-    def run(self, steps: int) -> float:
-        task = self.job.task
-        with self._scope():
-            for _ in range(steps):
-                self.state, metrics = self.step_fn(self.state, self.batches.next(), self.key)
-                self.step += 1
-                if self.step % task.summary_interval_steps == 0:  # The loop's checks.
-                    jax.device_get(metrics)
-            return float(metrics["loss"])
-
-    def close(self) -> None:
-        self.batches.close()
 
 
 def compare(name: str, rounds: int) -> dict:

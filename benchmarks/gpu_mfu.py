@@ -14,16 +14,20 @@ weights from a config.json, synthetic token rows, nothing downloaded), in one pr
 2. ``llama3_8b_lora``: Llama-3-8B's shape (config only) with rank-16 LoRA on q, k, v
    and o, its frozen weights in bfloat16 (LORA_BASE_DTYPE), largest batch that fits.
 3. ``plain``: the plain-JAX step of ``benchmarks.plain_jax_lm`` at leg 1's shape
-   (GQA, SwiGLU, RMSNorm, tied output, bfloat16 compute; no rotary positions, einsum
-   attention), timed against leg 1's step at the same batch in alternating rounds with
-   both held on the device: their tokens/s ratio is the report's "paxlite / plain".
+   (GQA, SwiGLU, RMSNorm, tied output, bfloat16 compute, each block rematerialised by
+   ``jax.checkpoint``; no rotary positions, einsum attention, the whole logits at once),
+   timed against leg 1's step at the same batch in alternating rounds with both held on
+   the device: their tokens/s ratio is the report's "paxlite / plain".
+
+The legs run in this order; one that fails is recorded as its error, the next one runs,
+and the command exits with status 1 at the end.
 
 "The largest batch that fits" is read off the compiler, not found by running out of
 memory: the step is compiled at batch 1 and 2 (``paxlite.aot``, abstract arrays), the
 program's bytes per device extrapolated linearly to the device's allocator limit
 (``XLA_PYTHON_CLIENT_MEM_FRACTION``, 0.85 unless set, as MaxText's GPU runs set it) less
-3%; a run that still runs out steps down by an eighth. The paxlite side of the
-comparison runs at the batch where both states and the plain step fit together.
+3%; a run that still runs out steps down by an eighth. The comparison runs at the largest
+batch where both steps fit with both states held.
 
 MFU is the causal count (``praxis_lite.model_flops``: ``6 N + 6 L H Q T`` per token)
 over the device's dense bfloat16 peak (``paxlite.mfu``: H100 SXM and H200 989 TFLOP/s).
@@ -33,7 +37,8 @@ counted). The GPU XLA flags (``paxlite.gpu_flags``) are on unless ``--no_gpu_fla
 
 Writes ``gpu_mfu.json`` (every figure, each leg's ``benchmark.json`` figures, device,
 versions, flags) and ``gpu_mfu.md`` into ``--out``; ``--profile`` also writes a
-``jax.profiler`` trace of 3 steps of leg 1 (``<out>/profile``, TensorBoard or Perfetto).
+``jax.profiler`` trace of 3 of leg 1's steps at the comparison's batch (``<out>/profile``,
+TensorBoard or Perfetto) and lists its top kernels in the report.
 
 On the GPU machines lent to this project (Python 3.12, jax 0.11.2 with CUDA 13, flax,
 optax, orbax, tensorstore, etils, matplotlib, safetensors, tokenizers, sentencepiece,
@@ -76,7 +81,10 @@ def main(argv: list[str] | None = None) -> None:
             f"gpu_mfu: error: --legs names {', '.join(sorted(unknown))}; choose from "
             f"{', '.join(gpu_mfu_run.LEGS)}."
         )
-    gpu_mfu_run.run(args, added)
+    report = gpu_mfu_run.run(args, added)
+    failed = [leg for leg in gpu_mfu_run.LEGS if "error" in report.get(leg, {})]
+    if failed:
+        raise SystemExit(f"gpu_mfu: error: {', '.join(failed)} failed (see the report).")
 
 
 def _parser() -> argparse.ArgumentParser:

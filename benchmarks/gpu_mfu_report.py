@@ -22,16 +22,19 @@ def markdown(report: dict[str, Any]) -> str:
     for name in ("llama_1b", "llama3_8b_lora"):
         if name in report:
             lines.append(_leg_row(name, report[name], report["seq"]))
-    if "llama3_8b_lora" in report:
+    if "frozen_base" in report.get("llama3_8b_lora", {}):
         frozen = report["llama3_8b_lora"]["frozen_base"]
         lines += [
             "",
             f"LoRA with the frozen-base count ({frozen['formula']}): "
             f"{frozen['tflops_per_sec_per_device']:.4g} TFLOP/s per device, "
-            f"MFU {_pct(frozen['mfu'])}.",
+            f"MFU {percent(frozen['mfu'])}.",
         ]
-    if "plain" in report:
-        lines += ["", *_plain_rows(report["plain"], report["seq"])]
+    plain = report.get("plain")
+    if plain and "error" in plain:
+        lines += ["", f"The plain comparison failed: {plain['error']}"]
+    elif plain:
+        lines += ["", *_plain_rows(plain, report["seq"])]
     return "\n".join(lines) + "\n"
 
 
@@ -56,11 +59,13 @@ def _header_rows(report: dict[str, Any]) -> list[str]:
 
 
 def _leg_row(name: str, leg: dict[str, Any], seq: int) -> str:
+    if "error" in leg:
+        return f"| {name} | failed: {leg['error']} | | | | |"
     f = leg["figures"]
     return (
         f"| {name} ({f['model']['description']}) | {leg['batch']} x {seq} | "
         f"{f['step_time_ms']:.1f} ms | {f['tokens_per_sec']:,.0f} | "
-        f"{f['tflops_per_sec_per_device']:.4g} | {_pct(f['mfu'])} |"
+        f"{f['tflops_per_sec_per_device']:.4g} | {percent(f['mfu'])} |"
     )
 
 
@@ -77,21 +82,23 @@ def _plain_rows(plain: dict[str, Any], seq: int) -> list[str]:
         rounds = ", ".join(f"{r:,.0f}" for r in side["tokens_per_sec_rounds"])
         rows.append(
             f"| {label} | {side['tokens_per_sec']:,.0f} | {rounds} | "
-            f"{side['tflops_per_sec_per_device']:.4g} | {_pct(side['mfu'])} |"
+            f"{side['tflops_per_sec_per_device']:.4g} | {percent(side['mfu'])} |"
         )
     rows += ["", f"paxlite / plain: **{plain['ratio']:.3f}**"]
     if plain.get("profile_top_ops"):
         rows += [
             "",
-            "Where paxlite's step spends its time (3 traced steps, `profile/`):",
+            f"Where paxlite's step spends its time (3 traced steps at batch "
+            f"{plain['profile_batch']} x {seq}, `profile/`):",
             "",
             "| op / kernel | ms | share |",
             "|---|---|---|",
         ]
         for op in plain["profile_top_ops"]:
-            rows.append(f"| `{op['name'][:90]}` | {op['ms']:.2f} | {_pct(op['share'])} |")
+            rows.append(f"| `{op['name'][:90]}` | {op['ms']:.2f} | {percent(op['share'])} |")
     return rows
 
 
-def _pct(value: float | None) -> str:
+def percent(value: float | None) -> str:
+    """``12.3%``, or ``n/a``."""
     return "n/a" if value is None else f"{100 * value:.1f}%"

@@ -26,14 +26,14 @@ from typing import Any
 import jax
 import jax.numpy as jnp
 
-from benchmarks.compare_plain import PaxliteRunner
+from benchmarks.gpu_mfu_report import GIB, markdown, percent
+from benchmarks.paxlite_runner import PaxliteRunner
 from benchmarks.plain_jax_lm import PlainRunner, Shape, init_params, make_train_step
 from paxlite import aot, base_experiment, bench, bench_report, mfu, partitioning, train_setup
-from paxlite.job import build_job
+from paxlite.job import Job, build_job
 from praxis_lite.model_flops import FlopsDefinition, LmShape
 from tasks.lm.hf_synthetic import HfSyntheticLm
 
-GIB = 2**30
 #: The fitted batch's share of the allocator's limit (the rest: fragmentation, cuDNN's
 #: workspaces, what the extrapolation misses).
 FIT_MARGIN = 0.97
@@ -121,12 +121,13 @@ def log(message: str) -> None:
 
 
 #: The legs, in the order they run.
-LEGS = ("llama_1b", "plain", "llama3_8b_lora")
+LEGS = ("llama_1b", "llama3_8b_lora", "plain")
 
 
 def run(args: argparse.Namespace, gpu_flags_added: list[str]) -> dict[str, Any]:
     """Every leg ``--legs`` names; writes the report after each (a run stopped by a time
-    limit keeps the legs it finished) and returns it."""
+    limit keeps the legs it finished). A leg that fails is recorded as its error and the
+    next one runs. Returns the report."""
     out = pathlib.Path(args.out)
     configs = _write_configs(out / "configs", CPU_CONFIGS if args.cpu else CONFIGS)
     settings = _Settings.of(args, configs)
@@ -134,15 +135,31 @@ def run(args: argparse.Namespace, gpu_flags_added: list[str]) -> dict[str, Any]:
     report = _header(settings, gpu_flags_added)
     log(f"device {report['device']}; a step may take {size(settings.budget)}")
     for name in (leg for leg in LEGS if leg in legs):
-        if name == "llama_1b":
-            report[name] = _bench_leg(settings, _llama_1b(settings), args.batch)
-        elif name == "plain":
-            report[name] = _compare_with_plain(settings, args.rounds, args.profile)
-        else:
-            report[name] = _bench_leg(settings, _lora_leg(settings), args.lora_batch)
-            _add_frozen_base_mfu(report[name], settings)
+        try:
+            report[name] = _run_leg(name, settings, args)
+        except (Exception, SystemExit) as e:  # noqa: BLE001 (the next leg still runs)
+            report[name] = {"error": f"{type(e).__name__}: {str(e).splitlines()[0][:500]}"}
+            log(f"{name}: failed: {report[name]['error']}")
         write(report, args.out)
     return report
+
+
+def _run_leg(name: str, settings: _Settings, args: argparse.Namespace) -> dict[str, Any]:
+    memory_at_start = _device_bytes_in_use()
+    if name == "llama_1b":
+        leg_report = _bench_leg(settings, _llama_1b(settings), args.batch)
+    elif name == "llama3_8b_lora":
+        leg_report = _bench_leg(settings, _lora_leg(settings), args.lora_batch)
+        _add_frozen_base_mfu(leg_report, settings)
+    else:
+        leg_report = _compare_with_plain(settings, args.rounds, args.profile)
+    return leg_report | {"device_bytes_in_use_at_start": memory_at_start}
+
+
+def _device_bytes_in_use() -> int | None:
+    """What the device holds now, after a collection (None where it does not say)."""
+    gc.collect()
+    return (jax.devices()[0].memory_stats() or {}).get("bytes_in_use")
 
 
 @dataclasses.dataclass(frozen=True)
@@ -219,8 +236,8 @@ def _model_knobs(settings: _Settings, config: str) -> dict[str, Any]:
 
 
 def experiment(leg: Leg, batch: int) -> HfSyntheticLm:
-    """The leg's experiment at ``batch`` sequences, on one device (the batch knob is per
-    device of the process, so it is divided by how many this process sees)."""
+    """The leg's experiment at ``batch`` sequences, on one device (PERCORE_BATCH_SIZE is
+    per device of all ``jax.device_count()``, so it is divided by that)."""
     knobs = leg.knobs | {"PERCORE_BATCH_SIZE": batch / jax.device_count()}
     return base_experiment.with_overrides(HfSyntheticLm, knobs)()
 
@@ -229,12 +246,30 @@ def _devices() -> list[jax.Device]:
     return jax.devices()[:1]
 
 
-def paxlite_program_bytes(leg: Leg, batch: int) -> dict[str, Any]:
-    """The compile report's figures (``paxlite.aot``) of the leg's step at ``batch``."""
+#: (leg name, batch) -> its compile figures: each is compiled once per run.
+_COMPILED: dict[tuple[str, int], dict[str, Any]] = {}
+
+
+def _compile_job(leg: Leg, batch: int) -> Job:
+    """The leg's job at ``batch`` on one device, with stand-in inputs (nothing is read)."""
     exp = experiment(leg, batch)
     inputs = exp.stand_in_datasets(exp.datasets())
-    job = build_job(exp, exp.task(), inputs, pathlib.Path("/nonexistent"), _devices())
-    return aot.compile_train_step(job)
+    return build_job(exp, exp.task(), inputs, pathlib.Path("/nonexistent"), _devices())
+
+
+def paxlite_program_bytes(leg: Leg, batch: int) -> int:
+    """Bytes per device of the leg's compiled step at ``batch`` (``paxlite.aot``)."""
+    if (leg.name, batch) not in _COMPILED:
+        _COMPILED[leg.name, batch] = aot.compile_train_step(_compile_job(leg, batch))
+    return _COMPILED[leg.name, batch]["program_bytes_per_device"]
+
+
+def plain_state_bytes(shape: Shape) -> int:
+    """Bytes of the plain step's parameters and Adam state (abstract: nothing is drawn)."""
+    params = jax.eval_shape(lambda: init_params(shape))
+    tx, _ = make_train_step(shape)
+    state = (params, jax.eval_shape(tx.init, params))
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
 
 
 def plain_program_bytes(shape: Shape) -> int:
@@ -261,8 +296,12 @@ def largest_batch(bytes_at: Callable[[int], int], budget: int, most: int, what: 
             f"gpu_mfu: error: {what} needs {size(one)} at batch 1, over the budget of "
             f"{size(budget)}; use a shorter --seq (or, for paxlite's legs, more --remat)."
         )
-    per_row = max(two - one, 1)
-    return max(1, min(most, 1 + (budget - one) // per_row))
+    if two <= one:
+        raise SystemExit(
+            f"gpu_mfu: error: {what}: the compiler reports no more memory at batch 2 than at "
+            "1, so no batch can be extrapolated; pass the batch (--batch, --lora_batch)."
+        )
+    return max(1, min(most, 1 + (budget - one) // (two - one)))
 
 
 def _bench_leg(settings: _Settings, leg: Leg, batch: int | None) -> dict[str, Any]:
@@ -270,12 +309,13 @@ def _bench_leg(settings: _Settings, leg: Leg, batch: int | None) -> dict[str, An
     fits); a run out of memory steps down by an eighth, at most 3 times."""
     if batch is None:
         batch = largest_batch(
-            lambda b: paxlite_program_bytes(leg, b)["program_bytes_per_device"],
+            lambda b: paxlite_program_bytes(leg, b),
             settings.budget,
             settings.max_batch,
             leg.name,
         )
     for attempt in range(4):
+        gc.collect()  # A failed attempt's arrays go before the next one allocates.
         log(f"{leg.name}: benchmark at batch {batch} x {settings.seq}")
         try:
             figures = _benchmark(leg, batch, settings)
@@ -288,7 +328,7 @@ def _bench_leg(settings: _Settings, leg: Leg, batch: int | None) -> dict[str, An
         log(
             f"{leg.name}: {figures['step_time_ms']:.1f} ms/step, "
             f"{figures['tokens_per_sec']:,.0f} tokens/s, "
-            f"{figures['tflops_per_sec_per_device']:.4g} TFLOP/s, MFU {_pct(figures['mfu'])}"
+            f"{figures['tflops_per_sec_per_device']:.4g} TFLOP/s, MFU {percent(figures['mfu'])}"
         )
         return {"batch": batch, "knobs": _printable(leg.knobs), "figures": figures}
     raise AssertionError("unreachable")
@@ -319,6 +359,7 @@ def _plain_shape(config: dict[str, Any], seq: int, batch: int) -> Shape:
         num_kv_heads=config["num_key_value_heads"],
         gated=True,
         rms_norm=True,
+        remat=True,
     )
 
 
@@ -342,9 +383,7 @@ def _config(settings: _Settings, name: str) -> dict[str, Any]:
 
 def paxlite_state_bytes(leg: Leg) -> int:
     """Bytes per device of the leg's parameters and optimizer state (traced, not compiled)."""
-    exp = experiment(leg, 1)
-    inputs = exp.stand_in_datasets(exp.datasets())
-    job = build_job(exp, exp.task(), inputs, pathlib.Path("/nonexistent"), _devices())
+    job = _compile_job(leg, 1)
     with job.scope():
         state = train_setup.init_or_restore(job, train_setup.StateSource.ABSTRACT).state
     return partitioning.per_device_bytes(state.params) + partitioning.per_device_bytes(
@@ -353,14 +392,21 @@ def paxlite_state_bytes(leg: Leg) -> int:
 
 
 def _comparison_batch(settings: _Settings, leg: Leg, config: dict[str, Any]) -> int:
-    """The largest batch at which the plain step fits beside paxlite's state (both are
-    held on the device while they alternate)."""
-    return largest_batch(
+    """The largest batch at which both steps run with both states held on the device (they
+    alternate): the plain step beside paxlite's state, and paxlite's beside the plain one's."""
+    plain_fit = largest_batch(
         lambda b: plain_program_bytes(_plain_shape(config, settings.seq, b)),
         settings.budget - paxlite_state_bytes(leg),
         settings.max_batch,
         "plain step beside paxlite's state",
     )
+    paxlite_fit = largest_batch(
+        lambda b: paxlite_program_bytes(leg, b),
+        settings.budget - plain_state_bytes(_plain_shape(config, settings.seq, 1)),
+        settings.max_batch,
+        "paxlite's step beside the plain state",
+    )
+    return min(plain_fit, paxlite_fit)
 
 
 def _compare_with_plain(settings: _Settings, rounds: int, profile: bool) -> dict[str, Any]:
@@ -385,6 +431,7 @@ def _compare_with_plain(settings: _Settings, rounds: int, profile: bool) -> dict
     figures = _comparison_figures(rates, batch, shape, settings, config)
     if profile:
         figures["profile_top_ops"] = profile_summary(settings.out / "profile")
+        figures["profile_batch"] = batch
     return figures
 
 
@@ -425,26 +472,44 @@ def _comparison_figures(
     return figures
 
 
-@functools.cache
+def _kernel_lanes(events: list[dict]) -> set[tuple[Any, Any]] | None:
+    """The (pid, tid) lanes of a device's kernels: its ``Stream #...`` lines (not its derived
+    'XLA Modules' / 'XLA Ops' lines, which would count each kernel again); else its
+    'XLA Ops' line; else all its lines; None (every lane) where the trace has no device."""
+    devices = {
+        e["pid"]
+        for e in events
+        if e.get("ph") == "M"
+        and e.get("name") == "process_name"
+        and str(e.get("args", {}).get("name", "")).startswith("/device:")
+    }
+    threads = {
+        (e["pid"], e.get("tid")): str(e.get("args", {}).get("name", ""))
+        for e in events
+        if e.get("ph") == "M" and e.get("name") == "thread_name" and e.get("pid") in devices
+    }
+    for prefix in ("Stream", "XLA Ops"):
+        lanes = {lane for lane, name in threads.items() if name.startswith(prefix)}
+        if lanes:
+            return lanes
+    return set(threads) or None
+
+
 def profile_summary(trace_root: pathlib.Path, top: int = 15) -> list[dict[str, Any]]:
     """The ``top`` ops (GPU kernels on a GPU) by total time in the newest trace under
     ``trace_root`` (``*.trace.json.gz``): ``[{'name', 'ms', 'share'}]``, shares of the
-    device's busy time (of all timed events but Python frames where no device lane exists)."""
+    summed kernel time (of all timed events but Python frames where no device lane exists)."""
     traces = sorted(trace_root.glob("plugins/profile/*/*.trace.json.gz"))
     if not traces:
         return []
     with gzip.open(traces[-1], "rt") as f:
         events = json.load(f).get("traceEvents", [])
-    lanes = {
-        e["pid"]: e.get("args", {}).get("name", "")
-        for e in events
-        if e.get("ph") == "M" and e.get("name") == "process_name"
-    }
-    device_pids = {pid for pid, name in lanes.items() if name.startswith("/device:")}
+    kept = _kernel_lanes(events)
     totals: collections.Counter[str] = collections.Counter()
     for e in events:
         python_frame = e.get("name", "").startswith("$")  # The host's Python tracer.
-        if e.get("ph") == "X" and not python_frame and (not device_pids or e["pid"] in device_pids):
+        lane = (e.get("pid"), e.get("tid"))
+        if e.get("ph") == "X" and not python_frame and (kept is None or lane in kept):
             totals[e.get("name", "?")] += float(e.get("dur", 0.0))
     busy = sum(totals.values()) or 1.0
     return [
@@ -530,16 +595,10 @@ def size(num_bytes: float) -> str:
     return f"{num_bytes / 2**20:.1f} MiB"
 
 
-def _pct(value: float | None) -> str:
-    return "n/a" if value is None else f"{100 * value:.1f}%"
-
-
 def write(report: dict[str, Any], out: str) -> None:
     """``gpu_mfu.json`` and ``gpu_mfu.md`` into ``out``."""
-    from benchmarks import gpu_mfu_report
-
     where = pathlib.Path(out)
     where.mkdir(parents=True, exist_ok=True)
     (where / "gpu_mfu.json").write_text(json.dumps(report, indent=2, default=str))
-    (where / "gpu_mfu.md").write_text(gpu_mfu_report.markdown(report))
+    (where / "gpu_mfu.md").write_text(markdown(report))
     log(f"wrote {where / 'gpu_mfu.json'} and {where / 'gpu_mfu.md'}")

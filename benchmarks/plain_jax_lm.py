@@ -9,8 +9,10 @@ integer-label softmax cross-entropy (mean over tokens); ``optax.adam``.
 
 A Llama-shaped variant is three fields of :class:`Shape`: ``num_kv_heads`` (grouped
 k/v heads), ``gated`` (SwiGLU: ``(silu(h W1) * h W3) W2``) and ``rms_norm``; no rotary
-positions in either. ``compute_dtype`` (``make_train_step``) casts the float32 weights to
-it inside the step (mixed precision: the logits go back to float32 for the loss).
+positions in either. ``remat`` recomputes each block in the backward pass (plain
+``jax.checkpoint``: only the blocks' inputs are kept). ``compute_dtype``
+(``make_train_step``) casts the float32 weights to it inside the step (mixed precision:
+the logits go back to float32 for the loss).
 
 Shapes: ``B`` batch, ``T`` time, ``D`` model dims, ``F`` hidden dims, ``N`` heads, ``H``
 dims per head, ``V`` vocabulary, ``L`` layers.
@@ -19,12 +21,12 @@ dims per head, ``V`` vocabulary, ``L`` layers.
 from __future__ import annotations
 
 import dataclasses
+import functools
 import math
 from typing import Any
 
 import jax
 import jax.numpy as jnp
-import numpy as np
 import optax
 
 
@@ -41,6 +43,7 @@ class Shape:
     num_kv_heads: int | None = None  # None: num_heads (multi-head attention).
     gated: bool = False
     rms_norm: bool = False
+    remat: bool = False  # Recompute each block in the backward pass (jax.checkpoint).
 
     @property
     def kv_heads(self) -> int:
@@ -48,13 +51,14 @@ class Shape:
 
 
 def init_params(shape: Shape, seed: int = 0) -> dict[str, Any]:
-    """``emb [V, D]``, ``blocks`` (each leaf stacked over ``L``), ``final_ln [D]``; float32."""
+    """``emb [V, D]``, ``blocks`` (each leaf stacked over ``L``), ``final_ln [D]``; float32.
+    Drawn with ``jax.random``, so ``jax.eval_shape`` of it costs nothing."""
     layers, d, f = shape.num_layers, shape.model_dims, shape.hidden_dims
     n, k, h = shape.num_heads, shape.kv_heads, shape.dims_per_head
-    rng = np.random.default_rng(seed)
+    keys = iter(jax.random.split(jax.random.key(seed), 8))
 
     def normal(*dims: int, fan_in: int) -> jax.Array:
-        return jnp.asarray(rng.standard_normal(dims, dtype=np.float32) / math.sqrt(fan_in))
+        return jax.random.normal(next(keys), dims, jnp.float32) / math.sqrt(fan_in)
 
     blocks = {
         "ln1": jnp.ones((layers, d)),
@@ -119,7 +123,10 @@ def loss_fn(
     params = jax.tree.map(lambda w: w.astype(compute_dtype), params)
     emb = params["emb"]
     x = emb[ids] * math.sqrt(emb.shape[1])
-    x, _ = jax.lax.scan(lambda x, p: (_block(x, p, shape), None), x, params["blocks"])
+    block = functools.partial(_block, shape=shape)
+    if shape.remat:
+        block = jax.checkpoint(block)
+    x, _ = jax.lax.scan(lambda x, p: (block(x, p), None), x, params["blocks"])
     logits = jnp.einsum("btd,vd->btv", _norm(shape)(x, params["final_ln"]), emb)
     return optax.softmax_cross_entropy_with_integer_labels(
         logits.astype(jnp.float32), labels

@@ -55,8 +55,8 @@ class Records(enum.Enum):
 class HfCausalLm(HfModelKnobs, PromptCompletionKnobs):
     """A Hugging Face decoder-only model fine-tuned on text or prompt/completion files.
 
-    Attributes (knobs, beyond LmTextTiny's and the prompt/completion ones):
-      HF_MODEL: the Hugging Face model directory (config.json, safetensors, tokenizer).
+    Attributes (knobs, beyond HfModelKnobs' HF_MODEL, LmTextTiny's and the
+    prompt/completion ones):
       RECORDS: what the data files hold (see :class:`Records`).
       MESSAGES_FIELD: RECORDS=CHAT: the JSON field of each record's conversation (a list
         of {"role", "content"}); each assistant turn is an example, its context (at most

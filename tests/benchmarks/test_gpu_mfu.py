@@ -1,5 +1,6 @@
 """``benchmarks.gpu_mfu`` on this CPU (its ``--cpu`` tiny shapes), and the pieces it stands on."""
 
+import gzip
 import json
 import os
 import pathlib
@@ -52,6 +53,7 @@ def report(tmp_path_factory):
 def test_cpu_mode_runs_every_leg_end_to_end(report):
     figures, markdown, out = report["figures"], report["markdown"], report["out"]
     assert report["heavy_imports"] == []  # GPU machines have no SeqIO, TensorFlow or clu.
+    assert not [leg for leg in gpu_mfu_run.LEGS if "error" in figures[leg]]
     for leg in ("llama_1b", "llama3_8b_lora"):
         leg_figures = figures[leg]["figures"]
         assert figures[leg]["batch"] == 2
@@ -69,6 +71,47 @@ def test_cpu_mode_runs_every_leg_end_to_end(report):
     assert plain["profile_top_ops"] and not any(
         op["name"].startswith("$") for op in plain["profile_top_ops"]
     )
+
+
+def test_flops_shape_is_the_models_own_count(report):
+    """The script's FLOPs shape of a config.json (the plain step's and the frozen-base
+    count's) equals what paxlite's model counts for itself in the benchmark."""
+    for leg, config in (("llama_1b", "llama_1b"), ("llama3_8b_lora", "llama3_8b")):
+        figures = report["figures"][leg]["figures"]
+        shape = gpu_mfu_run.lm_shape(gpu_mfu_run.CPU_CONFIGS[config])
+        ours = shape.flops_per_step(figures["global_batch"], figures["seq_len"])
+        assert ours == pytest.approx(figures["by_definition"]["causal"]["flops_per_step"])
+
+
+def test_profile_summary_counts_stream_kernels_once(tmp_path):
+    """On a GPU the device's derived 'XLA Modules' / 'XLA Ops' lines repeat the kernels of
+    its 'Stream #' lines: only the streams count."""
+
+    def meta(kind, pid, name, tid=None):
+        return {"ph": "M", "name": kind, "pid": pid, "tid": tid, "args": {"name": name}}
+
+    def span(pid, tid, name, dur):
+        return {"ph": "X", "pid": pid, "tid": tid, "name": name, "ts": 0, "dur": dur}
+
+    events = [
+        meta("process_name", 1, "/device:GPU:0"),
+        meta("process_name", 2, "/host:CPU"),
+        meta("thread_name", 1, "XLA Modules", 10),
+        meta("thread_name", 1, "XLA Ops", 11),
+        meta("thread_name", 1, "Stream #7(Compute)", 12),
+        span(1, 10, "jit_train_step", 1000),
+        span(1, 11, "fusion.1", 600),
+        span(1, 12, "sm90_gemm", 600),
+        span(1, 12, "cudnn_flash_fwd", 300),
+        span(2, 1, "host_work", 5000),
+    ]
+    where = tmp_path / "plugins" / "profile" / "run"
+    where.mkdir(parents=True)
+    with gzip.open(where / "host.trace.json.gz", "wt") as f:
+        json.dump({"traceEvents": events}, f)
+    top = gpu_mfu_run.profile_summary(tmp_path)
+    assert [(op["name"], op["ms"]) for op in top] == [("sm90_gemm", 0.6), ("cudnn_flash_fwd", 0.3)]
+    assert top[0]["share"] == pytest.approx(2 / 3)
 
 
 def test_lora_frozen_base_count(report):

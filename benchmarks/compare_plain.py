@@ -21,13 +21,12 @@ import argparse
 import json
 import os
 import statistics
-import time
 
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 
 import jax.numpy as jnp  # noqa: E402
 
-from benchmarks.paxlite_runner import PaxliteRunner  # noqa: E402
+from benchmarks.paxlite_runner import PaxliteRunner, alternating_rounds  # noqa: E402
 from benchmarks.plain_jax_lm import PlainRunner, Shape  # noqa: E402
 from paxlite import base_experiment  # noqa: E402
 from praxis_lite.layers.repeats import AutodiffCheckpointType  # noqa: E402
@@ -72,15 +71,7 @@ def compare(name: str, rounds: int) -> dict:
     plain_batches = pax.prefetcher()
     plain = PlainRunner(shape, plain_batches.next)
     try:
-        for runner in (plain, pax):  # Compile and warm up.
-            runner.run(2)
-        rates = {"plain": [], "paxlite": []}
-        for _ in range(rounds):
-            for label, runner in (("plain", plain), ("paxlite", pax)):
-                start = time.perf_counter()
-                runner.run(steps)
-                seconds = time.perf_counter() - start
-                rates[label].append(steps * runner.tokens_per_step / seconds)
+        rates = alternating_rounds({"plain": plain, "paxlite": pax}, rounds, steps, warmup=2)
     finally:
         pax.close()
         plain_batches.close()

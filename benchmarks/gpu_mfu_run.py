@@ -27,7 +27,7 @@ import jax
 import jax.numpy as jnp
 
 from benchmarks.gpu_mfu_report import GIB, markdown, percent
-from benchmarks.paxlite_runner import PaxliteRunner
+from benchmarks.paxlite_runner import PaxliteRunner, alternating_rounds
 from benchmarks.plain_jax_lm import PlainRunner, Shape, init_params, make_train_step
 from paxlite import aot, base_experiment, bench, bench_report, mfu, partitioning, train_setup
 from paxlite.job import Job, build_job
@@ -264,19 +264,22 @@ def paxlite_program_bytes(leg: Leg, batch: int) -> int:
     return _COMPILED[leg.name, batch]["program_bytes_per_device"]
 
 
-def plain_state_bytes(shape: Shape) -> int:
-    """Bytes of the plain step's parameters and Adam state (abstract: nothing is drawn)."""
+def _plain_abstract(shape: Shape) -> tuple[Any, Any, Any]:
+    """``(params, Adam state, jitted bf16 step)`` of the plain step, the first two abstract."""
     params = jax.eval_shape(lambda: init_params(shape))
-    tx, _ = make_train_step(shape)
-    state = (params, jax.eval_shape(tx.init, params))
-    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves(state))
+    tx, step = make_train_step(shape, compute_dtype=jnp.bfloat16)
+    return params, jax.eval_shape(tx.init, params), step
+
+
+def plain_state_bytes(shape: Shape) -> int:
+    """Bytes of the plain step's parameters and Adam state (one device holds them all)."""
+    params, opt_state, _ = _plain_abstract(shape)
+    return sum(x.size * x.dtype.itemsize for x in jax.tree.leaves((params, opt_state)))
 
 
 def plain_program_bytes(shape: Shape) -> int:
     """Bytes per device of the plain step's compiled program at ``shape``."""
-    params = jax.eval_shape(lambda: init_params(shape))
-    tx, step = make_train_step(shape, compute_dtype=jnp.bfloat16)
-    opt_state = jax.eval_shape(tx.init, params)
+    params, opt_state, step = _plain_abstract(shape)
     tokens = jax.ShapeDtypeStruct((shape.batch, shape.seq_len), jnp.int32)
     compiled = step.lower(params, opt_state, tokens, tokens).compile()
     return aot.program_memory(compiled)["program_bytes_per_device"]
@@ -346,35 +349,31 @@ def _benchmark(leg: Leg, batch: int, settings: _Settings) -> dict[str, Any]:
         gc.collect()
 
 
+#: Our shape fields (``plain_jax_lm.Shape`` and ``model_flops.LmShape`` share the names) ->
+#: a Llama config.json's.
+_LLAMA_SIZES = {
+    "num_layers": "num_hidden_layers",
+    "model_dims": "hidden_size",
+    "hidden_dims": "intermediate_size",
+    "num_heads": "num_attention_heads",
+    "num_kv_heads": "num_key_value_heads",
+    "dims_per_head": "head_dim",
+    "vocab_size": "vocab_size",
+}
+
+
+def _sizes(config: dict[str, Any]) -> dict[str, int]:
+    return {ours: config[theirs] for ours, theirs in _LLAMA_SIZES.items()}
+
+
 def _plain_shape(config: dict[str, Any], seq: int, batch: int) -> Shape:
-    return Shape(
-        num_layers=config["num_hidden_layers"],
-        model_dims=config["hidden_size"],
-        hidden_dims=config["intermediate_size"],
-        num_heads=config["num_attention_heads"],
-        dims_per_head=config["head_dim"],
-        vocab_size=config["vocab_size"],
-        seq_len=seq,
-        batch=batch,
-        num_kv_heads=config["num_key_value_heads"],
-        gated=True,
-        rms_norm=True,
-        remat=True,
-    )
+    """The plain step at a Llama config's sizes (SwiGLU, RMSNorm, block remat)."""
+    return Shape(**_sizes(config), seq_len=seq, batch=batch, gated=True, rms_norm=True, remat=True)
 
 
 def lm_shape(config: dict[str, Any]) -> LmShape:
     """The FLOPs shape of a Llama config.json."""
-    return LmShape(
-        num_layers=config["num_hidden_layers"],
-        model_dims=config["hidden_size"],
-        hidden_dims=config["intermediate_size"],
-        num_heads=config["num_attention_heads"],
-        num_kv_heads=config["num_key_value_heads"],
-        dims_per_head=config["head_dim"],
-        gated=True,
-        vocab_size=config["vocab_size"],
-    )
+    return LmShape(**_sizes(config), gated=True)
 
 
 def _config(settings: _Settings, name: str) -> dict[str, Any]:
@@ -421,7 +420,8 @@ def _compare_with_plain(settings: _Settings, rounds: int, profile: bool) -> dict
     shape = _plain_shape(config, settings.seq, batch)
     plain = PlainRunner(shape, plain_input.next, compute_dtype=jnp.bfloat16)
     try:
-        rates = _alternate(pax, plain, rounds, settings)
+        runners = {"plain": plain, "paxlite": pax}
+        rates = alternating_rounds(runners, rounds, settings.steps, settings.warmup)
         if profile:
             with jax.profiler.trace(str(settings.out / "profile")):
                 pax.run(3)
@@ -433,20 +433,6 @@ def _compare_with_plain(settings: _Settings, rounds: int, profile: bool) -> dict
         figures["profile_top_ops"] = profile_summary(settings.out / "profile")
         figures["profile_batch"] = batch
     return figures
-
-
-def _alternate(pax: PaxliteRunner, plain: PlainRunner, rounds: int, settings: _Settings) -> dict:
-    """``{'plain': [tokens/s per round], 'paxlite': [...]}`` after the warm-up steps."""
-    steps = settings.steps
-    for runner in (plain, pax):
-        runner.run(settings.warmup)
-    rates: dict[str, list[float]] = {"plain": [], "paxlite": []}
-    for _ in range(rounds):
-        for label, runner in (("plain", plain), ("paxlite", pax)):
-            start = time.perf_counter()
-            runner.run(steps)  # Waits for the last loss.
-            rates[label].append(steps * runner.tokens_per_step / (time.perf_counter() - start))
-    return rates
 
 
 def _comparison_figures(

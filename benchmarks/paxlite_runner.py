@@ -1,4 +1,5 @@
-"""paxlite's training-loop step for an experiment, held on one device and stepped on demand.
+"""paxlite's training-loop step for an experiment, held on one device and stepped on demand,
+and the alternating rounds that time it against the plain-JAX step.
 
 What ``benchmarks.compare_plain`` and ``benchmarks.gpu_mfu`` time against the plain-JAX step
 (``benchmarks.plain_jax_lm.PlainRunner``, the same interface: ``run(steps)``,
@@ -8,7 +9,9 @@ What ``benchmarks.compare_plain`` and ``benchmarks.gpu_mfu`` time against the pl
 from __future__ import annotations
 
 import contextlib
-from collections.abc import Iterator
+import time
+from collections.abc import Iterator, Mapping
+from typing import Any
 
 import jax
 
@@ -56,3 +59,20 @@ class PaxliteRunner:
 
     def close(self) -> None:
         self.batches.close()
+
+
+def alternating_rounds(
+    runners: Mapping[str, Any], rounds: int, steps: int, warmup: int
+) -> dict[str, list[float]]:
+    """``{label: [tokens/s of each round]}``: every runner takes ``warmup`` untimed steps
+    (compilation), then ``rounds`` times each in turn takes ``steps`` timed steps, so the
+    machine's drift hits all alike (``run`` waits for its last loss)."""
+    for runner in runners.values():
+        runner.run(warmup)
+    rates: dict[str, list[float]] = {label: [] for label in runners}
+    for _ in range(rounds):
+        for label, runner in runners.items():
+            start = time.perf_counter()
+            runner.run(steps)
+            rates[label].append(steps * runner.tokens_per_step / (time.perf_counter() - start))
+    return rates

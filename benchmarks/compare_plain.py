@@ -28,7 +28,7 @@ import jax.numpy as jnp  # noqa: E402
 
 from benchmarks.paxlite_runner import PaxliteRunner, alternating_rounds  # noqa: E402
 from benchmarks.plain_jax_lm import PlainRunner, Shape  # noqa: E402
-from paxlite import base_experiment  # noqa: E402
+from paxlite.experiments import base_experiment
 from praxis_lite.layers.repeats import AutodiffCheckpointType  # noqa: E402
 from tasks.lm.lm_cloud import LmCloudSpmd2B  # noqa: E402
 

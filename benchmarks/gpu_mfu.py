@@ -4,7 +4,7 @@
     python -m benchmarks.gpu_mfu --cpu --out /tmp/gpu_mfu      # tiny shapes on a CPU
 
 Three measurements, each the training path ``--mode=benchmark`` times
-(``paxlite.bench.run_benchmark`` on ``tasks.lm.hf_synthetic.HfSyntheticLm``: random
+(``paxlite.perf.bench.run_benchmark`` on ``tasks.lm.hf_synthetic.HfSyntheticLm``: random
 weights from a config.json, synthetic token rows, nothing downloaded), in one process:
 
 1. ``llama_1b``: Llama-3.2-1B's shape (16 layers, D 2048, F 8192 SwiGLU, 32 query / 8
@@ -23,17 +23,17 @@ The legs run in this order; one that fails is recorded as its error, the next on
 and the command exits with status 1 at the end.
 
 "The largest batch that fits" is read off the compiler, not found by running out of
-memory: the step is compiled at batch 1 and 2 (``paxlite.aot``, abstract arrays), the
+memory: the step is compiled at batch 1 and 2 (``paxlite.perf.aot``, abstract arrays), the
 program's bytes per device extrapolated linearly to the device's allocator limit
 (``XLA_PYTHON_CLIENT_MEM_FRACTION``, 0.85 unless set, as MaxText's GPU runs set it) less
 3%; a run that still runs out steps down by an eighth. The comparison runs at the largest
 batch where both steps fit with both states held.
 
-MFU is the causal count (``praxis_lite.model_flops``: ``6 N + 6 L H Q T`` per token)
-over the device's dense bfloat16 peak (``paxlite.mfu``: H100 SXM and H200 989 TFLOP/s).
+MFU is the causal count (``praxis_lite.models.flops``: ``6 N + 6 L H Q T`` per token)
+over the device's dense bfloat16 peak (``paxlite.perf.mfu``: H100 SXM and H200 989 TFLOP/s).
 For LoRA the frozen weights get no weight gradient, so the report also gives the
 frozen-base count (``4 N + 6 L H Q T``; the adapters' own FLOPs, under 1%, are not
-counted). The GPU XLA flags (``paxlite.gpu_flags``) are on unless ``--no_gpu_flags``.
+counted). The GPU XLA flags (``paxlite.runtime.gpu_flags``) are on unless ``--no_gpu_flags``.
 
 Writes ``gpu_mfu.json`` (every figure, each leg's ``benchmark.json`` figures, device,
 versions, flags) and ``gpu_mfu.md`` into ``--out``; ``--profile`` also writes a
@@ -70,7 +70,7 @@ def main(argv: list[str] | None = None) -> None:
     args = _parser().parse_args(argv)
     if args.cpu:
         os.environ["JAX_PLATFORMS"] = "cpu"
-    from paxlite import gpu_flags  # Before JAX starts its backend.
+    from paxlite.runtime import gpu_flags
 
     added = gpu_flags.apply(not args.no_gpu_flags)
     from benchmarks import gpu_mfu_run

@@ -29,9 +29,12 @@ import jax.numpy as jnp
 from benchmarks.gpu_mfu_report import GIB, markdown, percent
 from benchmarks.paxlite_runner import PaxliteRunner, alternating_rounds
 from benchmarks.plain_jax_lm import PlainRunner, Shape, init_params, make_train_step
-from paxlite import aot, base_experiment, bench, bench_report, mfu, partitioning, train_setup
-from paxlite.job import Job, build_job
-from praxis_lite.model_flops import FlopsDefinition, LmShape
+from paxlite.experiments import base_experiment
+from paxlite.perf import aot, bench, bench_report, mfu
+from paxlite.runtime import partitioning
+from paxlite.runtime.job import Job, build_job
+from paxlite.train import train_setup
+from praxis_lite.models.flops import FlopsDefinition, LmShape
 from tasks.lm.hf_synthetic import HfSyntheticLm
 
 #: The fitted batch's share of the allocator's limit (the rest: fragmentation, cuDNN's
@@ -258,7 +261,7 @@ def _compile_job(leg: Leg, batch: int) -> Job:
 
 
 def paxlite_program_bytes(leg: Leg, batch: int) -> int:
-    """Bytes per device of the leg's compiled step at ``batch`` (``paxlite.aot``)."""
+    """Bytes per device of the leg's compiled step at ``batch`` (``paxlite.perf.aot``)."""
     if (leg.name, batch) not in _COMPILED:
         _COMPILED[leg.name, batch] = aot.compile_train_step(_compile_job(leg, batch))
     return _COMPILED[leg.name, batch]["program_bytes_per_device"]
@@ -505,7 +508,7 @@ def profile_summary(trace_root: pathlib.Path, top: int = 15) -> list[dict[str, A
 
 @functools.cache
 def _peak_tflops() -> float | None:
-    """The device's bfloat16 peak, as the benchmark takes it (``paxlite.mfu``: the table's
+    """The device's bfloat16 peak, as the benchmark takes it (``paxlite.perf.mfu``: the table's
     dense figure on a GPU; on a CPU a matmul timed now)."""
     peak = mfu.peak_for(jnp.bfloat16)
     return peak.tflops if peak else None

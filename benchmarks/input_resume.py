@@ -10,7 +10,7 @@ twice, in this order:
 * ``saved position``: as a run resumes now.
 
 Both read the same next batches (checked: the loss of the resumed step is equal). Prints
-a table of seconds from ``train.run`` to the first step done (compile included, the same
+a table of seconds from ``train_loop.run`` to the first step done (compile included, the same
 in both).
 
 Usage::
@@ -32,8 +32,10 @@ sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[1]))
 
 import numpy as np  # noqa: E402
 
-from paxlite import base_experiment, input_positions, train  # noqa: E402
-from paxlite.job import build_job  # noqa: E402
+from paxlite.checkpoints import input_positions
+from paxlite.experiments import base_experiment
+from paxlite.runtime.job import build_job  # noqa: E402
+from paxlite.train import train_loop
 from tasks.lm.text import LmTextTiny  # noqa: E402
 
 KNOBS = {
@@ -61,10 +63,10 @@ def experiment(corpus: pathlib.Path, num_train_steps: int) -> LmTextTiny:
     return base_experiment.with_overrides(LmTextTiny, knobs)()
 
 
-def run(corpus: pathlib.Path, job_dir: pathlib.Path, until: int) -> train.RunResult:
+def run(corpus: pathlib.Path, job_dir: pathlib.Path, until: int) -> train_loop.RunResult:
     exp = experiment(corpus, until)
     job = build_job(exp, exp.task(), exp.datasets(), job_dir)
-    return train.run(job, peak_tflops=1.0)
+    return train_loop.run(job, peak_tflops=1.0)
 
 
 def resume_once(corpus: pathlib.Path, snapshot: pathlib.Path, step: int, saved: bool):

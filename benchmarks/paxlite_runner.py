@@ -15,9 +15,10 @@ from typing import Any
 
 import jax
 
-from paxlite import partitioning, prefetch, train_setup
-from paxlite.base_experiment import BaseExperiment
-from paxlite.job import build_job
+from paxlite.experiments.base_experiment import BaseExperiment
+from paxlite.runtime import partitioning
+from paxlite.runtime.job import build_job
+from paxlite.train import prefetch, train_setup
 
 
 class PaxliteRunner:

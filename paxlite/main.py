@@ -1,7 +1,7 @@
 """``paxlite --exp=NAME --job_log_dir=DIR [--mode=...]``: run a registered experiment.
 
-Flags and modes: ``paxlite/flags.py``; ``--set KNOB=VALUE`` and ``--fdl_set PATH=VALUE``:
-``paxlite/overrides.py``. The same ``--job_log_dir`` resumes from its latest checkpoint.
+Flags and modes: ``paxlite/cli/flags.py``; ``--set KNOB=VALUE`` and ``--fdl_set PATH=VALUE``:
+``paxlite/cli/overrides.py``. The same ``--job_log_dir`` resumes from its latest checkpoint.
 Exit codes (2 bad input, 3 divergence, 4 a lost peer, 5 storage, 143 preempted): exits.py.
 """
 
@@ -21,33 +21,23 @@ if __package__ in (None, ""):  # Run as a file (python paxlite/main.py): the rep
 import jax  # noqa: E402
 from absl import app, logging  # noqa: E402
 
-from paxlite import (  # noqa: E402
-    aot,
-    bench,
-    decode_run,
-    distributed,
-    error_report,
-    eval_run,
-    exits,
-    job_config,
-    overrides,
-    periodic_actions,
-    storage,
-    train,
-    trainable,
-)
-from paxlite import flags as cli_flags  # noqa: E402
-from paxlite.base_experiment import KnobError  # noqa: E402
-from paxlite.checkpoints import CheckpointCorruptError, CheckpointMismatchError  # noqa: E402
-from paxlite.exits import fail  # noqa: E402
-from paxlite.experiment_registry import ExperimentRegistryError  # noqa: E402
-from paxlite.flags import FLAGS, Mode, UsageError  # noqa: E402
-from paxlite.job import Job, build_job  # noqa: E402
-from paxlite.mesh import MeshShapeError  # noqa: E402
-from paxlite.pax_flags import apply_jax_flags, distributed_args, restore_checkpoint  # noqa: E402
-from praxis_lite.base_input import InputConfigError, InputDataError  # noqa: E402
+from paxlite.checkpoints.train_checkpoints import CheckpointCorruptError, CheckpointMismatchError  # noqa: E402
+from paxlite.cli import error_report, exits, overrides
+from paxlite.cli import flags as cli_flags
+from paxlite.cli.exits import fail  # noqa: E402
+from paxlite.cli.flags import FLAGS, Mode, UsageError  # noqa: E402
+from paxlite.cli.pax_flags import apply_jax_flags, distributed_args, restore_checkpoint  # noqa: E402
+from paxlite.evaluation import decode_run, eval_run
+from paxlite.experiments.base_experiment import KnobError  # noqa: E402
+from paxlite.experiments.registry import ExperimentRegistryError  # noqa: E402
+from paxlite.perf import aot, bench
+from paxlite.runtime import distributed, job_config, storage
+from paxlite.runtime.job import Job, build_job  # noqa: E402
+from paxlite.runtime.mesh import MeshShapeError  # noqa: E402
+from paxlite.train import periodic_actions, train_loop, trainable
+from praxis_lite.inputs.base_input import InputConfigError, InputDataError  # noqa: E402
 from praxis_lite.layers.attentions import AttentionImplError  # noqa: E402
-from praxis_lite.model_flops import FlopsDefinition  # noqa: E402
+from praxis_lite.models.flops import FlopsDefinition  # noqa: E402
 
 #: Errors of the command line or the experiment found before anything runs (exit 2).
 SETUP_ERRORS = (
@@ -167,7 +157,7 @@ def _run(job: Job, mode: Mode) -> periodic_actions.RunResult | None:
         )
         bench.run_and_report(job, settings)
         return None
-    return train.run(
+    return train_loop.run(
         job,
         evaluate=True,  # Pax's --mode=train evaluates too, every EVAL_INTERVAL_STEPS.
         stop_at_step=FLAGS.stop_at_step,

@@ -1,1 +1,8 @@
-"""Tests for the paxlite packages; mirrors the source tree."""
+"""paxlite's tests: they mirror the source tree (tests/paxlite/formats/hf/test_checkpoint.py tests
+paxlite/formats/hf/checkpoint.py); end-to-end runs, named by behaviour, are in tests/e2e/."""
+
+import pathlib
+
+#: The repository root, and the fixtures every test reads from (whatever its depth).
+REPO = pathlib.Path(__file__).resolve().parents[1]
+FIXTURES = REPO / "tests" / "fixtures"

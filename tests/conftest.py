@@ -30,37 +30,49 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # The first process of the ru
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
-# Modules whose tests run whole training jobs (often in subprocesses): run them first, so
-# that the workers end the run on short tests and neither waits alone on a long one.
-_LONG_MODULES = (
-    "test_multiprocess",
-    "test_storage_faults",
-    "test_reliability",
-    "test_pipeline_training",
-    "test_decode",
-    "test_text",
-    "test_main",
-    "test_c4",
-    "test_bad_inputs",
-    "test_restore_resharding",
-    "test_sharded_training",
-)
 
-
+# Tests that run whole training jobs (often in subprocesses) carry the ``long`` marker
+# (``pytestmark = pytest.mark.long`` in their module): they run first, so that the workers
+# end the run on short tests and neither waits alone on a long one.
 def pytest_collection_modifyitems(items):
-    """Long modules first (in the order above), the rest as collected."""
-
-    def rank(item) -> int:
-        name = item.module.__name__.rsplit(".", 1)[-1] if item.module else ""
-        return _LONG_MODULES.index(name) if name in _LONG_MODULES else len(_LONG_MODULES)
-
-    items.sort(key=rank)
+    """Tests marked ``long`` first, the rest as collected (a stable sort keeps the order)."""
+    items.sort(key=lambda item: item.get_closest_marker("long") is None)
 
 
 @pytest.fixture
 def libtpu_env(monkeypatch):
     """The variables a compile for a TPU topology sets for libtpu in its process
-    (``paxlite.tpu_topology``), set here and restored after the test."""
+    (``paxlite.runtime.tpu_topology``), set here and restored after the test."""
     monkeypatch.setenv("ALLOW_MULTIPLE_LIBTPU_LOAD", "1")
     monkeypatch.setenv("TPU_ACCELERATOR_TYPE", "v5litepod-4")
     monkeypatch.setenv("TPU_WORKER_HOSTNAMES", "localhost")
+
+
+@pytest.fixture(scope="module")
+def emulator(tmp_path_factory):
+    """fake-gcs-server on loopback with an empty bucket; this process's storage (and the
+    environment the runs it starts inherit) pointed at it, then put back."""
+    from paxlite.runtime import storage
+    from tests.gcs import start_emulator
+
+    url, server = start_emulator(tmp_path_factory.mktemp("emulator") / "log.txt")
+    saved = dict(os.environ)
+    os.environ["STORAGE_EMULATOR_HOST"] = url.removeprefix("http://")  # As users write it.
+    storage.configure()
+    yield url
+    server.terminate()
+    server.wait(timeout=10)
+    os.environ.clear()
+    os.environ.update(saved)
+
+
+@pytest.fixture
+def faulty_gcs(emulator, monkeypatch):
+    """A :class:`tests.gcs.FaultyGcs` in front of the emulator, where runs started by the test
+    (and tensorstore, which reads its own variable) send their requests."""
+    from tests.gcs import FaultyGcs
+
+    with FaultyGcs(emulator) as proxy:
+        monkeypatch.setenv("STORAGE_EMULATOR_HOST", proxy.address)
+        monkeypatch.setenv("TENSORSTORE_GCS_HTTP_URL", f"http://{proxy.address}")
+        yield proxy

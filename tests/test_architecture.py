@@ -60,7 +60,7 @@ def test_layering():
 
 def test_no_trainer_module_names_a_model_family():
     """Hugging Face's families are configurations in paxlite/formats, never branches elsewhere."""
-    from paxlite.formats import hf_models
+    from paxlite.formats.hf import models as hf_models
 
     families = set(hf_models.FAMILIES) | {"llama", "mistral", "qwen", "gemma", "gpt2", "t5"}
     bad = [
@@ -79,7 +79,7 @@ _MODEL_AWARE = ("formats", "inference.py", "pretrained.py", "adapters.py", "expo
 
 
 def test_no_trainer_module_names_a_model_class_or_field():
-    """The trainer meets models through the contract (``praxis_lite.models.BaseModel``) only:
+    """The trainer meets models through the contract (``praxis_lite.models.base.BaseModel``) only:
     no trainer module names a model class, the layer it wraps, or a template field of the
     model."""
     from praxis_lite import models

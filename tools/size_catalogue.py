@@ -143,12 +143,12 @@ def main() -> None:
 
 def catalogue() -> dict[str, dict[str, Any]]:
     """Registered name -> {devices, fingerprint}, smallest meshes first."""
-    from paxlite import experiment_registry
-    from paxlite.base_experiment import knobs
+    from paxlite.experiments import registry
+    from paxlite.experiments.base_experiment import knobs
 
-    experiment_registry._import_package_modules("tasks")  # noqa: SLF001 (registers them all)
+    registry._import_package_modules("tasks")  # noqa: SLF001 (registers them all)
     rows = {}
-    for name, cls in experiment_registry.get_all().items():
+    for name, cls in registry.get_all().items():
         values = {k: v for k, (_, v) in knobs(cls).items() if k not in LOOP_ONLY_KNOBS}
         methods = tuple(getattr(cls, m).__qualname__ for m in ("task", "datasets"))
         ici, dcn = cls.ICI_MESH_SHAPE, cls.DCN_MESH_SHAPE or (1,)
@@ -186,7 +186,9 @@ def size_one(name: str) -> dict[str, Any]:
     """Compiles ``name`` for its TPU target in this process; its figures (JSON-ready)."""
     import jax
 
-    from paxlite import aot, distributed, overrides
+    from paxlite.cli import overrides
+    from paxlite.perf import aot
+    from paxlite.runtime import distributed
 
     jax.config.update("jax_enable_compilation_cache", False)  # As aot.run does.
     experiment_cls = overrides.resolve_experiment_class(name, _data_overrides(name))
@@ -210,10 +212,10 @@ def size_one(name: str) -> dict[str, Any]:
 def _data_overrides(name: str) -> list[str]:
     """A stand-in text file for experiments that read the user's text files (their batch
     shapes do not depend on what the file holds)."""
-    from paxlite import experiment_registry
-    from paxlite.base_experiment import MISSING, knobs
+    from paxlite.experiments import registry
+    from paxlite.experiments.base_experiment import MISSING, knobs
 
-    if knobs(experiment_registry.get(name)).get("TEXT_DATA_PATH", (None, None))[1] is not MISSING:
+    if knobs(registry.get(name)).get("TEXT_DATA_PATH", (None, None))[1] is not MISSING:
         return []
     path = pathlib.Path(tempfile.mkdtemp(prefix="size-catalogue-")) / "train.txt"
     path.write_text("The quick brown fox jumps over the lazy dog.\n" * 2000)

@@ -1,7 +1,10 @@
-"""Other frameworks' checkpoint formats, one module per format and concern.
+"""Other frameworks' checkpoint formats, one package per format.
 
-``pax_layout`` / ``pax_checkpoint``: paxml 1.4's parameter names and checkpoints;
-``hf_models`` / ``hf_checkpoint`` / ``hf_tokenizer``: Hugging Face model directories;
-``t5x_layout`` / ``t5x_checkpoint``: T5X's legacy (msgpack + tensorstore) checkpoints.
-Each registers its checkpoint kinds with ``paxlite.checkpoint_sources``.
+``hf/``: Hugging Face model directories (families as configs of our layers, names and layouts,
+safetensors); ``pax/``: paxml 1.4's parameter names and checkpoints; ``t5x/``: T5X's names,
+checkpoints (legacy msgpack + tensorstore, and orbax) and config.gin; ``peft/``: PEFT's LoRA
+adapter directories. ``layout_source``: a checkpoint source placed by a name-and-layout table.
+Each format registers its checkpoint kinds with ``paxlite.checkpoints.checkpoint_sources``.
+
+May import: paxlite.checkpoints, paxlite.runtime and praxis_lite.
 """

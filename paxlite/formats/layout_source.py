@@ -9,9 +9,9 @@ from typing import Any
 
 import numpy as np
 
-from paxlite import checkpoint_sources
-from paxlite.checkpoint_sources import Variable
-from paxlite.formats import hf_layout
+from paxlite.checkpoints import checkpoint_sources
+from paxlite.checkpoints.checkpoint_sources import Variable
+from paxlite.formats.hf import layout as hf_layout
 
 
 class LayoutSource(checkpoint_sources.PartsSource):

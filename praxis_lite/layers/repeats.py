@@ -18,7 +18,7 @@ from praxis_lite.config import LayerTpl, template_field
 from praxis_lite.layers import relative_bias as relative_bias_lib
 from praxis_lite.layers.attentions import CACHE
 from praxis_lite.layers.transformers import Memory, Transformer, create_relative_bias
-from praxis_lite.model_flops import StackLayout
+from praxis_lite.models.flops import StackLayout
 from praxis_lite.sharding import LAYERS
 
 

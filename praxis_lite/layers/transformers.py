@@ -22,7 +22,7 @@ from praxis_lite.layers.attentions import DotProductAttention
 from praxis_lite.layers.linears import Bias, Linear
 from praxis_lite.layers.lora import LoraSettings
 from praxis_lite.layers.normalizations import LayerNorm
-from praxis_lite.model_flops import StackLayout
+from praxis_lite.models.flops import StackLayout
 from praxis_lite.sharding import ACTIVATION_EMBED, BATCH, EMBED, LENGTH, MLP
 
 #: TransformerFeedForward's LoRA targets: its projections' child names (the gate's only with

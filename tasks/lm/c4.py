@@ -19,11 +19,11 @@ from typing import Any
 import jax.numpy as jnp
 import seqio
 
-from paxlite import experiment_registry
+from paxlite.experiments import registry
 from praxis_lite import config as config_lib
+from praxis_lite.inputs.seqio_input import SeqIOInput
+from praxis_lite.inputs.seqio_tasks import lm_preprocessors, make_vocabulary, register_task_once
 from praxis_lite.layers.repeats import AutodiffCheckpointType
-from praxis_lite.seqio_input import SeqIOInput
-from praxis_lite.seqio_tasks import lm_preprocessors, make_vocabulary, register_task_once
 from tasks.lm import model_params
 from tasks.lm.knob_groups import LrSchedule, knob_group
 from tasks.lm.lm_cloud import LmCloudSpmd, LmCloudSpmdSynthetic, PaxTransformerLm
@@ -161,7 +161,7 @@ class Bf16Scanned(LmCloudSpmd):
     SUMMARY_INTERVAL_STEPS = 10
 
 
-@experiment_registry.register
+@registry.register
 class C4SpmdAdam(C4SpmdLmBase):
     """Pax's registered C4 base: 24 layers of 32 heads x 64, vocabulary 32128, float32,
     unscanned layers with Pax's MLPerf-200B remat, on 8 chips: global batch 1 x 8 = 8."""
@@ -174,7 +174,7 @@ class C4SpmdAdam(C4SpmdLmBase):
     VOCAB_SIZE = 32128
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudSpmdAdam(LmCloudSpmdSynthetic):
     """Pax's LmCloudSpmdAdam (registered in Pax's c4 module): 2 layers of 16 heads x 128
     on synthetic tokens, float32, unscanned, 8 chips: global batch 16 x 8 = 128."""
@@ -190,14 +190,14 @@ class LmCloudSpmdAdam(LmCloudSpmdSynthetic):
     LEARNING_RATE = 1e-3
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudSpmdAdamLimitSteps(LmCloudSpmdAdam):
     """Pax's LmCloudSpmdAdam for 4000 steps."""
 
     NUM_TRAIN_STEPS = 4000
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd1BAdam4Replicas(Bf16Scanned, C4SpmdLmBase):
     """GPT-3-style 1B-parameter LM on 4 chips: global batch 1 x 4 x 1 x 32 = 128."""
 
@@ -210,19 +210,19 @@ class C4Spmd1BAdam4Replicas(Bf16Scanned, C4SpmdLmBase):
     TPU_TARGET = "v4-8"  # Pax's README.
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd1B(C4Spmd1BAdam4Replicas):
     """``tasks.lm.c4.C4Spmd1B``: the name users and docs give C4Spmd1BAdam4Replicas (same run)."""
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd1BAdam4ReplicasLimitSteps(C4Spmd1BAdam4Replicas):
     """Pax's C4Spmd1BAdam4Replicas for 15,000 steps."""
 
     NUM_TRAIN_STEPS = 15_000
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd2BAdam4Replicas(Bf16Scanned, C4SpmdLmBase):
     """GPT-3-style 2B-parameter LM on 4 chips: global batch 1 x 4 x 1 x 32 = 128."""
 
@@ -234,7 +234,7 @@ class C4Spmd2BAdam4Replicas(Bf16Scanned, C4SpmdLmBase):
     ICI_MESH_SHAPE = (1, 4, 1)
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd16BAdam32Replicas(Bf16Scanned, C4SpmdLmBase):
     """GPT-3-style 16B-parameter LM on 32 chips: global batch 1 x 16 x 2 x 16 = 512."""
 
@@ -247,7 +247,7 @@ class C4Spmd16BAdam32Replicas(Bf16Scanned, C4SpmdLmBase):
     TPU_TARGET = "v4-64"  # Pax's README.
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd32BAdam64Replicas(Bf16Scanned, C4SpmdLmBase):
     """GPT-3-style 32B-parameter LM on 64 chips: global batch 1 x 16 x 4 x 8 = 512."""
 
@@ -323,7 +323,7 @@ class C4SpmdGpt3AdamOrgHP(C4SpmdLmBase):
         return model
 
 
-@experiment_registry.register
+@registry.register
 class C4SpmdGpt3AdamOrgHPBS1p5k1536Replicas(C4SpmdGpt3AdamOrgHP):
     """GPT-3 175B in float32 on 1536 chips: global batch 1 x 64 x 24 x 1 = 1536.
 
@@ -353,7 +353,7 @@ class PipelineMesh(LmCloudSpmd):
     EMB_W_DATA_DIMS = ("replica", "data")
 
 
-@experiment_registry.register
+@registry.register
 class C4SpmdPipelineAdam(PipelineMesh, C4SpmdAdam):
     """Pax's registered pipelined C4 base: C4SpmdAdam's model in 2 stages on 8 chips,
     global batch 1 x 8 = 8 in 4 microbatches of 2."""
@@ -385,7 +385,7 @@ class Gpt3SmallSizes(PipelineMesh):
     CHECKPOINT_EVERY_N_STEPS = 200
 
 
-@experiment_registry.register
+@registry.register
 class C4SpmdPipelineGpt3SmallAdam64Replicas(Gpt3SmallSizes, C4SpmdGpt3AdamOrgHP):
     """Pax's "small GPT-3" (24 layers, model 3072, 24 heads of 128) on 64 chips, 4 stages.
 
@@ -403,7 +403,7 @@ class C4SpmdPipelineGpt3SmallAdam64Replicas(Gpt3SmallSizes, C4SpmdGpt3AdamOrgHP)
     TPU_TARGET = "v4-128"  # Pax's README.
 
 
-@experiment_registry.register
+@registry.register
 class C4SpmdPipelineGpt3SmallAdam8Replicas(Gpt3SmallSizes, C4SpmdGpt3AdamOrgHP):
     """The same model on 8 chips, 2 stages: global batch 64 x 8 = 512 in 64 microbatches of 8."""
 
@@ -415,7 +415,7 @@ class C4SpmdPipelineGpt3SmallAdam8Replicas(Gpt3SmallSizes, C4SpmdGpt3AdamOrgHP):
     SUMMARY_INTERVAL_STEPS = 5
 
 
-@experiment_registry.register
+@registry.register
 class C4SpmdPipelineGpt3AdamOrgHPBS1p5k768Replicas(PipelineMesh, C4SpmdGpt3AdamOrgHP):
     """GPT-3 175B in float32, 8 stages on 768 chips: global batch 2 x 768 = 1536.
 
@@ -454,7 +454,7 @@ class Gpt3MLPerfHP(PipelineMesh):
     LR_COS_DECAY_END = None
 
 
-@experiment_registry.register
+@registry.register
 class C4SpmdPipelineGpt3AdamMLPerfHPBS1p5k768Replicas(Gpt3MLPerfHP, C4SpmdGpt3AdamOrgHP):
     """MLPerf GPT-3, 8 stages on 768 chips: global batch 2 x 768 = 1536, microbatches of 8.
 
@@ -470,7 +470,7 @@ class C4SpmdPipelineGpt3AdamMLPerfHPBS1p5k768Replicas(Gpt3MLPerfHP, C4SpmdGpt3Ad
     CHECKPOINT_EVERY_N_STEPS = 32
 
 
-@experiment_registry.register
+@registry.register
 class C4SpmdPipelineGpt3AdamMLPerfHPBS2k512Replicas(Gpt3MLPerfHP, C4SpmdGpt3AdamOrgHP):
     """MLPerf GPT-3, 8 stages on 512 chips: global batch 4 x 512 = 2048, microbatches of 8."""
 
@@ -482,7 +482,7 @@ class C4SpmdPipelineGpt3AdamMLPerfHPBS2k512Replicas(Gpt3MLPerfHP, C4SpmdGpt3Adam
     CHECKPOINT_EVERY_N_STEPS = 24
 
 
-@experiment_registry.register
+@registry.register
 class C4SpmdPipelineGpt3AdamMLPerfHPBS3k768Replicas(Gpt3MLPerfHP, C4SpmdGpt3AdamOrgHP):
     """MLPerf GPT-3, 4 stages on 768 chips: global batch 4 x 768 = 3072, microbatches of 16,
     the microbatch buffer split over the stages (STREAM_IO).
@@ -500,7 +500,7 @@ class C4SpmdPipelineGpt3AdamMLPerfHPBS3k768Replicas(Gpt3MLPerfHP, C4SpmdGpt3Adam
     STREAM_IO = True
 
 
-@experiment_registry.register
+@registry.register
 class C4SpmdPipelineGpt3AdamMLPerfHPBS4k1024Replicas(Gpt3MLPerfHP, C4SpmdGpt3AdamOrgHP):
     """MLPerf GPT-3, 8 stages on 1024 chips: global batch 4 x 1024 = 4096, microbatches of 8,
     STREAM_IO."""
@@ -514,7 +514,7 @@ class C4SpmdPipelineGpt3AdamMLPerfHPBS4k1024Replicas(Gpt3MLPerfHP, C4SpmdGpt3Ada
     STREAM_IO = True
 
 
-@experiment_registry.register
+@registry.register
 class C4SpmdPipelineGpt3AdamMLPerfHPBS8k1024Replicas(Gpt3MLPerfHP, C4SpmdGpt3AdamOrgHP):
     """MLPerf GPT-3, 4 stages on 1024 chips: global batch 8 x 1024 = 8192, microbatches of 16,
     STREAM_IO."""
@@ -528,7 +528,7 @@ class C4SpmdPipelineGpt3AdamMLPerfHPBS8k1024Replicas(Gpt3MLPerfHP, C4SpmdGpt3Ada
     STREAM_IO = True
 
 
-@experiment_registry.register
+@registry.register
 class C4SpmdGpt3L16AdamOrgHP(C4SpmdGpt3AdamOrgHP):
     """GPT-3's shapes with 16 layers, bfloat16, on 64 chips: global batch 3 x 64 = 192.
 

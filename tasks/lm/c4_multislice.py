@@ -9,7 +9,7 @@ from __future__ import annotations
 
 import jax.numpy as jnp
 
-from paxlite import experiment_registry
+from paxlite.experiments import registry
 from tasks.lm.c4 import Bf16Scanned, C4SpmdGpt3AdamOrgHP, C4SpmdLmBase
 from tasks.lm.knob_groups import knob_group
 
@@ -28,12 +28,12 @@ class Model22B(Bf16Scanned):
     PERCORE_BATCH_SIZE = 16
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd22BAdamMaxText(Model22B, C4SpmdLmBase):
     """The 22B model on Pax's default 8-chip mesh: global batch 8 x 16 = 128."""
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd22BAdam1xv4_128(Model22B, C4SpmdLmBase):
     """22B on one v4-128 slice (64 chips): global batch 1 x 64 x 1 x 16 = 1024."""
 
@@ -41,7 +41,7 @@ class C4Spmd22BAdam1xv4_128(Model22B, C4SpmdLmBase):
     TPU_TARGET = "v4-128"
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd22BAdam2xv4_128(Model22B, C4SpmdLmBase):
     """22B on two v4-128 slices: global batch 2 x 64 x 16 = 2048."""
 
@@ -50,7 +50,7 @@ class C4Spmd22BAdam2xv4_128(Model22B, C4SpmdLmBase):
     DCN_MESH_SHAPE = (2, 1, 1)
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd22BAdam4xv4_128(Model22B, C4SpmdLmBase):
     """22B on four v4-128 slices: global batch 4 x 64 x 16 = 4096."""
 
@@ -59,28 +59,28 @@ class C4Spmd22BAdam4xv4_128(Model22B, C4SpmdLmBase):
     DCN_MESH_SHAPE = (4, 1, 1)
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd22BAdam1xv4_128LimitSteps(C4Spmd22BAdam1xv4_128):
     """C4Spmd22BAdam1xv4_128 for 300 steps."""
 
     NUM_TRAIN_STEPS = 300
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd22BAdam2xv4_128LimitSteps(C4Spmd22BAdam2xv4_128):
     """C4Spmd22BAdam2xv4_128 for 300 steps."""
 
     NUM_TRAIN_STEPS = 300
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd22BAdam4xv4_128LimitSteps(C4Spmd22BAdam4xv4_128):
     """C4Spmd22BAdam4xv4_128 for 300 steps."""
 
     NUM_TRAIN_STEPS = 300
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd22BAdam1xv4_384(Bf16Scanned, C4SpmdLmBase):
     """Pax's 25B variant of the 22B name for v4-384 (192 chips): 24 layers of 24 heads x
     384, vocabulary 32768; global batch 192 x 10 = 1920."""
@@ -96,7 +96,7 @@ class C4Spmd22BAdam1xv4_384(Bf16Scanned, C4SpmdLmBase):
     TPU_TARGET = "v4-384"
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd22BAdam2xv4_384(C4Spmd22BAdam1xv4_384):
     """C4Spmd22BAdam1xv4_384 on two v4-384 slices: global batch 2 x 192 x 10 = 3840."""
 
@@ -115,7 +115,7 @@ class V4_8Sizes(Model22B):
     TPU_TARGET = "v4-8"
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd22BAdam1xv4_8(V4_8Sizes, C4SpmdLmBase):
     """A 0.87B stand-in under Pax's 22B name, on one v4-8 slice: global batch 4 x 16 = 64.
 
@@ -123,42 +123,42 @@ class C4Spmd22BAdam1xv4_8(V4_8Sizes, C4SpmdLmBase):
     """
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd22BAdam2xv4_8(V4_8Sizes, C4SpmdLmBase):
     """C4Spmd22BAdam1xv4_8 on two v4-8 slices: global batch 2 x 4 x 16 = 128."""
 
     DCN_MESH_SHAPE = (2, 1, 1)
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd22BAdam4xv4_8(V4_8Sizes, C4SpmdLmBase):
     """C4Spmd22BAdam1xv4_8 on four v4-8 slices: global batch 4 x 4 x 16 = 256."""
 
     DCN_MESH_SHAPE = (4, 1, 1)
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd22BAdam1xv4_8LimitSteps(C4Spmd22BAdam1xv4_8):
     """C4Spmd22BAdam1xv4_8 for 300 steps."""
 
     NUM_TRAIN_STEPS = 300
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd22BAdam2xv4_8LimitSteps(C4Spmd22BAdam2xv4_8):
     """C4Spmd22BAdam2xv4_8 for 300 steps."""
 
     NUM_TRAIN_STEPS = 300
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd22BAdam4xv4_8LimitSteps(C4Spmd22BAdam4xv4_8):
     """C4Spmd22BAdam4xv4_8 for 300 steps."""
 
     NUM_TRAIN_STEPS = 300
 
 
-@experiment_registry.register
+@registry.register
 class C4SpmdGpt3AdamDataParallel2x16x16(C4SpmdGpt3AdamOrgHP):
     """GPT-3 175B in bfloat16 on two 256-chip slices: global batch 2 x 16 x 16 x 0.5 = 256.
 
@@ -177,7 +177,7 @@ class C4SpmdGpt3AdamDataParallel2x16x16(C4SpmdGpt3AdamOrgHP):
     CHECKPOINT_EVERY_N_STEPS = 2000
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd32BAdam1xv5_256(Bf16Scanned, C4SpmdLmBase):
     """32B on one v5e-256 slice: 40 layers of 32 heads x 256, vocabulary 32768, sequences
     of 2048; global batch 128 x 2 = 256 (Pax's docstring says 2048; its knobs make 256)."""
@@ -195,7 +195,7 @@ class C4Spmd32BAdam1xv5_256(Bf16Scanned, C4SpmdLmBase):
     TPU_TARGET = "v5p-256"
 
 
-@experiment_registry.register
+@registry.register
 class C4Spmd32BAdam2xv5_256(C4Spmd32BAdam1xv5_256):
     """C4Spmd32BAdam1xv5_256 on two v5e-256 slices: global batch 2 x 128 x 2 = 512."""
 

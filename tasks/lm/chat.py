@@ -3,7 +3,7 @@
 Each line of the files is a JSON object whose MESSAGES_FIELD holds a conversation,
 ``{"messages": [{"role": "system", "content": ...}, {"role": "user", ...},
 {"role": "assistant", ...}, ...]}``, rendered with the model directory's chat template
-and tokenized by its tokenizer (``praxis_lite.hf_chat.encode_chat``: the template writes
+and tokenized by its tokenizer (``praxis_lite.tokenizers.hf_chat.encode_chat``: the template writes
 BOS where the model wants one). A conversation gives one example per assistant turn:
 
     inputs   the conversation's tokens before that turn's content (every earlier turn,
@@ -31,9 +31,9 @@ import numpy as np
 import seqio
 import tensorflow as tf
 
-from praxis_lite.base_input import InputConfigError, InputDataError
-from praxis_lite.hf_chat import ChatTemplate, ChatTemplateError, encode_chat
-from praxis_lite.seqio_tasks import HfVocabulary, make_vocabulary, register_task_once
+from praxis_lite.inputs.base_input import InputConfigError, InputDataError
+from praxis_lite.inputs.seqio_tasks import HfVocabulary, make_vocabulary, register_task_once
+from praxis_lite.tokenizers.hf_chat import ChatTemplate, ChatTemplateError, encode_chat
 from tasks.lm.text import TextFileSource, TextFormat, continuation_metrics
 
 _AUTOTUNE = tf.data.AUTOTUNE

@@ -1,6 +1,6 @@
 """Pax's classification MLP family (``ClassificationModelAdam``) and a tiny CPU experiment.
 
-The model (``praxis_lite.models.ClassificationMlpModel``) classifies every token of
+The model (``praxis_lite.models.classification.ClassificationMlpModel``) classifies every token of
 a synthetic sequence on its own: ``ids [B, T]`` in, a class per token out, with
 ``INPUT_DIM`` classes. Pax registers its catalogue leaves (SmallMlp, LargeMlp) in
 ``lm_cloud``; they are in ``tasks.lm.lm_cloud`` here too.
@@ -12,10 +12,10 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from paxlite import experiment_registry
-from paxlite.base_experiment import KnobError
+from paxlite.experiments import registry
+from paxlite.experiments.base_experiment import KnobError
 from praxis_lite import config as config_lib
-from praxis_lite.synthetic_input import SyntheticLmInput
+from praxis_lite.inputs.synthetic_input import SyntheticLmInput
 from tasks.lm import model_params
 from tasks.lm.knob_groups import AdamKnobs, LoopKnobs, LrScheduleKnobs
 
@@ -141,7 +141,7 @@ class ClassificationModelAdam(AdamKnobs, LrScheduleKnobs, LoopKnobs):
         return self.single_task(model, self.learner(self.lr_schedule()))
 
 
-@experiment_registry.register
+@registry.register
 class MlpSyntheticTiny(ClassificationModelAdam):
     """A 3-layer MLP over 64 classes: trains on one CPU device in seconds.
 

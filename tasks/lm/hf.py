@@ -1,7 +1,7 @@
 """Fine-tuning a Hugging Face model as an experiment: ``HfCausalLm`` with ``HF_MODEL=DIR``.
 
 The model is the directory's ``config.json`` built by its family
-(``paxlite.formats.hf_models``), its blocks scanned (USE_REPEATED_LAYER, with
+(``paxlite.formats.hf.models``), its blocks scanned (USE_REPEATED_LAYER, with
 CHECKPOINT_POLICY's remat) unless they differ; the weights start from the directory's at
 step 0 through the loading rules of ``--init_from`` (float32 master weights and optimizer
 state whatever the checkpoint's dtype; FPROP_DTYPE computes). The data are LmTextTiny's
@@ -28,12 +28,15 @@ from typing import Any
 
 from etils import epath
 
-from paxlite import experiment_registry, export, inference
-from paxlite.base_experiment import KnobError
-from paxlite.formats import hf_checkpoint, peft_adapter
-from paxlite.tasks_lib import CheckpointLoadingRules
-from praxis_lite.hf_chat import ChatTemplate, ChatTemplateError
-from praxis_lite.seqio_input import DecodeForm
+from paxlite.experiments import registry
+from paxlite.experiments.base_experiment import KnobError
+from paxlite.experiments.tasks_lib import CheckpointLoadingRules
+from paxlite.formats.hf import checkpoint as hf_checkpoint
+from paxlite.formats.peft import adapter as peft_adapter
+from paxlite.pretrained import export
+from paxlite.pretrained import loading as inference
+from praxis_lite.inputs.seqio_input import DecodeForm
+from praxis_lite.tokenizers.hf_chat import ChatTemplate, ChatTemplateError
 from tasks.lm.chat import register_chat_task
 from tasks.lm.hf_model import HfModelKnobs
 from tasks.lm.prompt_completion import PromptCompletionKnobs
@@ -51,7 +54,7 @@ class Records(enum.Enum):
     CHAT = "chat"  # {MESSAGES_FIELD: [{"role": ..., "content": ...}, ...]}: tasks.lm.chat.
 
 
-@experiment_registry.register
+@registry.register
 class HfCausalLm(HfModelKnobs, PromptCompletionKnobs):
     """A Hugging Face decoder-only model fine-tuned on text or prompt/completion files.
 

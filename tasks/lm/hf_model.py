@@ -2,7 +2,7 @@
 
 ``HfModelKnobs`` reads ``HF_MODEL``'s ``config.json`` (a config alone is enough: no
 weights or tokenizer are read here), builds the model by its family
-(``paxlite.formats.hf_models``) with float32 weights and FPROP_DTYPE compute, scanned
+(``paxlite.formats.hf.models``) with float32 weights and FPROP_DTYPE compute, scanned
 unless its layers differ, refuses model knobs that disagree with config.json, and
 translates LORA_TARGET_MODULES from Hugging Face's module names. Its experiments:
 ``tasks.lm.hf.HfCausalLm`` (fine-tuning on text files through SeqIO) and
@@ -18,9 +18,11 @@ import json
 import jax.numpy as jnp
 from etils import epath
 
-from paxlite import export
-from paxlite.base_experiment import KnobError
-from paxlite.formats import hf_checkpoint, hf_models, peft_adapter
+from paxlite.experiments.base_experiment import KnobError
+from paxlite.formats.hf import checkpoint as hf_checkpoint
+from paxlite.formats.hf import models as hf_models
+from paxlite.formats.peft import adapter as peft_adapter
+from paxlite.pretrained import export
 from praxis_lite import config as config_lib
 from praxis_lite.sharding import FSDP_AND_TENSOR_PARALLEL_RULES
 from tasks.lm.knob_groups import knob_group

@@ -15,12 +15,12 @@ where only jax, flax, optax, orbax, fiddle and gin are installed::
 
 from __future__ import annotations
 
-from paxlite import experiment_registry
+from paxlite.experiments import registry
 from tasks.lm.hf_model import HfModelKnobs
 from tasks.lm.synthetic import LmSyntheticTiny
 
 
-@experiment_registry.register
+@registry.register
 class HfSyntheticLm(HfModelKnobs, LmSyntheticTiny):
     """HF_MODEL's config.json model (random weights) trained on synthetic rows."""
 

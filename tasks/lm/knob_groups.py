@@ -14,11 +14,11 @@ import enum
 import math
 from typing import Any, TypeVar
 
-from paxlite import mesh, mesh_checks
-from paxlite.base_experiment import BaseExperiment, KnobError
-from paxlite.tasks_lib import Learner, SingleTask
+from paxlite.experiments.base_experiment import BaseExperiment, KnobError
+from paxlite.experiments.tasks_lib import Learner, SingleTask
+from paxlite.runtime import mesh, mesh_checks
 from praxis_lite import config as config_lib
-from praxis_lite import optimizers, schedules
+from praxis_lite.optim import optimizers, schedules
 from praxis_lite.sharding import BATCH
 
 _T = TypeVar("_T", bound=type)

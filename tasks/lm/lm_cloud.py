@@ -10,10 +10,12 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from paxlite import experiment_registry, mesh_checks
-from paxlite.base_experiment import KnobError
-from praxis_lite import beam_search
+from paxlite.experiments import registry
+from paxlite.experiments.base_experiment import KnobError
+from paxlite.runtime import mesh_checks
 from praxis_lite import config as config_lib
+from praxis_lite.decoding import beam_search
+from praxis_lite.inputs.synthetic_input import SyntheticLmInput
 from praxis_lite.layers.embedding_softmax import PositionalEmbedding
 from praxis_lite.layers.repeats import AutodiffCheckpointType
 from praxis_lite.sharding import (
@@ -30,7 +32,6 @@ from praxis_lite.sharding import (
     TABLE_EMBED,
     VOCAB,
 )
-from praxis_lite.synthetic_input import SyntheticLmInput
 from tasks.lm import model_params
 from tasks.lm.classification import ClassificationModelAdam
 from tasks.lm.knob_groups import AdamKnobs, LoopKnobs, LrSchedule, LrScheduleKnobs, knob_group
@@ -45,7 +46,7 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, Lor
     (``TransformerLmKnobs``), Adam (``AdamKnobs``), the learning-rate schedule
     (``LrScheduleKnobs``: cosine by default), the loop (``LoopKnobs``) and LoRA
     adapters (``LoraKnobs``: off unless LORA_RANK > 0); validated here against each
-    other and the mesh (``paxlite.mesh_checks``).
+    other and the mesh (``paxlite.runtime.mesh_checks``).
 
     Pipeline parallelism (``praxis_lite.layers.pipeline``): NUM_STAGES > 1 splits
     the layers over that many stages along a 'stage' mesh axis (MESH_AXIS_NAMES
@@ -321,7 +322,7 @@ class LmCloudSpmdSynthetic(PaxTransformerLm):
         return [train]
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudSpmdTest(LmCloudSpmdSynthetic):
     """Pax's small model for a local CPU run: 2 layers of 64 dims; global batch 1 x 4 = 4."""
 
@@ -334,7 +335,7 @@ class LmCloudSpmdTest(LmCloudSpmdSynthetic):
     ICI_MESH_SHAPE = (1, 1, 1)
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudSpmd2B(LmCloudSpmdSynthetic):
     """2B params on 4 chips; global batch 8 x 4 = 32."""
 
@@ -347,14 +348,14 @@ class LmCloudSpmd2B(LmCloudSpmdSynthetic):
     CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudSpmd2BLimitSteps(LmCloudSpmd2B):
     """Pax's LmCloudSpmd2B for 300 steps (the run of Pax's README)."""
 
     NUM_TRAIN_STEPS = 300
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudSpmd32B(LmCloudSpmdSynthetic):
     """32B params on 64 chips; global batch 8 x 64 = 512."""
 
@@ -367,7 +368,7 @@ class LmCloudSpmd32B(LmCloudSpmdSynthetic):
     CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_CONTEXT_AND_OUT_PROJ
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudSpmd64B(LmCloudSpmdSynthetic):
     """64B params on 128 chips; global batch 4 x 128 = 512."""
 
@@ -380,7 +381,7 @@ class LmCloudSpmd64B(LmCloudSpmdSynthetic):
     CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_CONTEXT_AND_OUT_PROJ
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudSpmd128B(LmCloudSpmdSynthetic):
     """128B params on 256 chips; global batch 4 x 256 = 1024."""
 
@@ -393,7 +394,7 @@ class LmCloudSpmd128B(LmCloudSpmdSynthetic):
     CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudSpmd256B(LmCloudSpmdSynthetic):
     """256B params on 512 chips; global batch 4 x 512 = 2048."""
 
@@ -406,7 +407,7 @@ class LmCloudSpmd256B(LmCloudSpmdSynthetic):
     CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudSpmd512B(LmCloudSpmdSynthetic):
     """512B params on 1024 chips; global batch 4 x 1024 = 4096."""
 
@@ -419,7 +420,7 @@ class LmCloudSpmd512B(LmCloudSpmdSynthetic):
     CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudSpmd1024B(LmCloudSpmdSynthetic):
     """1024B params on 2048 chips; global batch 2 x 2048 = 4096."""
 
@@ -432,7 +433,7 @@ class LmCloudSpmd1024B(LmCloudSpmdSynthetic):
     CHECKPOINT_POLICY = AutodiffCheckpointType.SAVE_NOTHING
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudSpmdMultislice2B(LmCloudSpmd2B):
     """LmCloudSpmd2B on two 4-chip slices: 'replica' over DCN; global batch 16 x 8 = 128."""
 
@@ -453,7 +454,7 @@ class LmCloudSpmdPipeline(LmCloudSpmdSynthetic):
     ICI_MESH_SHAPE = (1, 1, 1, 1)
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudSpmdPipeline9B(LmCloudSpmdPipeline):
     """9B params, 16 stages x 4-way data parallelism on 64 chips; global batch 8 x 64 = 512.
 
@@ -472,7 +473,7 @@ class LmCloudSpmdPipeline9B(LmCloudSpmdPipeline):
     ICI_MESH_SHAPE = (16, 4, 1, 1)
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudSpmdPipeline175B(LmCloudSpmdPipeline):
     """GPT-3 175B shapes (96 layers of 96 heads x 128, sequences of 2048) in 8 stages across
     8 hosts of 16 GPUs, 16-way tensor parallel in each: global batch 0.75 x 128 = 96 in 48
@@ -506,7 +507,7 @@ class Pipeline2BOnTwoSlices(LmCloudSpmd):
     DCN_MESH_SHAPE = (2, 1, 1, 1)
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudSpmdPipelineMultislice2B(Pipeline2BOnTwoSlices, LmCloudSpmdPipeline):
     """LmCloudSpmd2B pipelined over two 4-chip slices: the 2 stages cross DCN.
 
@@ -518,7 +519,7 @@ class LmCloudSpmdPipelineMultislice2B(Pipeline2BOnTwoSlices, LmCloudSpmdPipeline
     MICROBATCH_SIZE = 4
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudSpmdPipelineMultislice2BCircular(Pipeline2BOnTwoSlices, LmCloudSpmdPipeline):
     """LmCloudSpmdPipelineMultislice2B, circular: 3 virtual stages of 3 layers per slice.
 
@@ -532,7 +533,7 @@ class LmCloudSpmdPipelineMultislice2BCircular(Pipeline2BOnTwoSlices, LmCloudSpmd
 # Pax's data-parallel (pmap) LM: here one 'data' axis over every device of the job.
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudTransformerAdam(LmCloudSpmdSynthetic):
     """Pax's pmap Transformer LM (``TransformerLmPmapAdam``): 32 layers of 16 heads x 64,
     ReLU, separate q/k/v weights without biases, float32, unscanned, trained data-parallel
@@ -559,14 +560,14 @@ class LmCloudTransformerAdam(LmCloudSpmdSynthetic):
     EMBEDDING_LOOKUP_STYLE = "index"  # praxis's default: pmap models get no sharding annotations.
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudTransformerAdamTest(LmCloudTransformerAdam):
     """LmCloudTransformerAdam with 2 layers."""
 
     NUM_LAYERS = 2
 
 
-@experiment_registry.register
+@registry.register
 class LmCloudTransformerAdamLimitSteps(LmCloudTransformerAdam):
     """LmCloudTransformerAdam with 10 layers, for 2000 steps."""
 
@@ -577,7 +578,7 @@ class LmCloudTransformerAdamLimitSteps(LmCloudTransformerAdam):
 # Pax's MLP experiments (registered in Pax's lm_cloud module): 8-way data parallel.
 
 
-@experiment_registry.register
+@registry.register
 class LargeMlp(ClassificationModelAdam):
     """Pax's 8-layer MLP with large hidden dims (4096 -> 7168 -> 4096), on 8 devices."""
 
@@ -590,7 +591,7 @@ class LargeMlp(ClassificationModelAdam):
     SOFTMAX_WEIGHT_SHARDING = (-1, -1)
 
 
-@experiment_registry.register
+@registry.register
 class SmallMlp(ClassificationModelAdam):
     """Pax's 8-layer MLP with small hidden dims (1024 throughout), on 8 devices."""
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from paxlite.base_experiment import BaseExperiment, KnobError
+from paxlite.experiments.base_experiment import BaseExperiment, KnobError
 from praxis_lite import config as config_lib
 from praxis_lite.layers.embedding_softmax import (
     Embedding,
@@ -24,7 +24,7 @@ from praxis_lite.layers.pipeline import LayerwiseShardablePipelined
 from praxis_lite.layers.repeats import AutodiffCheckpointType, StackedTransformerRepeated
 from praxis_lite.layers.transformer_models import TransformerLm
 from praxis_lite.layers.transformers import StackedTransformer
-from praxis_lite.models import LanguageModel
+from praxis_lite.models.lm import LanguageModel
 from tasks.lm.knob_groups import check_at_least, knob_group
 from tasks.lm.model_params import Activation, Norm, block_config
 

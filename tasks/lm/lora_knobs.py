@@ -3,7 +3,7 @@ rest of the model frozen.
 
 ``LORA_RANK > 0`` turns them on: every attention and feed-forward layer of the model gets
 ``praxis_lite.layers.lora.LoraSettings`` on the projections LORA_TARGET_MODULES names, and
-the learner trains the adapters only (``bprop_variable_inclusion``, ``paxlite.trainable``)::
+the learner trains the adapters only (``bprop_variable_inclusion``, ``paxlite.train.trainable``)::
 
     paxlite --exp=tasks.lm.hf.HfCausalLm --set HF_MODEL=/models/llama --set LORA_RANK=16 \\
         --set LORA_ALPHA=32 --set LORA_TARGET_MODULES=q_proj,k_proj,v_proj,o_proj ...
@@ -20,7 +20,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from paxlite.base_experiment import BaseExperiment, KnobError
+from paxlite.experiments.base_experiment import BaseExperiment, KnobError
 from praxis_lite import config as config_lib
 from praxis_lite.layers.lora import ADAPTER_PATTERN, LoraSettings
 from praxis_lite.layers.lora_targets import (

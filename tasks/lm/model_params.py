@@ -11,7 +11,7 @@ from praxis_lite.layers import activations
 from praxis_lite.layers.embedding_softmax import SharedEmbeddingSoftmax
 from praxis_lite.layers.normalizations import LayerNorm, RmsNorm
 from praxis_lite.layers.pipeline import LayerwiseShardablePipelined
-from praxis_lite.models import ClassificationMlpModel
+from praxis_lite.models.classification import ClassificationMlpModel
 
 
 class Activation(enum.Enum):

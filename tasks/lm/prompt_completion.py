@@ -32,10 +32,10 @@ from typing import Any
 
 import seqio
 
-from paxlite import experiment_registry
-from paxlite.base_experiment import KnobError
-from praxis_lite.seqio_input import DecodeForm
-from praxis_lite.seqio_tasks import make_vocabulary, register_task_once
+from paxlite.experiments import registry
+from paxlite.experiments.base_experiment import KnobError
+from praxis_lite.inputs.seqio_input import DecodeForm
+from praxis_lite.inputs.seqio_tasks import make_vocabulary, register_task_once
 from tasks.lm.knob_groups import knob_group
 from tasks.lm.text import (
     LmTextTiny,
@@ -191,7 +191,7 @@ class PromptCompletionKnobs(LmTextTiny):
         return task
 
 
-@experiment_registry.register
+@registry.register
 class LmPromptCompletionTiny(PromptCompletionKnobs):
     """LmTextTiny's model (same shapes) trained on prompt/completion pairs, loss on completions
     (the knobs of :class:`PromptCompletionKnobs`; TEXT_FORMAT stays JSONL, TEXT_FIELD and

@@ -6,14 +6,14 @@ from typing import Any
 
 import numpy as np
 
-from paxlite import experiment_registry
+from paxlite.experiments import registry
 from praxis_lite import config as config_lib
-from praxis_lite.synthetic_input import SyntheticLmInput
+from praxis_lite.inputs.synthetic_input import SyntheticLmInput
 from tasks.lm.lm_cloud import LmCloudSpmd
 from tasks.lm.model_params import Activation
 
 
-@experiment_registry.register
+@registry.register
 class LmSyntheticTiny(LmCloudSpmd):
     """A 2-layer, 64-dim LM on SyntheticLmInput: trains on a laptop CPU in about a minute."""
 
@@ -78,7 +78,7 @@ class LmSyntheticTiny(LmCloudSpmd):
         return self.infeed_batch_size()
 
 
-@experiment_registry.register
+@registry.register
 class LmSyntheticTinyPipeline(LmSyntheticTiny):
     """LmSyntheticTiny with 4 layers pipelined over 2 stages, 4 microbatches, on 2 devices.
 

@@ -28,13 +28,13 @@ from typing import Any
 import seqio
 import tensorflow as tf
 
-from paxlite import experiment_registry
-from paxlite.base_experiment import KnobError
+from paxlite.experiments import registry
+from paxlite.experiments.base_experiment import KnobError
 from praxis_lite import config as config_lib
-from praxis_lite.base_input import InputDataError
-from praxis_lite.seqio_checks import check_tfrecord
-from praxis_lite.seqio_input import DecodeForm, SeqIOInput
-from praxis_lite.seqio_tasks import lm_preprocessors, make_vocabulary, register_task_once
+from praxis_lite.inputs.base_input import InputDataError
+from praxis_lite.inputs.seqio_checks import check_tfrecord
+from praxis_lite.inputs.seqio_input import DecodeForm, SeqIOInput
+from praxis_lite.inputs.seqio_tasks import lm_preprocessors, make_vocabulary, register_task_once
 from tasks.lm.synthetic import LmSyntheticTiny
 
 _AUTOTUNE = tf.data.AUTOTUNE
@@ -336,7 +336,7 @@ def register_text_task(
     return register_task_once(name, settings, make_task)
 
 
-@experiment_registry.register
+@registry.register
 class LmTextTiny(LmSyntheticTiny):
     """LmSyntheticTiny's 2-layer, 64-dim LM on your text files (a laptop CPU, about a minute).
 

@@ -2,7 +2,7 @@
 
 The SeqIO task reads C4's documents from prepared TFDS files (``--tfds_data_dir``, as for
 the C4 LMs; never downloaded), tokenizes their ``text`` with T5's SentencePiece model plus
-100 extra ids (the sentinels), and corrupts spans (``praxis_lite.span_corruption``): with
+100 extra ids (the sentinels), and corrupts spans (``praxis_lite.inputs.span_corruption``): with
 ``task_feature_lengths={'inputs': 512, 'targets': 114}`` every full example has 512 input
 and 114 target tokens, EOS included. An experiment registers it in ``datasets()`` and
 reads it with an encoder-decoder ``SeqIOInput``::
@@ -28,8 +28,8 @@ from __future__ import annotations
 
 import seqio
 
-from praxis_lite.seqio_tasks import register_task_once
-from praxis_lite.span_corruption import (
+from praxis_lite.inputs.seqio_tasks import register_task_once
+from praxis_lite.inputs.span_corruption import (
     MEAN_NOISE_SPAN_LENGTH,
     NOISE_DENSITY,
     span_corruption_preprocessors,

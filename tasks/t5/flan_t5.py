@@ -13,7 +13,7 @@ and to fine-tune on your SeqIO task, registered by your own module::
 
 from __future__ import annotations
 
-from paxlite import experiment_registry
+from paxlite.experiments import registry
 from tasks.lm.knob_groups import knob_group
 from tasks.t5.t5_1_1 import T5v11Base, T5v11Large, T5v11Small, T5v11Spmd, T5v11Xl, T5v11Xxl
 from tasks.t5.t5x_setup import T5xLrSchedule
@@ -34,26 +34,26 @@ class FlanT5Finetune(T5v11Spmd):
     CHECKPOINT_EVERY_N_STEPS = 5000
 
 
-@experiment_registry.register
+@registry.register
 class FlanT5Small(FlanT5Finetune, T5v11Small):
     """Flan-T5 Small (``t5_1_1/small.gin``; T5X's flan_t5_small/checkpoint_1198000)."""
 
 
-@experiment_registry.register
+@registry.register
 class FlanT5Base(FlanT5Finetune, T5v11Base):
     """Flan-T5 Base (``t5_1_1/base.gin``; flan_t5_base/checkpoint_1184000)."""
 
 
-@experiment_registry.register
+@registry.register
 class FlanT5Large(FlanT5Finetune, T5v11Large):
     """Flan-T5 Large (``t5_1_1/large.gin``; flan_t5_large/checkpoint_1164000)."""
 
 
-@experiment_registry.register
+@registry.register
 class FlanT5Xl(FlanT5Finetune, T5v11Xl):
     """Flan-T5 XL (``t5_1_1/xl.gin``; flan_t5_xl/checkpoint_1138000)."""
 
 
-@experiment_registry.register
+@registry.register
 class FlanT5Xxl(FlanT5Finetune, T5v11Xxl):
     """Flan-T5 XXL, 11B (``t5_1_1/xxl.gin``; flan_t5_xxl/checkpoint_1114000)."""

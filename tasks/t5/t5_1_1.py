@@ -18,7 +18,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from paxlite import experiment_registry
+from paxlite.experiments import registry
 from tasks.lm.knob_groups import LoopKnobs, knob_group
 from tasks.t5.c4_span_corruption import (
     C4_SPAN_CORRUPTION_TASK_NAME,
@@ -74,7 +74,7 @@ class T5v11Spmd(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
         return task
 
 
-@experiment_registry.register
+@registry.register
 class T5v11Small(T5v11Spmd):
     """``t5_1_1/small.gin``: 8 + 8 layers, 512 dims, 6 heads, MLP 1024 (77M parameters)."""
 
@@ -85,7 +85,7 @@ class T5v11Small(T5v11Spmd):
     HIDDEN_DIMS = 1024
 
 
-@experiment_registry.register
+@registry.register
 class T5v11Base(T5v11Spmd):
     """``t5_1_1/base.gin``: 12 + 12 layers, 768 dims, 12 heads, MLP 2048 (248M)."""
 
@@ -96,7 +96,7 @@ class T5v11Base(T5v11Spmd):
     HIDDEN_DIMS = 2048
 
 
-@experiment_registry.register
+@registry.register
 class T5v11Large(T5v11Spmd):
     """``t5_1_1/large.gin``: 24 + 24 layers, 1024 dims, 16 heads, MLP 2816 (783M)."""
 
@@ -107,7 +107,7 @@ class T5v11Large(T5v11Spmd):
     HIDDEN_DIMS = 2816
 
 
-@experiment_registry.register
+@registry.register
 class T5v11Xl(T5v11Spmd):
     """``t5_1_1/xl.gin``: 24 + 24 layers, 2048 dims, 32 heads, MLP 5120 (2.85B); 2-way
     model parallel."""
@@ -121,7 +121,7 @@ class T5v11Xl(T5v11Spmd):
     PERCORE_BATCH_SIZE = 8  # x 16 devices: 128.
 
 
-@experiment_registry.register
+@registry.register
 class T5v11Xxl(T5v11Spmd):
     """``t5_1_1/xxl.gin``: 24 + 24 layers, 4096 dims, 64 heads, MLP 10240 (11.1B); 8-way
     model parallel."""

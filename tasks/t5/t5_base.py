@@ -14,14 +14,17 @@ from typing import Any
 import jax.numpy as jnp
 from etils import epath
 
-from paxlite import export, mesh_checks
-from paxlite.base_experiment import BaseExperiment, KnobError
-from paxlite.formats import hf_checkpoint, hf_models, t5x_gin
-from praxis_lite import beam_search
+from paxlite.experiments.base_experiment import BaseExperiment, KnobError
+from paxlite.formats.hf import checkpoint as hf_checkpoint
+from paxlite.formats.hf import models as hf_models
+from paxlite.formats.t5x import gin as t5x_gin
+from paxlite.pretrained import export
+from paxlite.runtime import mesh_checks
 from praxis_lite import config as config_lib
+from praxis_lite.decoding import beam_search
 from praxis_lite.layers.repeats import AutodiffCheckpointType
+from praxis_lite.models.t5 import ACTIVATIONS, T5Shape, t5_model
 from praxis_lite.sharding import EMBED, HEAD_DIM, HEADS, KV_HEADS, LAYERS, MLP, TABLE_EMBED, VOCAB
-from praxis_lite.t5_model import ACTIVATIONS, T5Shape, t5_model
 from tasks.lm.knob_groups import AdamKnobs, LoopKnobs, LrScheduleKnobs, check_at_least, knob_group
 
 #: T5Shape's fields -> the knobs that set them (checked against a checkpoint's config).

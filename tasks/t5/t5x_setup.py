@@ -18,12 +18,12 @@ import enum
 import importlib
 from typing import Any
 
-from paxlite.base_experiment import BaseExperiment, KnobError
-from paxlite.tasks_lib import Learner
+from paxlite.experiments.base_experiment import BaseExperiment, KnobError
+from paxlite.experiments.tasks_lib import Learner
 from praxis_lite import config as config_lib
-from praxis_lite import optimizers, schedules
-from praxis_lite.seqio_input import DecodeForm, SeqIOInput
-from praxis_lite.synthetic_input import SyntheticSeq2SeqInput
+from praxis_lite.inputs.seqio_input import DecodeForm, SeqIOInput
+from praxis_lite.inputs.synthetic_input import SyntheticSeq2SeqInput
+from praxis_lite.optim import optimizers, schedules
 from tasks.lm.knob_groups import check_at_least, knob_group
 
 #: How a user names the data (in input errors).
@@ -239,7 +239,7 @@ def _missing_module_error(module: str, e: ModuleNotFoundError) -> KnobError:
             f"MIXTURE_OR_TASK_MODULE {module!r} imports {e.name!r}, which paxlite cannot "
             f"install ({why}); register the task with seqio directly (seqio.TaskRegistry.add"
             " with seqio's preprocessors; T5's span corruption is "
-            "praxis_lite.span_corruption), or use a task paxlite registers."
+            "praxis_lite.inputs.span_corruption), or use a task paxlite registers."
         )
     where = "is not importable" if e.name == module else f"imports {e.name!r}, not installed"
     return KnobError(

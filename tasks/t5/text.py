@@ -19,10 +19,10 @@ from __future__ import annotations
 
 from typing import Any
 
-from paxlite import experiment_registry
-from paxlite.base_experiment import KnobError
+from paxlite.experiments import registry
+from paxlite.experiments.base_experiment import KnobError
 from praxis_lite import config as config_lib
-from praxis_lite.seqio_input import DecodeForm, SeqIOInput
+from praxis_lite.inputs.seqio_input import DecodeForm, SeqIOInput
 from tasks.lm.prompt_completion import register_prompt_completion_task
 from tasks.t5.tiny import T5Tiny
 
@@ -30,7 +30,7 @@ _TRAIN_DATA_FLAG = "--set=TEXT_DATA_PATH=PATH"
 _EVAL_DATA_FLAG = "--set=TEXT_EVAL_DATA_PATH=PATH"
 
 
-@experiment_registry.register
+@registry.register
 class T5TextTiny(T5Tiny):
     """T5Tiny's model (VOCAB_SIZE for bytes) on JSONL inputs/targets pairs: a laptop CPU.
 

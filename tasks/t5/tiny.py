@@ -15,9 +15,9 @@ from typing import Any
 
 import numpy as np
 
-from paxlite import experiment_registry
+from paxlite.experiments import registry
 from praxis_lite import config as config_lib
-from praxis_lite.synthetic_input import Seq2SeqTask, SyntheticSeq2SeqInput
+from praxis_lite.inputs.synthetic_input import Seq2SeqTask, SyntheticSeq2SeqInput
 from tasks.lm.knob_groups import LrSchedule
 from tasks.t5.t5_base import T5Spmd
 
@@ -25,7 +25,7 @@ from tasks.t5.t5_base import T5Spmd
 _EOS = 1
 
 
-@experiment_registry.register
+@registry.register
 class T5Tiny(T5Spmd):
     """A T5 1.1-shaped model (2 + 2 layers, 64 dims) on synthetic reversal: about a
     minute on a laptop CPU.

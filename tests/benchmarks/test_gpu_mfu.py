@@ -3,7 +3,6 @@
 import gzip
 import json
 import os
-import pathlib
 import subprocess
 import sys
 
@@ -14,8 +13,7 @@ import pytest
 
 from benchmarks import gpu_mfu_run
 from benchmarks.plain_jax_lm import Shape, init_params, loss_fn
-
-REPO = pathlib.Path(__file__).resolve().parents[2]
+from tests import REPO
 
 #: Runs the script as a GPU machine would, then lists the modules it must never import.
 _RUN = """

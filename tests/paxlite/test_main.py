@@ -16,7 +16,10 @@ from absl import flags
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.util import tensor_util
 
-REPO = pathlib.Path(__file__).resolve().parents[2]
+from tests import REPO
+
+pytestmark = pytest.mark.long  # Whole training jobs: scheduled first (tests/conftest.py).
+
 EXP = "tasks.lm.synthetic.LmSyntheticTiny"
 SHORT = [
     "--set=NUM_TRAIN_STEPS=60",

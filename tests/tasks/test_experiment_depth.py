@@ -9,8 +9,8 @@ import importlib
 import pkgutil
 
 import tasks
-from paxlite import experiment_registry
-from paxlite.base_experiment import BaseExperiment
+from paxlite.experiments import registry
+from paxlite.experiments.base_experiment import BaseExperiment
 from tasks.lm.knob_groups import is_knob_group
 
 MAX_DEPTH = 3
@@ -31,7 +31,7 @@ def primary_chain(cls: type) -> list[str]:
 def _registered_in_tasks() -> set[type]:
     for info in pkgutil.walk_packages(tasks.__path__, prefix="tasks."):
         importlib.import_module(info.name)
-    return {cls for name, cls in experiment_registry.get_all().items() if name.startswith("tasks.")}
+    return {cls for name, cls in registry.get_all().items() if name.startswith("tasks.")}
 
 
 def test_registered_experiments_are_at_most_three_classes_deep():

@@ -2,11 +2,11 @@
 
 from typing import Any
 
-from paxlite import experiment_registry
-from paxlite.base_experiment import BaseExperiment
+from paxlite.experiments import registry
+from paxlite.experiments.base_experiment import BaseExperiment
 
 
-@experiment_registry.register
+@registry.register
 class SameName(BaseExperiment):
     """One of two experiments named SameName."""
 

@@ -2,8 +2,8 @@
 
 import paxlite_missing_dependency  # noqa: F401
 
-from paxlite import experiment_registry
-from paxlite.base_experiment import BaseExperiment
+from paxlite.experiments import registry as experiment_registry
+from paxlite.experiments.base_experiment import BaseExperiment
 
 
 @experiment_registry.register

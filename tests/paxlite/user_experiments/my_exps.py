@@ -4,8 +4,8 @@ from __future__ import annotations
 
 from typing import Any
 
-from paxlite import experiment_registry
-from paxlite.base_experiment import BaseExperiment
+from paxlite.experiments import registry as experiment_registry
+from paxlite.experiments.base_experiment import BaseExperiment
 
 
 class TinyLmBase(BaseExperiment):

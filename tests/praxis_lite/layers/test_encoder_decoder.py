@@ -11,9 +11,10 @@ import numpy as np
 import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
-from praxis_lite.decoding import DecoderParams
+from praxis_lite.decoding.sampling import DecoderParams
 from praxis_lite.layers.attentions import DotProductAttention
-from praxis_lite.model_flops import FlopsDefinition
+from praxis_lite.models.flops import FlopsDefinition
+from praxis_lite.models.t5 import T5Shape, t5_model
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import (
     DEFAULT_RULES,
@@ -21,7 +22,6 @@ from praxis_lite.sharding import (
     logical_shardings,
     strip_boxes,
 )
-from praxis_lite.t5_model import T5Shape, t5_model
 from tests.praxis_lite.layers import numpy_refs as ref
 from tests.praxis_lite.layers.test_relative_bias import _bucket
 

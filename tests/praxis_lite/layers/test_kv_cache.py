@@ -21,7 +21,7 @@ from praxis_lite.layers import embedding_softmax as es
 from praxis_lite.layers.repeats import StackedTransformerRepeated
 from praxis_lite.layers.transformer_models import TransformerLm
 from praxis_lite.layers.transformers import StackedTransformer
-from praxis_lite.models import LanguageModel
+from praxis_lite.models.lm import LanguageModel
 from tests.praxis_lite.layers import numpy_refs as ref
 
 D, V, T, PROMPT = 16, 32, 7, 3

@@ -13,7 +13,7 @@ from praxis_lite.layers.embedding_softmax import Embedding, FullSoftmax, Positio
 from praxis_lite.layers.pipeline import LayerwiseShardablePipelined
 from praxis_lite.layers.repeats import StackedTransformerRepeated
 from praxis_lite.layers.transformer_models import TransformerLm
-from praxis_lite.models import LanguageModel
+from praxis_lite.models.lm import LanguageModel
 from praxis_lite.py_utils import NestedMap
 from tests.praxis_lite.layers import numpy_refs as ref
 

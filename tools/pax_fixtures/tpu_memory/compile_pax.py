@@ -26,7 +26,7 @@ from jax._src.interpreters import mlir
 from jax._src.lib import _jax, xla_client
 from jax.experimental import topologies
 
-from paxlite import tpu_topology
+from paxlite.runtime import tpu_topology
 
 
 def compile_saved(topology_name: str, saved: pathlib.Path) -> dict:

@@ -1,0 +1,5 @@
+"""Checkpoints: orbax saves and restores of the train state (train_checkpoints), each
+host's input position (input_positions), the registry of checkpoint kinds a run can read
+parameters from (checkpoint_sources), and Pax's loading rules (init_from).
+
+May import: paxlite.runtime, paxlite.experiments (the loading rules type) and praxis_lite."""

@@ -1,0 +1,360 @@
+"""Orbax checkpoints of the train state and the input position."""
+
+from __future__ import annotations
+
+import asyncio
+import contextlib
+import json
+import re
+from collections.abc import Iterator
+from typing import Any
+
+import jax
+import orbax.checkpoint as ocp
+from etils import epath
+
+from paxlite.runtime import storage
+from paxlite.train.train_state import TrainState
+
+STATE = "state"
+INPUT = "input"
+_MAX_LISTED = 20  # Mismatched arrays listed in a CheckpointMismatchError.
+_STATUS = re.compile(r"[A-Z_]+: ")  # How tensorstore's errors start: 'DATA_LOSS: ...'.
+_INCOMPLETE = re.compile(r"(\d+)\.orbax-checkpoint-tmp.*")  # A save that never finished.
+_COMMITTED = "commit_success.txt"  # Orbax's mark of a finished save in a bucket.
+
+
+class CheckpointMismatchError(ValueError):
+    """The checkpoint was written by a different model: its arrays' paths or shapes differ."""
+
+
+class CheckpointCorruptError(ValueError):
+    """A checkpoint's files cannot be read (truncated, overwritten or partly deleted)."""
+
+
+class CheckpointSaveError(storage.StorageWriteError):
+    """A checkpoint (or an input position saved beside it) could not be written.
+
+    Attributes:
+      step: the checkpoint that failed; newest_complete: the newest one that did not
+        (None: none yet).
+    """
+
+    def __init__(self, message: str, step: int, newest_complete: int | None):
+        super().__init__(message)
+        self.step, self.newest_complete = step, newest_complete
+
+
+class Checkpointer:
+    """An orbax ``CheckpointManager`` under ``<job_log_dir>/checkpoints``.
+
+    Saves are asynchronous (training continues while arrays are written) and the
+    oldest checkpoints beyond ``max_to_keep`` are deleted, only once a newer save
+    is complete. A checkpoint holds the
+    :class:`TrainState` (sharded arrays) and the training input's position (JSON).
+    Saves that a killed process left unfinished are listed in ``interrupted_steps``
+    and removed; they are never restored.
+
+    A save that fails, in its synchronous part or its background commit, or whose
+    commit takes longer than ``timeout_secs``, raises :class:`CheckpointSaveError`
+    from that :meth:`save`, the next one, or :meth:`finish_pending`; the checkpoints that were
+    complete before it stay.
+    """
+
+    def __init__(
+        self,
+        job_log_dir: epath.PathLike,
+        *,
+        max_to_keep: int,
+        async_save: bool = True,
+        timeout_secs: int = 1200,
+    ):
+        self.directory = storage.job_path(job_log_dir) / "checkpoints"
+        self.interrupted_steps = _interrupted_saves(self.directory)
+        self._timeout_secs = timeout_secs
+        options = ocp.CheckpointManagerOptions(
+            max_to_keep=max_to_keep,
+            enable_async_checkpointing=async_save,
+            async_options=ocp.AsyncOptions(timeout_secs=timeout_secs),
+            create=True,
+            cleanup_tmp_directories=True,  # Removes what interrupted_steps found.
+        )
+        # Handlers named up front, so the metadata of a step saved by an earlier run is readable.
+        handlers = {STATE: ocp.StandardCheckpointHandler(), INPUT: ocp.JsonCheckpointHandler()}
+        self._manager = ocp.CheckpointManager(
+            self.directory, options=options, item_handlers=handlers
+        )
+        self._pending: int | None = None  # The step whose asynchronous commit may still run.
+        self.newest_complete = self.latest_step()
+        self._draining: contextlib.ExitStack | None = None  # From the first save to close().
+
+    def latest_step(self) -> int | None:
+        """The newest complete checkpoint's step (interrupted saves never count)."""
+        return self._manager.latest_step()
+
+    def all_steps(self) -> list[int]:
+        return list(self._manager.all_steps())
+
+    def save(self, step: int, state: TrainState, input_state: dict[str, Any]) -> None:
+        """Starts an asynchronous save of ``state`` at ``step``, once the previous save
+        is complete.
+
+        Raises:
+          CheckpointSaveError: this save, or the previous one, failed.
+        """
+        self.finish_pending()
+        if self._draining is None:  # Saves run in background threads until close().
+            self._draining = contextlib.ExitStack()
+            self._draining.enter_context(_finish_tasks_before_loop_close())
+        args = ocp.args.Composite(
+            **{STATE: ocp.args.StandardSave(state), INPUT: ocp.args.JsonSave(input_state)}
+        )
+        with self.writing(step):
+            self._manager.save(step, args=args, force=True)
+        self._pending = step
+
+    def finish_pending(self) -> None:
+        """Blocks until the pending save (if any) is complete and its predecessors beyond
+        ``max_to_keep`` are deleted.
+
+        Raises:
+          CheckpointSaveError: it failed or timed out (orbax dropped it; it is never restored).
+        """
+        step, self._pending = self._pending, None
+        if step is None:
+            return
+        with self.writing(step):
+            self._manager.wait_until_finished()
+        self.newest_complete = step
+
+    @contextlib.contextmanager
+    def writing(self, step: int) -> Iterator[None]:
+        """Turns any error inside into a CheckpointSaveError for ``step``."""
+        try:
+            yield
+        except Exception as e:
+            raise CheckpointSaveError(
+                self._save_message(step, e), step, self.newest_complete
+            ) from e
+
+    def _save_message(self, step: int, error: Exception) -> str:
+        if isinstance(error, TimeoutError):
+            cause = (
+                f"the save did not finish within {self._timeout_secs} s (raise "
+                "CHECKPOINT_ASYNC_TIMEOUT_SECS if the storage is only slow)"
+            )
+        else:
+            cause = storage.one_line(_root_cause(error))
+        newest = self.newest_complete
+        kept = (
+            f"the newest complete checkpoint is step {newest}"
+            if newest is not None
+            else "no checkpoint is complete yet"
+        )
+        return (
+            f"the checkpoint at step {step} could not be written to {self.directory}: {cause}; "
+            f"{kept} (rerun the same command once the storage works)"
+        )
+
+    def restore(self, step: int, abstract_state: TrainState) -> tuple[TrainState, dict[str, Any]]:
+        """Restores onto the shardings of ``abstract_state`` (ShapeDtypeStructs).
+
+        The saved arrays' paths and shapes are checked against ``abstract_state``
+        before any array is read; nothing on disk is changed.
+
+        Raises:
+          CheckpointMismatchError: the checkpoint holds a different model.
+          CheckpointCorruptError: the checkpoint's files cannot be read.
+        """
+        with self._reading(step):
+            saved = self._manager.item_metadata(step)[STATE]
+        if saved is None:
+            raise CheckpointCorruptError(self._corrupt_message(step, f"no readable {STATE!r} item"))
+        problems = shape_mismatches(saved, abstract_state)
+        if problems:
+            shown = problems[:_MAX_LISTED]
+            if len(problems) > len(shown):
+                shown.append(f"... and {len(problems) - len(shown)} more")
+            raise CheckpointMismatchError(
+                f"the checkpoint at step {step} in {self.directory} was written by a different "
+                f"model: {len(problems)} arrays differ from this experiment's (saved vs "
+                "expected shape):\n  " + "\n  ".join(shown) + "\nTrain this configuration "
+                "with a new --job_log_dir, or rerun with the knobs that wrote the checkpoint "
+                f"(see {self.directory.parent / 'config.txt'})."
+            )
+        args = ocp.args.Composite(
+            **{STATE: ocp.args.StandardRestore(abstract_state), INPUT: ocp.args.JsonRestore()}
+        )
+        with self._reading(step):
+            restored = self._manager.restore(step, args=args)
+        return restored[STATE], restored[INPUT]
+
+    @contextlib.contextmanager
+    def _reading(self, step: int) -> Iterator[None]:
+        """Turns a failed read of ``step``'s files into a CheckpointCorruptError."""
+        try:
+            with _finish_tasks_before_loop_close():
+                yield
+        except Exception as e:
+            if (cause := _read_error(e)) is None:
+                raise
+            raise CheckpointCorruptError(self._corrupt_message(step, cause)) from e
+
+    def _corrupt_message(self, step: int, cause: Any) -> str:
+        step_dir = self.directory / str(step)
+        detail = " ".join(str(cause).split())
+        if len(detail) > 300:
+            detail = detail[:300] + " ..."
+        earlier = [s for s in self.all_steps() if s < step]
+        fallback = f"to resume from step {max(earlier)}" if earlier else "to train from scratch"
+        return (
+            f"cannot read the checkpoint at step {step}: the files in {step_dir} look damaged "
+            f"(truncated or overwritten). Move or delete {step_dir} {fallback}, or pass a new "
+            f"--job_log_dir. (Read error: {detail})"
+        )
+
+    def close(self) -> None:
+        """Waits for a pending save and closes orbax; never raises (a failed save is
+        reported by :meth:`save` or :meth:`finish_pending`, or superseded by the error
+        being raised)."""
+        self._pending = None
+        try:
+            self._manager.close()
+        except Exception:  # noqa: BLE001
+            pass
+        finally:
+            if self._draining is not None:
+                self._draining.close()
+                self._draining = None
+
+
+def _interrupted_saves(directory: epath.Path) -> list[int]:
+    """Steps whose save was interrupted (process killed mid-write), oldest first.
+
+    On a local disk orbax writes a step into ``<step>.orbax-checkpoint-tmp...`` and
+    renames it to ``<step>`` only once every file is written; in a bucket, which has no
+    rename, it writes ``<step>/`` in place and ``<step>/commit_success.txt`` last. Either
+    way such a step is never restored.
+    """
+    if not directory.is_dir():
+        return []
+    if storage.is_remote(directory):
+        steps = (p for p in directory.iterdir() if p.name.isdigit())
+        return sorted(int(p.name) for p in steps if not (p / _COMMITTED).exists())
+    found = (_INCOMPLETE.fullmatch(p.name) for p in directory.iterdir())
+    return sorted(int(m.group(1)) for m in found if m)
+
+
+def abstract_like(tree: Any, shardings: Any) -> Any:
+    """ShapeDtypeStructs of ``tree`` (arrays or ShapeDtypeStructs) with ``shardings``."""
+    return jax.tree_util.tree_map(
+        lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), tree, shardings
+    )
+
+
+def _root_cause(error: BaseException) -> BaseException:
+    """The innermost exception of ``error``'s chain (the storage's own error)."""
+    while error.__cause__ is not None:
+        error = error.__cause__
+    return error
+
+
+def _read_error(error: BaseException) -> BaseException | None:
+    """The failed file read in ``error``'s chain, if any.
+
+    A read fails with a tensorstore status (``ValueError('DATA_LOSS: ...')``), an
+    OSError, undecodable JSON, or a missing item (KeyError).
+    """
+    cause: BaseException | None = error
+    while cause is not None:
+        if isinstance(cause, (OSError, json.JSONDecodeError, KeyError)) or (
+            isinstance(cause, ValueError) and _STATUS.match(str(cause))
+        ):
+            return cause
+        cause = cause.__cause__ or cause.__context__
+    return None
+
+
+class _DrainingLoopPolicy(asyncio.AbstractEventLoopPolicy):
+    """The current event loop policy, but its new loops finish their pending tasks on close()."""
+
+    def __init__(self, base: asyncio.AbstractEventLoopPolicy):
+        self._base = base
+
+    def get_event_loop(self) -> asyncio.AbstractEventLoop:
+        return self._base.get_event_loop()
+
+    def set_event_loop(self, loop: asyncio.AbstractEventLoop | None) -> None:
+        self._base.set_event_loop(loop)
+
+    def new_event_loop(self) -> asyncio.AbstractEventLoop:
+        loop = self._base.new_event_loop()
+        close = loop.close
+
+        def finish_then_close() -> None:
+            pending = [task for task in asyncio.all_tasks(loop) if not task.done()]
+            if pending and not loop.is_running() and not loop.is_closed():
+                loop.run_until_complete(asyncio.gather(*pending, return_exceptions=True))
+            close()
+
+        loop.close = finish_then_close
+        return loop
+
+
+@contextlib.contextmanager
+def _finish_tasks_before_loop_close() -> Iterator[None]:
+    """While active, event loops finish their pending tasks before they close.
+
+    When one array read of a restore (or write of a save) fails, orbax closes its
+    event loop with the others still in flight; as they complete, tensorstore's
+    threads hit the closed loop and print tracebacks ('Event loop is closed').
+    Finishing them first leaves the storage error alone.
+    """
+    base = asyncio.get_event_loop_policy()
+    asyncio.set_event_loop_policy(_DrainingLoopPolicy(base))
+    try:
+        yield
+    finally:
+        asyncio.set_event_loop_policy(base)
+
+
+def shape_mismatches(saved: Any, expected: Any) -> list[str]:
+    """``'path: saved S, expected E'`` for each array whose path or shape differs.
+
+    ``saved`` is a checkpoint's metadata tree (leaves with ``.shape``); ``expected``
+    is the target (ShapeDtypeStructs or arrays). Parameters are listed first.
+    """
+    saved_shapes = dict(_leaf_shapes(saved))
+    expected_shapes = dict(_leaf_shapes(expected))
+    problems = []
+    for path in sorted(saved_shapes.keys() | expected_shapes.keys(), key=_params_first):
+        have, want = saved_shapes.get(path), expected_shapes.get(path)
+        if have != want:
+            problems.append(f"{path}: saved {_shape_text(have)}, expected {_shape_text(want)}")
+    return problems
+
+
+def _leaf_shapes(tree: Any) -> Iterator[tuple[str, tuple[int, ...]]]:
+    for keys, leaf in jax.tree_util.tree_flatten_with_path(tree)[0]:
+        yield path_name(keys), tuple(getattr(leaf, "shape", ()))
+
+
+def path_name(keys: Any) -> str:
+    """``'opt_state/1/0/mu/lm/...'``: a tree path (jax's keys) as orbax names it."""
+    return "/".join(_key_name(k) for k in keys)
+
+
+def _key_name(key: Any) -> str:
+    """``params``, ``0``: a path key as orbax names it (attribute, dict key or index)."""
+    for attr in ("name", "key", "idx"):
+        if hasattr(key, attr):
+            return str(getattr(key, attr))
+    return str(key)
+
+
+def _params_first(path: str) -> tuple[bool, str]:
+    return (not path.startswith("params/"), path)
+
+
+def _shape_text(shape: tuple[int, ...] | None) -> str:
+    return "(absent)" if shape is None else str(shape)

@@ -1,0 +1,76 @@
+"""How a paxlite process ends: its exit code, its last line, and nothing left running.
+
+Exit codes (README, "Exit codes"):
+
+====  ==========================================================================
+0     done (a line lists summaries, profiles or decoder outputs left unwritten)
+2     bad input, found before anything ran: one ``paxlite: error:`` line
+3     divergence: a non-finite loss or gradient; the last good checkpoint is kept
+4     another process of the job was lost or failed; this one stopped
+5     storage: a checkpoint (or benchmark report) could not be written; the complete
+      checkpoints are kept, rerun the same command once the storage works
+143   preempted (SIGTERM) with its checkpoint complete: rerun to resume
+====  ==========================================================================
+"""
+
+from __future__ import annotations
+
+import os
+import sys
+import traceback
+from typing import NoReturn
+
+from etils import epath
+
+from paxlite.cli import error_report
+from paxlite.runtime import best_effort, distributed, storage
+from paxlite.train.periodic_actions import PREEMPTED_EXIT_CODE
+
+BAD_INPUT_EXIT_CODE = 2
+DIVERGED_EXIT_CODE = 3
+STORAGE_EXIT_CODE = 5
+_ORDERLY = (0, PREEMPTED_EXIT_CODE)  # 4 is distributed.PEER_LOST_EXIT_CODE.
+
+
+def fail(message: object, code: int = BAD_INPUT_EXIT_CODE) -> NoReturn:
+    """Ends the run with one ``paxlite: error:`` line on stderr."""
+    print(f"paxlite: error: {message}", file=sys.stderr)
+    sys.exit(code)
+
+
+def fail_storage(error: storage.StorageWriteError, job_log_dir: epath.Path | None) -> NoReturn:
+    """Ends the run with exit code 5: the error's line, naming the file that holds the
+    traceback and what the storage libraries logged (``paxlite.cli.error_report``)."""
+    fail(f"{error}. Details: {error_report.write(error, job_log_dir)}", STORAGE_EXIT_CODE)
+
+
+def report_unwritten() -> None:
+    """The run's last line, when summaries, profiles or decoder outputs were not written."""
+    line = best_effort.report()
+    if line is not None:
+        print(line, file=sys.stderr, flush=True)
+
+
+def end_process(error: BaseException) -> None:
+    """The console entry point's last act, with how ``main`` ended (``SystemExit`` or an
+    error): tells the other processes; then an orderly end closes what still runs
+    (and returns, for the interpreter to exit), a failing one leaves at once.
+
+    Leaving at once (``os._exit``, streams flushed) is what a failing process needs:
+    JAX's exit-time shutdown would wait at a barrier for peers that stop because of
+    this failure, and a storage call that hangs would hold the interpreter's exit.
+    """
+    code = error.code if isinstance(error, SystemExit) else 1
+    number = 0 if code is None else code if isinstance(code, int) else 1
+    distributed.report_exit(number)
+    if number in _ORDERLY:
+        distributed.shutdown()
+        storage.close()
+        return
+    if not isinstance(error, SystemExit):
+        traceback.print_exception(error)
+    elif isinstance(code, str):
+        print(code, file=sys.stderr)
+    sys.stdout.flush()
+    sys.stderr.flush()
+    os._exit(number)

@@ -1,0 +1,249 @@
+"""Hugging Face model directories: safetensors read onto a run's shardings, and written.
+
+A directory is recognised by its ``config.json`` beside ``model.safetensors`` or
+``model.safetensors.index.json`` (sharded: the index maps each tensor to its file). Its
+variables are Hugging Face's names, ``/`` for ``.`` as loading rules read names
+(``params/model/layers/0/self_attn/q_proj/weight``); the family's table
+(``paxlite.formats.hf.layout``) names a run's parameters the same way. Each device's
+slice is read by itself with safetensors' ``get_slice``, in the layout
+``hf_layout.read_slice`` works out, and cast to the run's dtype: never a whole array on
+one host.
+"""
+
+from __future__ import annotations
+
+import json
+import math
+import os
+from collections.abc import Mapping
+from typing import Any
+
+import ml_dtypes
+import numpy as np
+from etils import epath
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from paxlite.checkpoints import checkpoint_sources
+from paxlite.checkpoints.checkpoint_sources import PARAMS, Variable
+from paxlite.formats.hf import layout as hf_layout
+from paxlite.formats.hf import models as hf_models
+from paxlite.formats.layout_source import LayoutSource
+
+SINGLE_FILE = "model.safetensors"
+INDEX_FILE = "model.safetensors.index.json"
+GENERATION_CONFIG_FILE = "generation_config.json"
+#: transformers 5's ``save_pretrained`` default ``max_shard_size`` ("50GB"; 4.x's was
+#: "5GB"): above it, shards.
+DEFAULT_MAX_SHARD_BYTES = 50 * 10**9
+
+_DTYPES = {
+    "F64": np.dtype(np.float64),
+    "F32": np.dtype(np.float32),
+    "F16": np.dtype(np.float16),
+    "BF16": np.dtype(ml_dtypes.bfloat16),
+    "I64": np.dtype(np.int64),
+    "I32": np.dtype(np.int32),
+}
+
+
+class HfSource(LayoutSource):
+    """A Hugging Face model directory opened for reading (its config.json and safetensors).
+
+    Attributes:
+      config: the model's config.json; family: its family (names and layouts).
+    """
+
+    kind = "hugging face model"
+
+    def __init__(self, directory: epath.Path, observer: checkpoint_sources.ReadObserver | None):
+        self.path, self.step, self._observer = directory, 0, observer
+        self.config = hf_models.HfConfig.load(directory)
+        self.family = hf_models.family_of(self.config)
+        self._file_of = _tensor_files(directory)
+        # Variable name (the family's spelling) -> the stored tensor; buffers left out.
+        self._name_of = {}
+        for stored in self._file_of:
+            name = self.family.canonical_name(stored)
+            if name is not None:
+                self._name_of[_variable_name(name)] = stored
+        self._open: dict[str, Any] = {}
+
+    def variables(self) -> dict[str, Variable]:
+        out = {}
+        for name, stored in self._name_of.items():
+            tensor = self._tensor(stored)
+            out[name] = Variable(tuple(tensor.get_shape()), _dtype(tensor.get_dtype()))
+        return out
+
+    def read(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> dict[str, Any]:
+        out = {}
+        loaded = self.loaded_leaves(assigned, run_params)
+        for path, where, names in sorted(self._leaf_parts(run_params), key=lambda x: x[0]):
+            if path in loaded:
+                stored = [self._name_of[assigned[n]] for n in names]
+                out[path] = self._read_leaf(path, stored, where, run_params[path])
+        return out
+
+    def _leaf_parts(self, run_params: Mapping[str, Any]) -> list[tuple[str, Any, list[str]]]:
+        """``(our path, where it is, its variable names: one per layer when stacked)``."""
+        named = hf_layout.their_names(self.family.table_of(self.config.fields), list(run_params))
+        return [
+            (path, where, [_variable_name(n) for n in where.layer_names(run_params[path].shape[0])])
+            for path, where in named.items()
+        ]
+
+    def close(self) -> None:
+        self._open.clear()
+
+    def _tensor(self, name: str) -> Any:
+        """safetensors' lazy slice of tensor ``name`` (its file opened once)."""
+        file = self._file_of[name]
+        if file not in self._open:
+            self._open[file] = safe_open(os.fspath(self.path / file), framework="numpy")
+        return self._open[file].get_slice(name)
+
+    def _read_leaf(self, path: str, stored: list[str], where: hf_layout.Named, target: Any) -> Any:
+        """Our leaf ``path`` on ``target``'s sharding and dtype, from their tensors ``stored``
+        (one, or one per layer of a scanned stack)."""
+
+        def read_layer(layer: int) -> hf_layout.SliceReader:
+            tensor = self._tensor(stored[layer])
+            itemsize = _dtype(tensor.get_dtype()).itemsize
+
+            def read(index: tuple[slice, ...]) -> np.ndarray:
+                values = tensor[index]
+                if self._observer is not None:
+                    self._observer(path, values.size * itemsize)
+                return values
+
+            return read
+
+        def read_ours(index: tuple[slice, ...]) -> np.ndarray:
+            values = hf_layout.read_stacked(where, tuple(target.shape), index, read_layer)
+            return values.astype(target.dtype)
+
+        return checkpoint_sources.sharded_array(target, read_ours)
+
+
+def _variable_name(name: str) -> str:
+    """Hugging Face's tensor ``name`` as a variable name (``params/``, ``/`` for ``.``)."""
+    return PARAMS + name.replace(".", "/")
+
+
+def _dtype(name: str) -> np.dtype:
+    if name not in _DTYPES:
+        raise checkpoint_sources.CheckpointSourceError(
+            f"safetensors dtype {name} is not supported (supported: {', '.join(_DTYPES)})."
+        )
+    return _DTYPES[name]
+
+
+def _tensor_files(directory: epath.Path) -> dict[str, str]:
+    """``{tensor name: file}`` from the index, or of the single file."""
+    index = directory / INDEX_FILE
+    if index.is_file():
+        try:
+            return dict(json.loads(index.read_text())["weight_map"])
+        except (ValueError, KeyError, TypeError) as e:
+            raise checkpoint_sources.CheckpointSourceError(
+                f"{index} is not a safetensors index ({e!r}); re-save the model."
+            ) from None
+    with safe_open(os.fspath(directory / SINGLE_FILE), framework="numpy") as f:
+        return {name: SINGLE_FILE for name in f.keys()}  # noqa: SIM118 (no __iter__)
+
+
+def is_hf_model_dir(path: epath.Path) -> bool:
+    """Whether ``path`` holds a Hugging Face model: config.json beside its safetensors."""
+    return (path / hf_models.CONFIG_FILE).is_file() and (
+        (path / SINGLE_FILE).is_file() or (path / INDEX_FILE).is_file()
+    )
+
+
+def _open(path: epath.Path, step: int | None, layout: Any, observer: Any) -> HfSource:
+    if step is not None:
+        raise checkpoint_sources.CheckpointSourceError(
+            f"{path} is a Hugging Face model (one set of weights, no steps); leave the step unset."
+        )
+    return HfSource(path, observer)
+
+
+checkpoint_sources.register(
+    checkpoint_sources.Kind(
+        HfSource.kind,
+        f"{hf_models.CONFIG_FILE} beside {SINGLE_FILE} or {INDEX_FILE}",
+        is_hf_model_dir,
+        _open,
+    )
+)
+
+
+# --- writing ---------------------------------------------------------------------------------
+
+
+def save(
+    directory: epath.PathLike,
+    params: Mapping[str, np.ndarray],
+    family: hf_models.Family,
+    config: Mapping[str, Any],
+    *,
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+) -> list[str]:
+    """Writes ``params`` (our flat paths -> host arrays) as the family's safetensors and
+    ``config`` as config.json (the family's ``model_type`` and ``architectures``, the
+    arrays' dtype). Above ``max_shard_bytes`` the tensors go to numbered shards and an
+    index, as transformers writes them. Returns the files written.
+
+    Raises:
+      ValueError: a parameter the family's table does not name.
+    """
+    directory = epath.Path(directory)
+    directory.mkdir(parents=True, exist_ok=True)
+    named = hf_layout.their_names(family.table_of(config), list(params))
+    unnamed = sorted(set(params) - set(named))
+    if unnamed:
+        raise ValueError(f"{family.model_type} has no Hugging Face name for {', '.join(unnamed)}.")
+    parts: dict[str, list[tuple[hf_layout.Named, np.ndarray]]] = {}
+    for path, where in named.items():
+        array = np.asarray(params[path])
+        layers = list(array) if where.stacked else [array]  # A scanned stack: [L, ...].
+        for name, layer in zip(where.layer_names(len(layers)), layers, strict=True):
+            parts.setdefault(name, []).append((where, hf_layout.to_theirs(where.layout, layer)))
+    tensors = {name: np.ascontiguousarray(hf_layout.fused(p)) for name, p in parts.items()}
+    written = _write_tensors(directory, tensors, max_shard_bytes)
+    dtype = np.dtype(next(iter(tensors.values())).dtype).name
+    fields = {**config, "model_type": family.model_type, "architectures": [family.architecture]}
+    fields.pop("torch_dtype", None)
+    fields["dtype"] = dtype
+    (directory / hf_models.CONFIG_FILE).write_text(json.dumps(fields, indent=2) + "\n")
+    return [*written, hf_models.CONFIG_FILE]
+
+
+def _write_tensors(
+    directory: epath.Path, tensors: dict[str, np.ndarray], max_shard_bytes: int
+) -> list[str]:
+    """One file, or shards of at most ``max_shard_bytes`` (a bigger tensor alone) + index."""
+    shards: list[dict[str, np.ndarray]] = [{}]
+    size = 0
+    for name in sorted(tensors):
+        nbytes = tensors[name].nbytes
+        if shards[-1] and size + nbytes > max_shard_bytes:
+            shards.append({})
+            size = 0
+        shards[-1][name] = tensors[name]
+        size += nbytes
+    metadata = {"format": "pt"}  # transformers refuses safetensors without it.
+    if len(shards) == 1:
+        save_file(tensors, os.fspath(directory / SINGLE_FILE), metadata=metadata)
+        (directory / INDEX_FILE).unlink(missing_ok=True)
+        return [SINGLE_FILE]
+    files = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
+    weight_map = {}
+    for file, shard in zip(files, shards, strict=True):
+        save_file(shard, os.fspath(directory / file), metadata=metadata)
+        weight_map.update(dict.fromkeys(shard, file))
+    total = sum(math.prod(t.shape) * t.dtype.itemsize for t in tensors.values())
+    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    (directory / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
+    (directory / SINGLE_FILE).unlink(missing_ok=True)
+    return [*files, INDEX_FILE]

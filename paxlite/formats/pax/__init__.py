@@ -1,0 +1,2 @@
+"""paxml 1.4: the names and layouts of praxis' Transformer LM parameters (layout) and
+paxml's checkpoints as a checkpoint kind (checkpoint)."""

@@ -1,0 +1,2 @@
+"""T5X: parameter names and layouts (layout), checkpoints legacy and orbax (checkpoint),
+and config.gin read for the model it describes (gin)."""

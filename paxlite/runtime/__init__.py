@@ -1,0 +1,5 @@
+"""Where and how a job runs: the job built for this process, the device mesh, batch
+arithmetic, partitioning of batches and state, joined processes, job-directory storage (local or
+gs://), TPU topologies for compile-only runs, GPU flags, the attention kernel for the platform.
+
+May import: paxlite.experiments (the task config and the experiment contract) and praxis_lite."""

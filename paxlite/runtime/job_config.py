@@ -1,0 +1,120 @@
+"""The job directory's config files (config.txt to read, config.json for Fiddle) and its checks."""
+
+from __future__ import annotations
+
+import os
+import pathlib
+import re
+import tempfile
+from collections.abc import Sequence
+from typing import Any
+
+from etils import epath
+from fiddle import printing
+
+from paxlite.cli.flags import UsageError
+from paxlite.experiments import base_experiment
+from paxlite.runtime import storage
+from praxis_lite import config as config_lib
+
+_FLAX_PARENT = re.compile(r"(.*\.)?parent: .* = <\[unset; default: <flax\.")
+_ADDRESS = re.compile(r" at 0x[0-9a-f]+")
+
+
+def write_config(
+    job_log_dir: epath.Path,
+    experiment: Any,
+    task_cfg: Any,
+    datasets: Any,
+    decoder_datasets: Sequence[Any] = (),
+) -> str:
+    """Writes config.txt (readable) and config.json (Fiddle JSON) into the job dir, and the
+    files the experiment keeps with the job (``job_files``, ``job_texts``)."""
+    text = format_config(experiment, task_cfg, datasets, decoder_datasets)
+    job_log_dir.mkdir(parents=True, exist_ok=True)
+    (job_log_dir / "config.txt").write_text(text)
+    tree = {"task": task_cfg, "datasets": list(datasets)}
+    if decoder_datasets:
+        tree["decoder_datasets"] = list(decoder_datasets)
+    (job_log_dir / "config.json").write_text(config_lib.to_json(tree))
+    for relative, source in experiment.job_files().items():
+        target = job_log_dir / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        epath.Path(source).copy(target, overwrite=True)
+    for relative, content in experiment.job_texts().items():
+        target = job_log_dir / relative
+        target.parent.mkdir(parents=True, exist_ok=True)
+        target.write_text(content)
+    return text
+
+
+def format_config(
+    experiment: Any, task_cfg: Any, datasets: Any, decoder_datasets: Sequence[Any] = ()
+) -> str:
+    cls = type(experiment)
+    lines = [f"# Experiment {cls.__module__}.{cls.__qualname__}", "", "## Knobs"]
+    lines.append(base_experiment.format_knobs(cls, experiment))
+    lines += ["", "## Task (Fiddle paths)", _flattened(task_cfg)]
+    for i, cfg in enumerate(datasets):
+        lines += ["", f"## datasets[{i}]", _flattened(cfg)]
+    for i, cfg in enumerate(decoder_datasets):
+        lines += ["", f"## decoder_datasets[{i}]", _flattened(cfg)]
+    return "\n".join(lines) + "\n"
+
+
+def _flattened(cfg: Any) -> str:
+    """Fiddle's ``path: type = value`` lines, without Flax's unset ``parent`` plumbing (not a
+    hyperparameter) and without memory addresses (``<function zeros at 0x7f...>``), which
+    differ in every process: the same config gives the same text."""
+    lines = printing.as_str_flattened(cfg).splitlines()
+    kept = (_ADDRESS.sub("", line) for line in lines if not _FLAX_PARENT.match(line))
+    return "\n".join(kept)
+
+
+def check_job_dir_writable(job_log_dir: epath.Path) -> None:
+    """Raises :class:`UsageError` unless ``job_log_dir`` is (or can be made) a writable directory.
+
+    Creates nothing: the nearest existing directory is probed with a temporary
+    directory that is removed at once. A bucket (``gs://...``) is probed with an object
+    that is removed at once (:func:`paxlite.runtime.storage.check_reachable`).
+    """
+    if storage.is_remote(job_log_dir):
+        storage.check_reachable(job_log_dir)
+        return
+    path = pathlib.Path(job_log_dir).absolute()
+    existing = path
+    while not existing.exists() and existing != existing.parent:
+        if existing.is_symlink():  # A dangling link: the directory it names is gone.
+            break
+        existing = existing.parent
+    blockers = [existing] + [path / sub for sub in ("checkpoints", "summaries")]
+    for blocker in blockers:
+        if (blocker.exists() or blocker.is_symlink()) and not blocker.is_dir():
+            where = "is" if blocker == path else f"cannot be used: {blocker} is"
+            raise UsageError(
+                f"--job_log_dir {job_log_dir} {where} a file, not a directory; pass another "
+                "path, or move that file."
+            )
+    try:
+        os.rmdir(tempfile.mkdtemp(prefix=".paxlite-write-check-", dir=existing))
+    except OSError as e:
+        where = "" if existing == path else f" (its nearest existing parent {existing} is not)"
+        raise UsageError(
+            f"--job_log_dir {job_log_dir} is not writable{where}: {e.strerror}; pass a "
+            "directory you can write to, or fix its permissions."
+        ) from None
+
+
+def read_config_files(job_log_dir: epath.Path) -> dict[epath.Path, bytes]:
+    """The bytes of the config files already in the job dir (from an earlier run)."""
+    paths = (job_log_dir / "config.txt", job_log_dir / "config.json")
+    return {p: p.read_bytes() for p in paths if p.is_file()}
+
+
+def restore_config_files(job_log_dir: epath.Path, saved: dict[epath.Path, bytes]) -> None:
+    """Puts back the config files of :func:`read_config_files` (or removes new ones)."""
+    for path in (job_log_dir / "config.txt", job_log_dir / "config.json"):
+        if path in saved:
+            path.write_bytes(saved[path])
+        else:
+            path.unlink(missing_ok=True)

@@ -1,0 +1,270 @@
+"""What the training loop does besides stepping, each with its own cadence.
+
+The loop (``paxlite.train.train_loop``) calls every action after every step with a
+:class:`StepContext`; an action decides from the step whether it is due (as
+``clu.periodic_actions`` do). A new cadence is a new action, not a new branch in
+the loop.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+import signal
+import threading
+import time
+from typing import Any
+
+import jax
+
+from paxlite.checkpoints import input_positions, train_checkpoints
+from paxlite.evaluation import decode_lib, eval_lib
+from paxlite.perf.step_cost import StepCost
+from paxlite.train import prefetch, summaries, trainable
+
+PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM: "stopped by the scheduler, resumable".
+
+
+class DivergenceError(RuntimeError):
+    """The loss or gradient became non-finite and the task does not skip such updates."""
+
+
+@dataclasses.dataclass
+class RunResult:
+    """What a run did.
+
+    Attributes:
+      train: the last summary's scalars; history: ``(step, scalars)`` of every summary.
+      eval: the last eval metrics by input name; decode: the last decode metrics by name.
+      state: the final TrainState.
+      preempted: stopped by SIGTERM (or a preemption sync point) after saving.
+      first_step: compile time and time to the first step (seconds).
+      cost: the train step's cost (FLOPs, peak), when it was compiled.
+      reached_target: stopped early: an eval reached the task's ``target_log_pplx``.
+    """
+
+    train: dict[str, float] = dataclasses.field(default_factory=dict)
+    history: list[tuple[int, dict[str, float]]] = dataclasses.field(default_factory=list)
+    eval: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    decode: dict[str, dict[str, float]] = dataclasses.field(default_factory=dict)
+    state: Any = None
+    preempted: bool = False
+    first_step: dict[str, float] | None = None
+    cost: StepCost | None = None
+    reached_target: bool = False
+
+
+@dataclasses.dataclass
+class StepContext:
+    """The loop's state after a step, shared by the actions.
+
+    Attributes:
+      step: the step just taken (1-based: the state's step counter).
+      state: the TrainState after it; metrics: its (device) metrics.
+      last_step: the loop ends at this step (``num_train_steps`` or an earlier stop).
+      final_step: ``num_train_steps``.
+      result: the run's result, filled in by the actions.
+      progress: the throughput window (paused around evals and decodes).
+      stop: set by an action to end the loop after this step.
+    """
+
+    step: int
+    state: Any
+    metrics: Any
+    last_step: int
+    final_step: int
+    result: RunResult
+    progress: summaries.Progress
+    stop: bool = False
+
+    def every(self, interval: int) -> bool:
+        """Due every ``interval`` steps (0: never) and at the end of training."""
+        return bool(interval and self.step % interval == 0) or self.step == self.final_step
+
+
+def check_finite(state: Any, task: Any, checkpointer: train_checkpoints.Checkpointer) -> None:
+    """Raises DivergenceError if a step was non-finite and the task does not skip those."""
+    if task.skip_nonfinite_updates or int(state.nonfinite_steps) == 0:
+        return
+    raise DivergenceError(
+        f"Non-finite loss or gradient at step {int(state.first_nonfinite_step) + 1}; "
+        f"training stopped. The last good checkpoint (step {checkpointer.latest_step()}) is "
+        f"kept in {checkpointer.directory}. Lower the learning rate or raise clipping, or set "
+        "task.skip_nonfinite_updates=True to skip such steps."
+    )
+
+
+class FirstStepReport:
+    """After the first step of the run: compile time and time to first step; starts the rates."""
+
+    def __init__(self, first_step: int, run_start: float, compile_s: float, writer: Any):
+        self._first, self._start, self._compile_s = first_step, run_start, compile_s
+        self._writer = writer
+
+    def __call__(self, ctx: StepContext) -> None:
+        if ctx.step != self._first + 1:
+            return
+        jax.block_until_ready(ctx.state)
+        ctx.progress.start_window(ctx.step)
+        first = {
+            "compile_time_s": self._compile_s,
+            "time_to_first_step_s": time.perf_counter() - self._start,
+        }
+        summaries.write_scalars(self._writer, ctx.step, "train", first)
+        summaries.log(
+            f"First step done {first['time_to_first_step_s']:.1f} s after start "
+            f"(compile {self._compile_s:.1f} s); rates below exclude it."
+        )
+        ctx.result.first_step = first
+
+
+class TrainSummaries:
+    """Every ``interval`` steps: the step's scalars and rates to TensorBoard and the console."""
+
+    def __init__(self, interval: int, writer: Any, task: Any, checkpointer: Any):
+        self._interval, self._writer = interval, writer
+        self._task, self._checkpointer = task, checkpointer
+
+    def __call__(self, ctx: StepContext) -> None:
+        if not (ctx.step % self._interval == 0 or ctx.step == ctx.final_step):
+            return
+        check_finite(ctx.state, self._task, self._checkpointer)
+        scalars = {k: float(v) for k, v in jax.device_get(ctx.metrics).items()}
+        scalars.update(ctx.progress.report(ctx.step, tokens_per_step=scalars["num_tokens"]))
+        summaries.write_scalars(self._writer, ctx.step, "train", scalars)
+        summaries.log(ctx.progress.line(ctx.step, scalars["loss"], scalars))
+        ctx.result.train = scalars
+        ctx.result.history.append((ctx.step, scalars))
+
+
+class Checkpointing:
+    """Saves every ``interval`` steps and at the last step; on preemption, saves and stops.
+
+    A save that fails raises :class:`train_checkpoints.CheckpointSaveError` at the latest at
+    the next save point (or from :meth:`finish`); nothing complete is deleted before a
+    newer save has committed: orbax deletes old checkpoints only then, and their input
+    positions go only once orbax has deleted them.
+    """
+
+    def __init__(self, interval: int, checkpointer: Any, batches: prefetch.Prefetcher, task: Any):
+        self._interval, self._checkpointer = interval, checkpointer
+        self._batches, self._task = batches, task
+        self._preemption = PreemptionWatch()
+
+    def __call__(self, ctx: StepContext) -> None:
+        ckpt = self._checkpointer
+        if self._preemption.should_stop(ctx.step):
+            check_finite(ctx.state, self._task, ckpt)
+            self._save(ctx)
+            self.finish()  # Exit code 143 says "resumable": only once the save is complete.
+            summaries.log(
+                f"Preempted (SIGTERM) at step {ctx.step}: checkpoint saved in {ckpt.directory}. "
+                "Run the same command again to resume."
+            )
+            ctx.result.preempted = ctx.stop = True
+        elif ctx.step % self._interval == 0 or ctx.step == ctx.last_step or ctx.stop:
+            check_finite(ctx.state, self._task, ckpt)
+            self._save(ctx)
+
+    def _save(self, ctx: StepContext) -> None:
+        """Once the previous save is complete: this host's input position (the reader's
+        own), then orbax's save of the state and the input's JSON state."""
+        ckpt, step = self._checkpointer, ctx.step
+        self.finish()
+        with ckpt.writing(step):
+            self._batches.save_position(
+                lambda inp, pending: input_positions.save(ckpt.directory, step, inp, pending)
+            )
+        ckpt.save(step, trainable.saved(ctx.state, self._task.learner), self._batches.input_state())
+
+    def finish(self) -> None:
+        """Waits until the last save is complete, then prunes the input positions of the
+        checkpoints orbax deleted after it (raises CheckpointSaveError if it failed)."""
+        ckpt = self._checkpointer
+        ckpt.finish_pending()
+        try:
+            input_positions.prune(ckpt.directory, set(ckpt.all_steps()))
+        except Exception:  # noqa: BLE001 (nothing is lost: a later prune removes them)
+            pass
+
+    def close(self) -> None:
+        self._preemption.close()
+
+
+class Evaluation:
+    """Every ``interval`` steps (0: only at the end) and at the end: every eval input.
+
+    With ``target_log_pplx``, an eval whose ``log_pplx`` (of any input) is at most
+    it stops training after this step (Checkpointing, which runs after, saves it).
+    """
+
+    def __init__(
+        self, interval: int, evaluator: eval_lib.Evaluator, target_log_pplx: float | None = None
+    ):
+        self._interval, self._evaluator = interval, evaluator
+        self._target = target_log_pplx
+
+    def __call__(self, ctx: StepContext) -> None:
+        if not ctx.every(self._interval):
+            return
+        with ctx.progress.paused(ctx.state):
+            ctx.result.eval = self._evaluator.run(ctx.state.params, ctx.step)
+        if self._target is None:
+            return
+        reached = {
+            name: m["log_pplx"]
+            for name, m in ctx.result.eval.items()
+            if m.get("log_pplx", float("inf")) <= self._target
+        }
+        if reached and ctx.step < ctx.last_step:
+            name, value = next(iter(reached.items()))
+            summaries.log(
+                f"eval '{name}' log_pplx {value:.4f} <= target {self._target} "
+                f"(TARGET_LOG_PPLX): training stops at step {ctx.step}."
+            )
+            ctx.result.reached_target = ctx.stop = True
+
+    def close(self) -> None:
+        self._evaluator.close()
+
+
+class Decoding:
+    """Every ``interval`` steps and at the end: decode every decoder input."""
+
+    def __init__(self, interval: int, program: decode_lib.DecodeProgram):
+        self._interval, self._program = interval, program
+
+    def __call__(self, ctx: StepContext) -> None:
+        if ctx.every(self._interval):
+            with ctx.progress.paused(ctx.state):
+                ctx.result.decode = self._program.run(ctx.state.params, ctx.step)
+
+    def close(self) -> None:
+        self._program.close()
+
+
+class PreemptionWatch:
+    """Notices SIGTERM (and JAX's multi-host preemption sync point) during training."""
+
+    def __init__(self) -> None:
+        self.signalled = False
+        self._previous = None
+        if threading.current_thread() is threading.main_thread():
+            self._previous = signal.signal(signal.SIGTERM, self._on_sigterm)
+
+    def _on_sigterm(self, signum, frame) -> None:
+        self.signalled = True
+
+    def should_stop(self, step: int) -> bool:
+        """True at the step where every process should save and exit."""
+        if jax.process_count() > 1:
+            try:
+                from jax.experimental import multihost_utils
+
+                return multihost_utils.reached_preemption_sync_point(step)
+            except Exception:  # No preemption service: fall back to this process's signal.
+                pass
+        return self.signalled
+
+    def close(self) -> None:
+        if self._previous is not None:
+            signal.signal(signal.SIGTERM, self._previous)

@@ -1,0 +1,4 @@
+"""Decoding inside jit: prefill and the cached greedy/sampling loop (sampling), beam
+search, the cache's rows (decode_cache), Hugging Face's logits controls and stop strings.
+
+May import: the top-level praxis_lite modules (not layers: a model hands its step function in)."""

@@ -1,0 +1,4 @@
+"""Tokenizers: Hugging Face tokenizer directories (hf_tokenizer) and their chat
+templates (hf_chat).
+
+May import: the top-level praxis_lite modules."""

@@ -1,0 +1,169 @@
+"""Fine-tuning a Hugging Face model as an experiment (tasks.lm.hf.HfCausalLm) and exporting it.
+
+Oracles: the loss of transformers' own logits on a fixture batch (the first step's loss);
+the loss falling on every family's fixture; an exported directory read back against the
+job it came from (transformers loads it to the same logits: tools/hf_fixtures --check).
+"""
+
+import json
+import pathlib
+
+import jax
+import numpy as np
+import pytest
+from safetensors import safe_open
+
+from paxlite.experiments import base_experiment
+from paxlite.experiments.base_experiment import KnobError
+from paxlite.pretrained import export
+from paxlite.pretrained.loading import from_pretrained
+from paxlite.runtime import job_config
+from paxlite.runtime.job import build_job
+from paxlite.train import train_loop
+from praxis_lite import config as config_lib
+from tasks.lm.hf import HfCausalLm, Records
+from tasks.lm.text import TextFormat
+from tests import FIXTURES
+from tests.paxlite.checkpoints.test_init_from import FixtureBatches
+from tests.paxlite.test_main import run_main_in_process
+
+_HF = FIXTURES / "hf"
+FAMILIES = ["llama2", "llama3", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gpt2"]
+LINES = [
+    "The quick brown fox jumps over the lazy dog!",
+    "Hello, world! How are you today?",
+    "Numbers: 1 2 3 4 5 6 7 8 9 10!",
+]
+FAST = {
+    "ICI_MESH_SHAPE": (1, 1, 1),
+    "PERCORE_BATCH_SIZE": 0.5,  # 4 rows: the batch is per device of this 8-device process.
+    "MAX_SEQ_LEN": 32,
+    "NUM_TRAIN_STEPS": 4,
+    "LEARNING_RATE": 1e-2,
+    "SUMMARY_INTERVAL_STEPS": 1,
+    "CHECKPOINT_EVERY_N_STEPS": 1000,
+    "FPROP_DTYPE": np.float32,
+}
+
+
+def _experiment(name: str, **knobs) -> HfCausalLm:
+    return base_experiment.with_overrides(
+        HfCausalLm, {"HF_MODEL": str(_HF / name), **FAST, **knobs}
+    )()
+
+
+def _run(experiment, job_dir):
+    job = build_job(
+        experiment, experiment.task(), experiment.datasets(), job_dir, jax.devices()[:1]
+    )
+    return train_loop.run(job)
+
+
+@pytest.fixture(scope="module")
+def text_file(tmp_path_factory) -> str:
+    path = tmp_path_factory.mktemp("text") / "train.txt"
+    path.write_text("\n".join(LINES * 20) + "\n")
+    return str(path)
+
+
+def _transformers_loss(fixture: pathlib.Path) -> float:
+    """Mean next-token cross-entropy (labels: the ids shifted left, wrapping) of the logits
+    transformers computed on the fixture's batch, in float64 numpy."""
+    out = np.load(fixture)
+    logits, labels = out["logits"].astype(np.float64), np.roll(out["ids"], -1, axis=1)
+    log_probs = logits - np.log(np.exp(logits).sum(-1, keepdims=True))
+    return float(-np.take_along_axis(log_probs, labels[..., None], -1).mean())
+
+
+@pytest.mark.parametrize("name", FAMILIES)
+def test_each_family_fine_tunes_from_transformers_loss(name, tmp_path):
+    """Each family on its fixture's batch, from its weights at step 0: the first step's loss is
+    transformers' (its stored logits), and 4 steps lower it."""
+    fixture = _HF / name / "outputs.npz"
+    knobs = {
+        "HF_MODEL": str(_HF / name), **FAST, "TEXT_DATA_PATH": "unused",
+        "PERCORE_BATCH_SIZE": 0.25,  # The fixture's 2 rows.
+        "USE_REPEATED_LAYER": name != "gemma2",  # Its layers' windows alternate.
+    }  # fmt: skip
+
+    class OnFixtureBatch(base_experiment.with_overrides(HfCausalLm, knobs)):
+        def datasets(self):
+            return [config_lib.Config(FixtureBatches, batch_size=2, path=str(fixture))]
+
+    losses = [s["loss"] for _, s in _run(OnFixtureBatch(), tmp_path / "job").history]
+    np.testing.assert_allclose(losses[0], _transformers_loss(fixture), rtol=1e-5)
+    assert len(losses) == 4 and losses[-1] < 0.8 * losses[0], losses
+
+
+def test_text_files_tokenized_by_the_models_tokenizer(tmp_path):
+    """llama3 (its "!" is id 0) on a text file through SeqIO: the loss falls."""
+    text = tmp_path / "train.txt"
+    text.write_text("\n".join(LINES * 20) + "\n")
+    exp = _experiment("llama3", TEXT_DATA_PATH=str(text))
+    losses = [s["loss"] for _, s in _run(exp, tmp_path / "job").history]
+    assert len(losses) == 4 and losses[-1] < 0.8 * losses[0], losses
+
+
+def test_prompt_completion_records_fine_tune_and_export_round_trips(tmp_path):
+    """qwen2 on prompt/completion JSONL; the job keeps the model's files (written with its
+    config, as main.py writes them); paxlite-export writes the fine-tuned weights under the
+    original names, read back to the job's own logits."""
+    pairs = tmp_path / "pairs.jsonl"
+    records = [{"prompt": f"{w} = ", "completion": w[::-1]} for w in ("abc", "hello", "world!")]
+    pairs.write_text("".join(json.dumps(r) + "\n" for r in records * 20))
+    exp = _experiment(
+        "qwen2",
+        TEXT_DATA_PATH=str(pairs),
+        RECORDS=Records.PROMPT_COMPLETION,
+        TEXT_FORMAT=TextFormat.JSONL,
+        MAX_PROMPT_LEN=12,
+    )
+    job = tmp_path / "job"
+    job_config.write_config(job, exp, exp.task(), exp.datasets())
+    assert {p.name for p in (job / "hf_model").iterdir()} >= {"config.json", "tokenizer.json"}
+    losses = [s["loss"] for _, s in _run(exp, job).history]
+    assert losses[-1] < losses[0], losses
+
+    out = tmp_path / "exported"
+    files = export.export(job, out, dtype="float32")
+    assert "model.safetensors" in files and "tokenizer.json" in files
+    with safe_open(str(out / "model.safetensors"), "numpy") as f:
+        exported = set(f.keys())
+    with safe_open(str(_HF / "qwen2" / "model.safetensors"), "numpy") as f:
+        assert exported == set(f.keys())
+    ids = np.load(_HF / "qwen2" / "outputs.npz")["ids"]
+    np.testing.assert_allclose(
+        from_pretrained(out).logits(ids), from_pretrained(job).logits(ids), rtol=1e-5, atol=1e-5
+    )
+    with pytest.raises(export.ExportError, match="keeps no hf_model/config.json") as e:
+        export.export(tmp_path, tmp_path / "nothing")
+    assert "\n" not in str(e.value)
+
+
+def test_knobs_that_disagree_with_config_json_are_one_error(text_file):
+    with pytest.raises(KnobError) as e:
+        _experiment("llama3", TEXT_DATA_PATH=text_file, NUM_LAYERS=4, MODEL_DIMS=32)
+    message = str(e.value)
+    assert "\n" not in message and "config.json builds the model" in message
+    assert (
+        "NUM_LAYERS=4 (config.json: 2)" in message and "MODEL_DIMS=32 (config.json: 64)" in message
+    )
+
+
+def test_a_config_alone_sizes_the_job(tmp_path):
+    """--mode=compile with HF_MODEL a directory of config.json only (no weights, no
+    tokenizer) on the 8 fake CPU devices."""
+    only = tmp_path / "config_only"
+    only.mkdir()
+    (only / "config.json").write_text((_HF / "mistral" / "config.json").read_text())
+    code, out, err = run_main_in_process(
+        "--mode=compile",
+        f"--set=HF_MODEL={only}",
+        "--set=TEXT_DATA_PATH=/nonexistent.txt",
+        "--set=MAX_SEQ_LEN=32",
+        "--set=ICI_MESH_SHAPE=1,8,1",
+        "--set=PERCORE_BATCH_SIZE=1",
+        exp="tasks.lm.hf.HfCausalLm",
+    )
+    assert code == 0, err[-2000:]
+    assert "Compiled tasks.lm.hf.HfCausalLm for 8 fake CPU devices" in out

@@ -1,0 +1,141 @@
+"""Flan-T5 fine-tuned from a Hugging Face T5 directory or a T5X checkpoint (``--init_from``):
+the first loss is the loss of transformers' own logits on the same batch; knobs that disagree
+with the directory's config.json are one line; the job exports as Hugging Face T5 again.
+
+The directory is the flan-t5-style fixture transformers wrote (tests/fixtures/hf/t5_flan);
+the experiment's stacks are scanned, so each layer is read from its own tensor.
+"""
+
+from __future__ import annotations
+
+import pathlib
+
+import jax
+import jax.numpy as jnp
+import numpy as np
+import pytest
+
+from paxlite.experiments import base_experiment
+from paxlite.experiments.base_experiment import KnobError
+from paxlite.pretrained import export
+from paxlite.pretrained.loading import from_pretrained
+from paxlite.runtime import job_config
+from paxlite.runtime.job import build_job
+from paxlite.train import train_loop
+from praxis_lite import config as config_lib
+from praxis_lite.inputs.synthetic_input import SyntheticSeq2SeqInput
+from praxis_lite.py_utils import NestedMap
+from tasks.t5.flan_t5 import FlanT5Small
+from tests import FIXTURES
+
+FIXTURE = FIXTURES / "hf" / "t5_flan"
+T5X_FIXTURE = FIXTURES / "t5x" / "flan_legacy"
+#: The fixture's config.json as knobs.
+FIXTURE_KNOBS = {
+    "NUM_ENCODER_LAYERS": 3,
+    "NUM_DECODER_LAYERS": 2,
+    "MODEL_DIMS": 32,
+    "NUM_HEADS": 4,
+    "DIMS_PER_HEAD": 8,
+    "HIDDEN_DIMS": 48,
+    "VOCAB_SIZE": 256,
+}
+
+
+class _FixtureBatch(SyntheticSeq2SeqInput):
+    """The rows transformers scored (outputs.npz), as a training batch, every step."""
+
+    def get_next(self) -> NestedMap:
+        out = np.load(FIXTURE / "outputs.npz")
+        return NestedMap(
+            encoder_input_tokens=out["input_ids"],
+            decoder_input_tokens=out["decoder_input_ids"],
+            decoder_target_tokens=out["labels"],
+            decoder_loss_weights=out["decoder_mask"].astype(np.float32),
+        )
+
+
+def _transformers_loss() -> float:
+    """The mean cross-entropy of the labels under transformers' logits (their real tokens)."""
+    out = np.load(FIXTURE / "outputs.npz")
+    logits = out["logits"].astype(np.float64)
+    shifted = logits - logits.max(-1, keepdims=True)
+    log_probs = shifted - np.log(np.exp(shifted).sum(-1, keepdims=True))
+    picked = np.take_along_axis(log_probs, out["labels"][..., None], -1)[..., 0]
+    mask = out["decoder_mask"].astype(bool)
+    return float(-picked[mask].mean())
+
+
+def _fine_tune(init_from: pathlib.Path, job_dir: pathlib.Path, steps: int) -> list[dict]:
+    """FlanT5Small with the fixture's sizes (float32, no z-loss, no dropout) from
+    ``init_from``, ``steps`` steps on the fixture's batch; the steps' summaries."""
+    knobs = {
+        **FIXTURE_KNOBS,
+        "INIT_FROM": str(init_from),
+        "FPROP_DTYPE": jnp.float32,
+        "Z_LOSS_WEIGHT": 0.0,
+        "DROPOUT_PROB": 0.0,
+        "ICI_MESH_SHAPE": (1, 1, 1),
+        "PERCORE_BATCH_SIZE": 2,
+        "NUM_TRAIN_STEPS": steps,
+        "SUMMARY_INTERVAL_STEPS": 1,
+        "CHECKPOINT_EVERY_N_STEPS": steps,
+        "EVAL_INTERVAL_STEPS": 0,
+        "DECODE_VALIDATION": False,
+    }
+    exp = base_experiment.with_overrides(FlanT5Small, knobs)()
+    datasets = [config_lib.Config(_FixtureBatch, batch_size=2)]
+    job_config.write_config(job_dir, exp, exp.task(), datasets)
+    job = build_job(exp, exp.task(), datasets, job_dir, jax.devices()[:1])
+    return [summary for _, summary in train_loop.run(job, peak_tflops=1.0).history]
+
+
+def test_flan_t5_fine_tunes_from_a_t5x_checkpoint_and_exports_as_hugging_face(tmp_path):
+    """The same weights in T5X's legacy format (tests/fixtures/t5x, written from the HF
+    fixture by tools/t5x_fixtures): its config.gin agrees with the knobs, the first loss is
+    transformers'; the job keeps the config.json of that T5, so it exports as HF T5."""
+    job_dir = tmp_path / "job"
+    (first,) = _fine_tune(T5X_FIXTURE, job_dir, steps=1)
+    np.testing.assert_allclose(first["loss"], _transformers_loss(), rtol=1e-5)
+    export.export(job_dir, tmp_path / "hf")
+    _assert_same_logits(from_pretrained(tmp_path / "hf"), from_pretrained(job_dir))
+
+
+def _assert_same_logits(a, b) -> None:
+    out = np.load(FIXTURE / "outputs.npz")
+    ids, dec = out["input_ids"], out["decoder_input_ids"]
+    np.testing.assert_allclose(
+        a.logits(ids, decoder_input_ids=dec),
+        b.logits(ids, decoder_input_ids=dec),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+
+
+def test_flan_t5_fine_tunes_from_a_hugging_face_directory_and_exports(tmp_path):
+    job_dir = tmp_path / "job"
+    first, second = _fine_tune(FIXTURE, job_dir, steps=2)
+    np.testing.assert_allclose(first["loss"], _transformers_loss(), rtol=1e-5)
+    assert second["loss"] < first["loss"]  # Adafactor at 1e-3 on the same batch.
+
+    files = export.export(job_dir, tmp_path / "hf")
+    assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(files)
+    exported, trained = from_pretrained(tmp_path / "hf"), from_pretrained(job_dir)
+    out = np.load(FIXTURE / "outputs.npz")
+    ids, dec = out["input_ids"], out["decoder_input_ids"]
+    np.testing.assert_allclose(
+        exported.logits(ids, decoder_input_ids=dec),
+        trained.logits(ids, decoder_input_ids=dec),
+        rtol=1e-5,
+        atol=1e-5,
+    )
+    assert not np.allclose(exported.logits(ids, decoder_input_ids=dec), out["logits"], atol=1e-4)
+
+
+def test_knobs_that_disagree_with_the_directorys_config_are_one_line():
+    knobs = {**FIXTURE_KNOBS, "MODEL_DIMS": 64, "NUM_DECODER_LAYERS": 3, "INIT_FROM": str(FIXTURE)}
+    with pytest.raises(KnobError) as e:
+        base_experiment.with_overrides(FlanT5Small, knobs)()
+    message = str(e.value)
+    assert "\n" not in message and "disagrees with these knobs" in message
+    assert "NUM_DECODER_LAYERS=3 (its 2); MODEL_DIMS=64 (its 32)" in message

@@ -21,20 +21,24 @@ if __package__ in (None, ""):  # Run as a file (python paxlite/main.py): the rep
 import jax  # noqa: E402
 from absl import app, logging  # noqa: E402
 
-from paxlite.checkpoints.train_checkpoints import CheckpointCorruptError, CheckpointMismatchError  # noqa: E402
-from paxlite.cli import error_report, exits, overrides
-from paxlite.cli import flags as cli_flags
+from paxlite.checkpoints.train_checkpoints import (  # noqa: E402
+    CheckpointCorruptError,
+    CheckpointMismatchError,
+)
+from paxlite.cli import error_report, exits, overrides  # noqa: E402
+from paxlite.cli import flags as cli_flags  # noqa: E402
 from paxlite.cli.exits import fail  # noqa: E402
 from paxlite.cli.flags import FLAGS, Mode, UsageError  # noqa: E402
 from paxlite.cli.pax_flags import apply_jax_flags, distributed_args, restore_checkpoint  # noqa: E402
-from paxlite.evaluation import decode_run, eval_run
+from paxlite.evaluation import decode_run, eval_run  # noqa: E402
+from paxlite.experiments import registry  # noqa: E402
 from paxlite.experiments.base_experiment import KnobError  # noqa: E402
 from paxlite.experiments.registry import ExperimentRegistryError  # noqa: E402
-from paxlite.perf import aot, bench
-from paxlite.runtime import distributed, job_config, storage
+from paxlite.perf import aot, bench  # noqa: E402
+from paxlite.runtime import distributed, job_config, storage  # noqa: E402
 from paxlite.runtime.job import Job, build_job  # noqa: E402
 from paxlite.runtime.mesh import MeshShapeError  # noqa: E402
-from paxlite.train import periodic_actions, train_loop, trainable
+from paxlite.train import periodic_actions, train_loop, trainable  # noqa: E402
 from praxis_lite.inputs.base_input import InputConfigError, InputDataError  # noqa: E402
 from praxis_lite.layers.attentions import AttentionImplError  # noqa: E402
 from praxis_lite.models.flops import FlopsDefinition  # noqa: E402
@@ -60,7 +64,7 @@ def main(argv: Sequence[str]) -> None:
     if len(argv) > 1:
         raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if not FLAGS.exp:
-        raise app.UsageError("--exp is required (e.g. --exp=tasks.lm.synthetic.LmSyntheticTiny).")
+        raise app.UsageError(f"--exp is required (e.g. --exp={registry.EXAMPLE_EXPERIMENT}).")
     if FLAGS.tfds_data_dir:  # Before datasets() registers tasks; seqio is imported only here.
         import seqio
 

@@ -20,12 +20,15 @@ import copy
 import dataclasses
 import difflib
 import functools
+import json
 from collections.abc import Callable, Mapping
 from typing import Any
 
 import fiddle as fdl
 from fiddle import daglish
 from fiddle.experimental import serialization
+
+from praxis_lite import moved
 
 _TEMPLATE_METADATA_KEY = "praxis_lite_template"
 _RENAMED_FIELDS_ATTR = "__renamed_fields__"
@@ -272,5 +275,21 @@ def to_json(cfg: Any) -> str:
 
 
 def from_json(text: str) -> Any:
-    """Inverse of :func:`to_json`."""
-    return serialization.load_json(text)
+    """Inverse of :func:`to_json`; also reads what earlier versions wrote (their module paths
+    mapped to today's by :mod:`praxis_lite.moved`)."""
+    tree = json.loads(text)
+    _current_pyrefs(tree)
+    return serialization.load_json(json.dumps(tree))
+
+
+def _current_pyrefs(node: Any) -> None:
+    """Rewrites, in place, each Fiddle JSON reference (``{"type": "pyref", "module": ...,
+    "name": ...}``) to a module that moved."""
+    if isinstance(node, dict):
+        if node.get("type") == "pyref" and {"module", "name"} <= node.keys():
+            node["module"] = moved.current_module(node["module"], node["name"])
+        for value in node.values():
+            _current_pyrefs(value)
+    elif isinstance(node, list):
+        for value in node:
+            _current_pyrefs(value)

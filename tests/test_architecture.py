@@ -1,4 +1,6 @@
-"""The tree's shape, checked: package layering, no import cycles, small functions, thin main.py.
+"""The tree's shape, checked: package layering, no import cycles, small functions, thin main.py,
+packages by concern (each says what it owns; none too big), tests mirroring the source, and a
+trainer that asks experiments (typed methods) instead of reading their knobs.
 
 Imports are read from the source (every ``import`` statement, also those inside
 functions: a lazy import is still a dependency).
@@ -14,6 +16,9 @@ ROOT = pathlib.Path(__file__).resolve().parents[1]
 PACKAGES = ("praxis_lite", "paxlite", "tasks")
 MAX_FUNCTION_LINES = 80
 MAX_MAIN_LINES = 200
+MAX_MODULES_PER_FOLDER = 15
+#: What is not "the trainer": the experiments (registry included) and the command line's main.
+NOT_TRAINER = ("paxlite/experiments/", "paxlite/main.py")
 
 
 def _modules() -> dict[str, pathlib.Path]:
@@ -73,20 +78,32 @@ def test_no_trainer_module_names_a_model_family():
     assert bad == []
 
 
-#: Modules that read models by their classes and fields on purpose: the foreign formats and
+#: Packages that read models by their classes and fields on purpose: the foreign formats and
 #: the Python API (``from_pretrained``) with what exports and adapts through it.
-_MODEL_AWARE = ("formats", "inference.py", "pretrained.py", "adapters.py", "export.py")
+_MODEL_AWARE = ("formats", "pretrained")
 
 
 def test_no_trainer_module_names_a_model_class_or_field():
     """The trainer meets models through the contract (``praxis_lite.models.base.BaseModel``) only:
     no trainer module names a model class, the layer it wraps, or a template field of the
     model."""
-    from praxis_lite import models
-    from praxis_lite.base_layer import BaseLayer
+    import importlib
 
-    classes = [c for c in vars(models).values() if isinstance(c, type) and issubclass(c, BaseLayer)]
-    classes = [c for c in classes if c.__module__ == models.__name__ and c is not models.BaseModel]
+    from praxis_lite.base_layer import BaseLayer
+    from praxis_lite.models.base import BaseModel
+
+    classes = []
+    for path in sorted((ROOT / "praxis_lite" / "models").glob("*.py")):
+        module = importlib.import_module(f"praxis_lite.models.{path.stem}")
+        classes += [
+            c
+            for c in vars(module).values()
+            if isinstance(c, type)
+            and issubclass(c, BaseModel)
+            and c is not BaseModel
+            and c.__module__ == module.__name__
+            and issubclass(c, BaseLayer)
+        ]
     wrapped = [t.value.__fn_or_cls__ for c in classes for t in _template_defaults(c)]
     own = {f for c in classes for f in c.__annotations__ if f.endswith("_tpl")}
     names = {c.__name__ for c in classes + wrapped} | own
@@ -151,3 +168,97 @@ def test_functions_are_small(package):
 
 def test_main_is_cli_glue():
     assert len((ROOT / "paxlite" / "main.py").read_text().splitlines()) <= MAX_MAIN_LINES
+
+
+def _trainer_files() -> list[pathlib.Path]:
+    return [
+        path
+        for path in sorted((ROOT / "paxlite").rglob("*.py"))
+        if not path.relative_to(ROOT).as_posix().startswith(NOT_TRAINER)
+    ]
+
+
+def _code_strings(tree: ast.AST) -> list[ast.Constant]:
+    """The string constants of a module that are not docstrings."""
+    docstrings = {
+        id(node.body[0].value)
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Module | ast.ClassDef | ast.FunctionDef | ast.AsyncFunctionDef)
+        and node.body
+        and isinstance(node.body[0], ast.Expr)
+        and isinstance(node.body[0].value, ast.Constant)
+    }
+    return [
+        node
+        for node in ast.walk(tree)
+        if isinstance(node, ast.Constant)
+        and isinstance(node.value, str)
+        and id(node) not in docstrings
+    ]
+
+
+def test_the_trainer_reads_no_knob_by_name():
+    """No ``getattr(experiment, "NUM_STAGES", 1)``: the trainer asks the experiment's typed
+    methods (``init_source()``, ``pipeline_layout()``) instead."""
+    bad = []
+    for path in _trainer_files():
+        for node in ast.walk(ast.parse(path.read_text())):
+            if (
+                isinstance(node, ast.Call)
+                and isinstance(node.func, ast.Name)
+                and node.func.id in ("getattr", "hasattr", "setattr")
+                and len(node.args) >= 2
+                and isinstance(node.args[1], ast.Constant)
+                and re.fullmatch(r"[A-Z][A-Z0-9_]*", str(node.args[1].value))
+            ):
+                bad.append(f"{path.relative_to(ROOT)}:{node.lineno} {node.args[1].value}")
+    assert bad == []
+
+
+def test_only_the_registry_names_the_tasks_package():
+    """Code strings (not docstrings) of paxlite other than the registry never name ``tasks``:
+    the default package for short names is one setting of the registry."""
+    bad = [
+        f"{path.relative_to(ROOT)}:{node.lineno} {node.value[:60]!r}"
+        for path in sorted((ROOT / "paxlite").rglob("*.py"))
+        if path.relative_to(ROOT).as_posix() != "paxlite/experiments/registry.py"
+        for node in _code_strings(ast.parse(path.read_text()))
+        if re.search(r"(?<![\w./-])tasks(\.[a-z]|$)", node.value)
+    ]
+    assert bad == []
+
+
+def test_every_package_says_what_it_owns():
+    missing = [
+        str(init.relative_to(ROOT))
+        for package in PACKAGES
+        for init in sorted((ROOT / package).rglob("__init__.py"))
+        if not ast.get_docstring(ast.parse(init.read_text()))
+    ]
+    assert missing == []
+
+
+def test_no_folder_is_a_sink():
+    """A folder past ~15 modules holds two concerns."""
+    folders = {
+        init.parent for package in PACKAGES for init in (ROOT / package).rglob("__init__.py")
+    }
+    crowded = {
+        str(folder.relative_to(ROOT)): count
+        for folder in sorted(folders)
+        if (count := len([p for p in folder.glob("*.py") if p.name != "__init__.py"]))
+        > MAX_MODULES_PER_FOLDER
+    }
+    assert crowded == {}
+
+
+def test_tests_mirror_the_source_tree():
+    """tests/paxlite/formats/hf/test_checkpoint.py tests paxlite/formats/hf/checkpoint.py: each
+    test module's folder under tests/<package>/ is a folder of that package."""
+    stray = [
+        str(test.relative_to(ROOT))
+        for package in PACKAGES
+        for test in sorted((ROOT / "tests" / package).rglob("test_*.py"))
+        if not (ROOT / test.parent.relative_to(ROOT / "tests")).is_dir()
+    ]
+    assert stray == []

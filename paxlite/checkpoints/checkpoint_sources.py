@@ -215,15 +215,16 @@ _JOB_DIR_OF = {
 }
 
 
-def job_dir_of(path: epath.PathLike) -> epath.Path | None:
+def job_dir_of(path: epath.PathLike, kind: Kind | None = None) -> epath.Path | None:
     """The paxlite job directory a checkpoint path belongs to; None for other kinds (and
-    for a path that holds no checkpoint)."""
+    for a path that holds no checkpoint). ``kind``: what :func:`identify` found, if known."""
     path = storage.job_path(path)
-    try:
-        kind = identify(path).name
-    except CheckpointSourceError:
-        return None
-    return _JOB_DIR_OF[kind](path) if kind in _JOB_DIR_OF else None
+    if kind is None:
+        try:
+            kind = identify(path)
+        except CheckpointSourceError:
+            return None
+    return _JOB_DIR_OF[kind.name](path) if kind.name in _JOB_DIR_OF else None
 
 
 def open_source(
@@ -231,10 +232,12 @@ def open_source(
     step: int | None = None,
     layout: tuple[int, int] = (1, 1),
     observer: ReadObserver | None = None,
+    kind: Kind | None = None,
 ) -> Source:
-    """Opens ``path`` (its newest step, or ``step``) as the kind :func:`identify` finds."""
+    """Opens ``path`` (its newest step, or ``step``) as ``kind``, by default the kind
+    :func:`identify` finds."""
     path = storage.job_path(path)
-    return identify(path).open(path, step, layout, observer)
+    return (kind or identify(path)).open(path, step, layout, observer)
 
 
 # --- paxlite (orbax) ------------------------------------------------------------------------

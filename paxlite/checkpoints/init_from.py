@@ -124,12 +124,15 @@ def opened(
     rules: Mapping[str, CheckpointLoadingRules],
     layouts: Mapping[str, tuple[int, int]],
     observer: checkpoint_sources.ReadObserver | None = None,
+    kinds: Mapping[str, checkpoint_sources.Kind] | None = None,
 ) -> Iterator[list[Entry]]:
-    """The rules' checkpoints, opened (closed on exit)."""
+    """The rules' checkpoints, opened (closed on exit); ``kinds``: the paths already
+    identified (the others are identified here)."""
     entries: list[Entry] = []
     try:
         for path, rule in rules.items():
-            entries.append(_open(path, rule, layouts[path], observer))
+            kind = (kinds or {}).get(path)
+            entries.append(_open(path, rule, layouts[path], observer, kind))
         yield entries
     finally:
         for entry in entries:
@@ -166,10 +169,12 @@ def abstract_of(tree: Any) -> Any:
     )
 
 
-def _open(path: str, rule: CheckpointLoadingRules, layout: tuple[int, int], observer: Any) -> Entry:
+def _open(
+    path: str, rule: CheckpointLoadingRules, layout: tuple[int, int], observer: Any, kind: Any
+) -> Entry:
     if rule.task_p is not None and hasattr(rule.task_p, "model"):
         layout = pax_layout.pipeline_layout(rule.task_p.model)
-    source = checkpoint_sources.open_source(path, rule.step, layout, observer)
+    source = checkpoint_sources.open_source(path, rule.step, layout, observer, kind)
     return Entry(path, rule, source)
 
 

@@ -8,6 +8,7 @@ from absl import flags
 from fiddle.absl_flags import utils as fdl_flag_utils  # noqa: F401  (defines --fdl_set, --fiddler)
 
 from paxlite.cli import pax_flags
+from paxlite.experiments import registry
 
 
 class Mode(enum.Enum):
@@ -38,11 +39,11 @@ class UsageError(Exception):
 
 
 FLAGS = flags.FLAGS
-flags.DEFINE_string("exp", None, "Registered experiment, e.g. tasks.lm.synthetic.LmSyntheticTiny.")
+flags.DEFINE_string("exp", None, f"Registered experiment, e.g. {registry.EXAMPLE_EXPERIMENT}.")
 flags.DEFINE_string("job_log_dir", None, "Directory for checkpoints, summaries and config.")
 flags.DEFINE_list(
     "exp_search_packages",
-    ["tasks"],
+    list(registry.DEFAULT_SEARCH_PACKAGES),
     "Packages whose modules are imported to resolve a short --exp name (e.g. LmSyntheticTiny).",
 )
 flags.DEFINE_enum_class(

@@ -28,7 +28,7 @@ import re
 import sys
 import typing
 from collections.abc import Mapping, Sequence
-from typing import Any, ClassVar, TypeVar
+from typing import Any, ClassVar, NamedTuple, TypeVar
 
 from paxlite.experiments.knob_types import (
     enum_member_of,
@@ -37,6 +37,7 @@ from paxlite.experiments.knob_types import (
     type_name,
     value_hint,
 )
+from paxlite.runtime import batch_sizes
 from praxis_lite.sharding import DEFAULT_RULES
 
 _KNOB_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -60,6 +61,31 @@ RENAMED_KNOBS = {
     "C4_TASK_NAME": "TRAIN_MIXTURE",
 }
 _E = TypeVar("_E", bound="BaseExperiment")
+
+
+class PipelineLayout(NamedTuple):
+    """How a model's layers are pipelined: what a paxml checkpoint's parameter layout depends on.
+
+    Attributes:
+      num_stages: pipeline stages (1: not pipelined).
+      circular_repeat: layer blocks per stage, run round-robin (1: not circular).
+    """
+
+    num_stages: int = 1
+    circular_repeat: int = 1
+
+
+class InitSource(NamedTuple):
+    """Where a run's parameters start when its job dir holds no checkpoint (``INIT_FROM``).
+
+    Attributes:
+      path: a paxlite job, checkpoints or step dir, or a paxml checkpoint step.
+      layout: the pipeline layout the checkpoint was written with (``INIT_FROM_EXP``'s, else
+        this experiment's).
+    """
+
+    path: str
+    layout: PipelineLayout
 
 
 class KnobError(ValueError):
@@ -219,47 +245,46 @@ class BaseExperiment(abc.ABC):
         """The logical-axis -> mesh-axis rules for this experiment's mesh."""
         return self.LOGICAL_AXIS_RULES
 
+    @classmethod
+    def pipeline_layout(cls) -> PipelineLayout:
+        """How this experiment pipelines its layers; not pipelined by default. Experiments
+        with pipeline knobs answer from them (a class method: it needs no data knobs)."""
+        return PipelineLayout()
+
+    def init_source(self) -> InitSource | None:
+        """Where this run's parameters start when its job dir holds no checkpoint
+        (INIT_FROM, with INIT_FROM_EXP's pipeline layout), or None (random init)."""
+        if self.INIT_FROM is None:
+            return None
+        if self.INIT_FROM_EXP is None:
+            return InitSource(self.INIT_FROM, self.pipeline_layout())
+        from paxlite.experiments import registry
+
+        writer = registry.get(self.INIT_FROM_EXP, registry.DEFAULT_SEARCH_PACKAGES)
+        return InitSource(self.INIT_FROM, writer.pipeline_layout())
+
     def global_batch_size(self, num_devices: int, percore: float | None = None) -> int:
-        """``percore`` (default PERCORE_BATCH_SIZE) x devices (Pax's rule); must come out whole."""
-        percore = self.PERCORE_BATCH_SIZE if percore is None else percore
-        total = percore * num_devices
-        if total != int(total) or total <= 0:
-            raise KnobError(
-                f"PERCORE_BATCH_SIZE={percore} x {num_devices} devices = {total} "
-                "is not a positive whole batch; pick PERCORE_BATCH_SIZE so the product is."
-            )
-        return int(total)
+        """``percore`` (default PERCORE_BATCH_SIZE) x devices (Pax's rule); must come out whole
+        (:func:`paxlite.runtime.batch_sizes.batch_sizes`)."""
+        return self._batch_sizes(num_devices, 1, percore).global_batch
 
     def per_host_batch_size(
         self, num_devices: int, num_hosts: int, percore: float | None = None
     ) -> int:
         """The batch each host's input produces: the global batch split over hosts."""
-        total = self.global_batch_size(num_devices, percore)
-        if total % num_hosts:
-            raise KnobError(
-                f"Global batch {total} does not split over {num_hosts} hosts; change "
-                "PERCORE_BATCH_SIZE."
-            )
-        return total // num_hosts
+        return self._batch_sizes(num_devices, num_hosts, percore).per_infeed_host
 
     def num_infeed_hosts(self) -> int:
-        """How many processes read distinct parts of the input in this job.
-
-        One per process with plain data parallelism; fewer when processes hold
-        the same batch rows (e.g. the 'stage' axis across processes: every stage
-        needs the same microbatches). See :func:`paxlite.runtime.partitioning.infeed_split`.
-        """
-        import jax
-
-        from paxlite.runtime import mesh as mesh_lib
+        """How many processes read distinct parts of the input in this job
+        (:func:`paxlite.runtime.partitioning.num_infeed_hosts` of this experiment's mesh)."""
         from paxlite.runtime import partitioning
-        from praxis_lite.sharding import filter_rules_for_mesh
 
-        if jax.process_count() == 1:
-            return 1
-        mesh = mesh_lib.create_mesh(self.ICI_MESH_SHAPE, self.DCN_MESH_SHAPE, self.MESH_AXIS_NAMES)
-        rules = filter_rules_for_mesh(self.logical_axis_rules(), mesh)
-        return partitioning.infeed_split(partitioning.batch_sharding(mesh, rules))[0]
+        return partitioning.num_infeed_hosts(
+            self.ICI_MESH_SHAPE,
+            self.DCN_MESH_SHAPE,
+            self.MESH_AXIS_NAMES,
+            self.logical_axis_rules(),
+        )
 
     def infeed_batch_size(self, percore: float | None = None) -> int:
         """The batch this process's input produces: the global batch (of ``percore``
@@ -267,6 +292,15 @@ class BaseExperiment(abc.ABC):
         import jax
 
         return self.per_host_batch_size(jax.device_count(), self.num_infeed_hosts(), percore)
+
+    def _batch_sizes(self, num_devices: int, num_hosts: int, percore: float | None) -> Any:
+        """The batch arithmetic of ``percore`` (default PERCORE_BATCH_SIZE); its errors as
+        KnobErrors (they are about this experiment's knobs)."""
+        percore = self.PERCORE_BATCH_SIZE if percore is None else percore
+        try:
+            return batch_sizes.batch_sizes(percore, num_devices, num_hosts)
+        except batch_sizes.BatchSizeError as e:
+            raise KnobError(str(e)) from None
 
 
 def knobs(cls: type[BaseExperiment]) -> dict[str, tuple[Any, Any]]:

@@ -61,6 +61,16 @@ def register(cls: _T) -> _T:
     return cls
 
 
+#: The packages whose modules are imported to resolve a short name (``LmSyntheticTiny``) by
+#: default: the command line's ``--exp_search_packages``, ``from_pretrained(exp=...)`` and
+#: ``INIT_FROM_EXP``. The one place paxlite names the experiments' package.
+DEFAULT_SEARCH_PACKAGES: tuple[str, ...] = ("tasks",)
+
+#: The tiny experiment that trains on a CPU in about a minute: the example of help texts and
+#: the benchmark sweep's default.
+EXAMPLE_EXPERIMENT = "tasks.lm.synthetic.LmSyntheticTiny"
+
+
 def get_all() -> dict[str, type]:
     """All registered experiments, full name -> class (a copy)."""
     return dict(_REGISTRY)

@@ -25,6 +25,8 @@ import subprocess
 import sys
 from typing import Any
 
+from paxlite.experiments import registry
+
 
 def model_dims_for(devices: int, base: int = 64) -> int:
     """``base * sqrt(devices)`` rounded to a multiple of 32 (at least ``base``)."""
@@ -157,7 +159,7 @@ def write_report(sweep: dict[str, Any], job_log_dir: pathlib.Path) -> list[pathl
 def main(argv: list[str] | None = None) -> None:
     parser = argparse.ArgumentParser(description="Weak-scaling benchmark sweep (see module doc).")
     parser.add_argument("--job_log_dir", required=True)
-    parser.add_argument("--exp", default="tasks.lm.synthetic.LmSyntheticTiny")
+    parser.add_argument("--exp", default=registry.EXAMPLE_EXPERIMENT)
     parser.add_argument("--devices", default="1,2,4,8")
     parser.add_argument("--steps", type=int, default=20)
     parser.add_argument("--warmup", type=int, default=3)

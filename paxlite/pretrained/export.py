@@ -102,8 +102,8 @@ def export(
     if not (kept / hf_models.CONFIG_FILE).is_file():
         raise ExportError(
             f"{job} keeps no {KEPT_DIR}/config.json: export runs fine-tuned from a Hugging "
-            "Face model directory (tasks.lm.hf.HfCausalLm --set HF_MODEL=DIR, or an "
-            "experiment of the same model with --init_from=DIR)."
+            "Face model directory (HfCausalLm --set HF_MODEL=DIR, or an experiment of the "
+            "same model with --init_from=DIR)."
         )
     config = hf_models.HfConfig.load(kept)
     family = hf_models.family_of(config)

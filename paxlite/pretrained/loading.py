@@ -15,7 +15,7 @@ checkpoint_00001000``) together with the experiment it was trained with::
     lm.save_pretrained("/tmp/my-hf-copy")                          # transformers loads it
     lm = from_pretrained("/tmp/paxlite_tiny")                      # paxlite job dir
     lm = from_pretrained("gs_copy/checkpoints/checkpoint_00000300",   # Pax checkpoint
-                         exp="tasks.lm.params.lm_cloud.LmCloudSpmd2B")
+                         exp="LmCloudSpmd2B")
     logits = lm.logits(ids)                      # ids [B, T] int -> [B, T, V] float32
     new = lm.generate(ids, max_new_tokens=16)    # [B, 16]; pad after a row's EOS
 
@@ -48,7 +48,10 @@ from flax import traverse_util
 from jax.sharding import NamedSharding, PartitionSpec
 
 from paxlite.checkpoints import checkpoint_sources, init_from
+from paxlite.checkpoints.checkpoint_sources import Kind
 from paxlite.cli.overrides import resolve_experiment, resolve_experiment_class
+from paxlite.experiments.base_experiment import PipelineLayout
+from paxlite.experiments.registry import DEFAULT_SEARCH_PACKAGES
 from paxlite.experiments.tasks_lib import CheckpointLoadingRules
 from paxlite.formats.hf import checkpoint as hf_checkpoint
 from paxlite.formats.hf import models as hf_models
@@ -133,40 +136,41 @@ def from_pretrained(
                 "call from_pretrained(path) without exp= or overrides=."
             )
         adapter_dir = None if adapter is None else storage.job_path(adapter)
-        return _from_hf(path, dtype, adapter_dir, merge)
+        return _from_hf(path, kind, dtype, adapter_dir, merge)
     if adapter is not None:
         raise PretrainedError(
             f"adapter= goes with a Hugging Face model directory; {path} is a {kind.name}."
         )
     described = kind.describes(path) if exp is None else None
     if described is not None:  # The checkpoint says what it holds (a T5X model dir's gin).
-        return _from_described(path, *described)
-    return _from_checkpoint(path, kind.name, exp, overrides, merge)
+        return _from_described(path, kind, *described)
+    return _from_checkpoint(path, kind, exp, overrides, merge)
 
 
 def _from_described(
-    path: epath.Path, model_cfg: Any, generation: decoding.DecoderParams
+    path: epath.Path, kind: Kind, model_cfg: Any, generation: decoding.DecoderParams
 ) -> Pretrained:
     """A checkpoint that describes its own model, on all devices (its weights split over
     them, FSDP)."""
     model = config_lib.instantiate(model_cfg)
     mesh, rules = _all_devices_fsdp()
-    params = _load_params(model, {str(path): CheckpointLoadingRules()}, (1, 1), mesh, rules)
+    sources = {str(path): CheckpointLoadingRules()}
+    params = _load_params(model, sources, {str(path): kind}, PipelineLayout(), mesh, rules)
     return pretrained_class(model)(model, params, generation, mesh, rules)
 
 
 def _from_checkpoint(
-    path: epath.Path, kind: str, exp: str | None, overrides: Sequence[str], merge: bool
+    path: epath.Path, kind: Kind, exp: str | None, overrides: Sequence[str], merge: bool
 ) -> Pretrained:
     """A paxlite job's (its config.json's model; frozen weights from where the job started)
     or a paxml checkpoint's (``exp``'s model) weights, on the experiment's mesh."""
     task_cfg, sources = None, {str(path): CheckpointLoadingRules()}
     if exp is None:
-        job_dir = checkpoint_sources.job_dir_of(path)
+        job_dir = checkpoint_sources.job_dir_of(path, kind)
         if job_dir is None:
             raise PretrainedError(
-                f"{path} is a {kind}; name the experiment it was trained with: "
-                "from_pretrained(path, exp='tasks.lm.params.lm_cloud.LmCloudSpmd2B')."
+                f"{path} is a {kind.name}; name the experiment it was trained with: "
+                "from_pretrained(path, exp='LmCloudSpmd2B')."
             )
         exp, mesh_knobs = _job_experiment(job_dir)
         given = {o.partition("=")[0].strip() for o in overrides}
@@ -177,15 +181,17 @@ def _from_checkpoint(
             {p: r for p, r in (start.rules if start else {}).items() if p not in sources}
         )
     if task_cfg is None:
-        experiment = resolve_experiment(exp, list(overrides), ("tasks",))
+        experiment = resolve_experiment(exp, list(overrides), DEFAULT_SEARCH_PACKAGES)
         task_cfg = experiment.task()
     else:  # The job's config.json is the model; the knobs only place it (data knobs unread).
-        experiment = _placement_only(resolve_experiment_class(exp, list(overrides), ("tasks",)))
+        experiment = _placement_only(
+            resolve_experiment_class(exp, list(overrides), DEFAULT_SEARCH_PACKAGES)
+        )
     mesh, rules = _mesh_and_rules(experiment)
     attention_choice.apply(task_cfg, experiment, list(mesh.devices.flat))  # This platform's.
     task = config_lib.instantiate(task_cfg)
-    layout = (getattr(experiment, "NUM_STAGES", 1), getattr(experiment, "CIRCULAR_REPEAT", 1))
-    params = _load_params(task.model, sources, layout, mesh, rules, task.learner)
+    layout, kinds = experiment.pipeline_layout(), {str(path): kind}
+    params = _load_params(task.model, sources, kinds, layout, mesh, rules, task.learner)
     model, settings = task.model, adapters.settings_in(task_cfg.model)
     if merge and settings is not None:
         model_cfg, params = adapters.merged(task_cfg.model, params, settings)
@@ -213,7 +219,9 @@ def _refuse_hub_id(path: epath.PathLike) -> None:
         )
 
 
-def _from_hf(path: epath.Path, dtype: Any, adapter: epath.Path | None, merge: bool) -> Pretrained:
+def _from_hf(
+    path: epath.Path, kind: Kind, dtype: Any, adapter: epath.Path | None, merge: bool
+) -> Pretrained:
     """A Hugging Face model directory (with a PEFT adapter) on all devices, its weights
     split over them (FSDP)."""
     config = hf_models.HfConfig.load(path)
@@ -226,7 +234,7 @@ def _from_hf(path: epath.Path, dtype: Any, adapter: epath.Path | None, merge: bo
     model = config_lib.instantiate(model_cfg)
     mesh, rules = _all_devices_fsdp()
     sources = {str(p): CheckpointLoadingRules() for p in (adapter, path) if p is not None}
-    params = _load_params(model, sources, (1, 1), mesh, rules)
+    params = _load_params(model, sources, {str(path): kind}, PipelineLayout(), mesh, rules)
     _check_all_used(path, params)
     if adapter is not None:
         adapters.check_all_used(adapter, family.table, params)
@@ -335,7 +343,8 @@ def hf_generation_settings(fields: dict[str, Any]) -> dict[str, Any]:
 def _load_params(
     model: Any,
     sources: dict[str, CheckpointLoadingRules],
-    layout: tuple[int, int],
+    kinds: dict[str, Kind],
+    layout: PipelineLayout,
     mesh: Any,
     rules: Any,
     learner: Any = None,
@@ -344,7 +353,7 @@ def _load_params(
     loads one wins), each read onto its sharding; all must be there. With ``learner``, the
     first is a job's checkpoint: the parameters it froze come from the others.
 
-    ``layout``: the pipeline's ``(stages, circular repeats)`` of a paxml checkpoint."""
+    ``kinds``: the sources already identified; ``layout``: the pipeline of a paxml checkpoint."""
     abstract, shardings = _abstract_params(model, mesh, rules)
     run_params = traverse_util.flatten_dict(
         jax.tree_util.tree_map(
@@ -356,7 +365,8 @@ def _load_params(
     if learner is not None:
         frozen = trainable.frozen_rules([f"params/{p}" for p in run_params], learner)
         load[next(iter(load))] = CheckpointLoadingRules(ignore_rules=frozen or None)
-    with jax.set_mesh(mesh), init_from.opened(load, dict.fromkeys(load, layout)) as entries:
+    layouts = dict.fromkeys(load, tuple(layout))
+    with jax.set_mesh(mesh), init_from.opened(load, layouts, kinds=kinds) as entries:
         params = init_from.read_params(entries, run_params)
         missing = init_from.fresh_params(entries, run_params)
     if missing:

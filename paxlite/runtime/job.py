@@ -79,7 +79,7 @@ def build_job(
     have any size (the decode program pads them).
 
     Raises:
-      partitioning.BatchSizeError: a training or eval input's global batch does not split
+      batch_sizes.BatchSizeError: a training or eval input's global batch does not split
         over the mesh.
       ValueError: not exactly one training input.
     """

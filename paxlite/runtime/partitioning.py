@@ -12,6 +12,8 @@ from __future__ import annotations
 
 import functools
 import math
+from collections.abc import Sequence
+from fractions import Fraction
 from typing import Any
 
 import flax.linen as nn
@@ -19,15 +21,13 @@ import jax
 import numpy as np
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
+from paxlite.runtime import batch_sizes
+from paxlite.runtime import mesh as mesh_lib
 from paxlite.runtime.mesh import MeshShapeError
 from praxis_lite import config as config_lib
 from praxis_lite.inputs.base_input import BaseInput
 from praxis_lite.py_utils import NestedMap
-from praxis_lite.sharding import BATCH
-
-
-class BatchSizeError(ValueError):
-    """The global batch does not split evenly over the data-parallel devices."""
+from praxis_lite.sharding import BATCH, filter_rules_for_mesh
 
 
 def batch_sharding(mesh: Mesh, rules: Any) -> NamedSharding:
@@ -96,17 +96,37 @@ def instantiate_input(cfg: Any, layout: NamedSharding | None = None) -> BaseInpu
     return config_lib.instantiate(cfg, num_infeed_hosts=hosts, infeed_host_index=index)
 
 
+def num_infeed_hosts(
+    ici_mesh_shape: Sequence[int],
+    dcn_mesh_shape: Sequence[int] | None,
+    mesh_axis_names: Sequence[str],
+    logical_axis_rules: Any,
+) -> int:
+    """How many processes read distinct parts of the input of a job on this mesh.
+
+    One per process with plain data parallelism; fewer when processes hold the same batch
+    rows (e.g. the 'stage' axis across processes: every stage needs the same microbatches).
+    See :func:`infeed_split`.
+    """
+    if jax.process_count() == 1:
+        return 1
+    mesh = mesh_lib.create_mesh(ici_mesh_shape, dcn_mesh_shape, mesh_axis_names)
+    rules = filter_rules_for_mesh(logical_axis_rules, mesh)
+    return infeed_split(batch_sharding(mesh, rules))[0]
+
+
 def check_batch_divides(inp: BaseInput, layout: NamedSharding) -> None:
-    """Raises :class:`BatchSizeError` unless ``inp``'s global batch splits over ``layout``."""
-    ways = batch_ways(layout)
-    global_batch = inp.batch_size * infeed_split(layout)[0]
-    if global_batch % ways:
-        raise BatchSizeError(
-            f"Input '{inp.name}': global batch {global_batch} is not divisible by the "
-            f"{ways} data-parallel shards of mesh axes {batch_axes(layout)} "
-            f"({dict(layout.mesh.shape)}). "
-            "Change PERCORE_BATCH_SIZE or the mesh shapes so the batch splits evenly."
-        )
+    """Raises :class:`batch_sizes.BatchSizeError` unless ``inp``'s global batch splits over
+    ``layout`` (the experiments' rule: :func:`paxlite.runtime.batch_sizes.batch_sizes`)."""
+    hosts, devices = infeed_split(layout)[0], layout.mesh.size
+    batch_sizes.batch_sizes(
+        Fraction(inp.batch_size * hosts, devices),
+        devices,
+        hosts,
+        batch_ways(layout),
+        owner=f"Input '{inp.name}': ",
+        data_axes=f" of mesh axes {batch_axes(layout)} ({dict(layout.mesh.shape)})",
+    )
 
 
 def pad_rows(batch: Any, layout: NamedSharding) -> Any:

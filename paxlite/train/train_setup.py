@@ -19,7 +19,6 @@ from flax import traverse_util
 from jax.sharding import NamedSharding, PartitionSpec
 
 from paxlite.checkpoints import checkpoint_sources, init_from, input_positions, train_checkpoints
-from paxlite.cli.overrides import resolve_experiment_class
 from paxlite.experiments.tasks_lib import CheckpointLoadingRules
 from paxlite.perf.mfu import Peak
 from paxlite.perf.step_cost import StepCost, step_cost
@@ -184,18 +183,17 @@ def _resumed(
 
 
 def _init_from(job: Job) -> str | None:
-    return getattr(job.experiment, "INIT_FROM", None)
+    source = job.experiment.init_source()
+    return None if source is None else source.path
 
 
 def _layouts(job: Job, rules: dict[str, Any]) -> dict[str, tuple[int, int]]:
-    """The pipeline ``(S, R)`` each paxml checkpoint was saved with: INIT_FROM_EXP's for
-    INIT_FROM, else this run's (a rule's task_p, when given, says its own)."""
-    experiment: Any = job.experiment
-    name = getattr(experiment, "INIT_FROM_EXP", None)
-    if name and _init_from(job):
-        experiment = resolve_experiment_class(name, [], ("tasks",))
-    layout = (getattr(experiment, "NUM_STAGES", 1), getattr(experiment, "CIRCULAR_REPEAT", 1))
-    return dict.fromkeys(rules, layout)
+    """The pipeline ``(S, R)`` each paxml checkpoint was saved with: INIT_FROM's (its
+    INIT_FROM_EXP's) when the job has one, else this run's (a rule's task_p, when given,
+    says its own)."""
+    source = job.experiment.init_source()
+    layout = job.experiment.pipeline_layout() if source is None else source.layout
+    return dict.fromkeys(rules, tuple(layout))
 
 
 def restore_params(

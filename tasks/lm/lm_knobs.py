@@ -11,7 +11,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from paxlite.experiments.base_experiment import BaseExperiment, KnobError
+from paxlite.experiments.base_experiment import BaseExperiment, KnobError, PipelineLayout
 from praxis_lite import config as config_lib
 from praxis_lite.layers.embedding_softmax import (
     Embedding,
@@ -84,6 +84,11 @@ class TransformerLmKnobs(BaseExperiment):
     CIRCULAR_REPEAT: int = 1
     STREAM_IO: bool = False
     CHECKPOINT_OFFLOAD_TO_HOST: bool = False
+
+    @classmethod
+    def pipeline_layout(cls) -> PipelineLayout:
+        """NUM_STAGES and CIRCULAR_REPEAT, what a paxml checkpoint's layout depends on."""
+        return PipelineLayout(cls.NUM_STAGES, cls.CIRCULAR_REPEAT)
 
     def validate(self) -> None:
         super().validate()

@@ -352,7 +352,7 @@ def _benchmark(leg: Leg, batch: int, settings: _Settings) -> dict[str, Any]:
         gc.collect()
 
 
-#: Our shape fields (``plain_jax_lm.Shape`` and ``model_flops.LmShape`` share the names) ->
+#: Our shape fields (``plain_jax_lm.Shape`` and ``models.flops.LmShape`` share the names) ->
 #: a Llama config.json's.
 _LLAMA_SIZES = {
     "num_layers": "num_hidden_layers",

@@ -25,8 +25,7 @@ import jax
 import numpy as np
 from flax import traverse_util
 
-from paxlite.checkpoints import checkpoint_sources
-from paxlite.checkpoints import train_checkpoints as checkpoints
+from paxlite.checkpoints import checkpoint_sources, train_checkpoints
 from paxlite.checkpoints.train_checkpoints import CheckpointMismatchError
 from paxlite.experiments.tasks_lib import CheckpointLoadingRules
 from paxlite.formats.hf import checkpoint as hf_checkpoint
@@ -268,12 +267,12 @@ def _partial_opt_state(fresh: Any, saved: Any, renamed: Mapping[str, str]) -> An
     checkpoint's optimizer state, read in the run's structure): a slot ``<prefix>/<run
     path>[/<field>]`` comes from ``saved``'s ``<prefix>/<renamed[run path]>[/<field>]``."""
     saved_by_path = {
-        checkpoints.path_name(path): leaf
+        train_checkpoints.path_name(path): leaf
         for path, leaf in jax.tree_util.tree_flatten_with_path(saved)[0]
     }
 
     def pick(path: Any, fresh_leaf: Any) -> Any:
-        name = checkpoints.path_name(path)
+        name = train_checkpoints.path_name(path)
         for run, source in renamed.items():  # The run path, maybe then a slot (v_row).
             at = f"/{name}/".find(f"/{run}/")
             if at >= 0:

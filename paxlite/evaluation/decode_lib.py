@@ -42,8 +42,7 @@ from jax.sharding import NamedSharding, PartitionSpec
 from paxlite.experiments.tasks_lib import SingleTask
 from paxlite.runtime import best_effort, partitioning
 from paxlite.train import summaries
-from praxis_lite.decoding import sampling as decoding
-from praxis_lite.decoding import stop_strings
+from praxis_lite.decoding import sampling, stop_strings
 from praxis_lite.decoding.sampling import DecoderParams
 from praxis_lite.inputs.base_input import BaseInput
 from praxis_lite.py_utils import NestedMap
@@ -113,7 +112,7 @@ def make_decode_fn(
     """``decode(model_params, batch, key) -> outputs`` (a pure function; jit it).
 
     Outputs: ``tokens [B, N]``, ``lengths [B]``, ``log_probs [B, N]``, ``scores [B]``
-    (``[B, n, ...]`` with ``num_return_sequences = n > 1``; see ``decoding.decode``) and
+    (``[B, n, ...]`` with ``num_return_sequences = n > 1``; see ``sampling.decode``) and
     the batch's prompt/target arrays (:func:`passed_through`), so that a replicated
     output holds every host's examples. The model decodes (the contract's ``decode``)
     from the batch's ``decode_prompt_keys()``; ``stop``: :func:`stop_table`'s.
@@ -207,7 +206,7 @@ def _sequences(
     e, n, steps = tokens.shape
     flat, counts = tokens.reshape(e * n, steps), lengths.reshape(e * n)
     last = flat[np.arange(e * n), np.maximum(counts - 1, 0)]
-    ended = (counts > 0) & decoding.is_eos(last, eos_token_id)
+    ended = (counts > 0) & sampling.is_eos(last, eos_token_id)
     texts = inp.ids_to_strings(flat, (counts - ended).tolist())
     return [
         [

@@ -81,7 +81,7 @@ class Evaluator:
     """The eval inputs of a run with their jitted step and summary writers (built once).
 
     Args:
-      eval_step: the jitted ``eval_step(params, global_batch)`` (see ``trainer_lib``).
+      eval_step: the jitted ``eval_step(params, global_batch)`` (see ``pure_steps``).
       inputs: the eval inputs.
       job_log_dir: summaries go to ``<job_log_dir>/summaries/eval_<name>``.
       to_global: host-local numpy batch -> global arrays.

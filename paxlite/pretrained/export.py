@@ -163,12 +163,10 @@ def _whole_params(job: epath.Path, step: int | None) -> dict[str, np.ndarray]:
     the job started them (``paxlite.pretrained.loading.from_pretrained`` of the job, on one device:
     the command line runs on the CPU)."""
     # Imported here: inference brings paxlite.main's absl flags, which share names with ours.
-    from paxlite.pretrained import loading as inference
+    from paxlite.pretrained import loading
 
     path = job if step is None else job / "checkpoints" / str(step)
-    model = inference.from_pretrained(
-        path, overrides=["ICI_MESH_SHAPE=1,1,1", "DCN_MESH_SHAPE=None"]
-    )
+    model = loading.from_pretrained(path, overrides=["ICI_MESH_SHAPE=1,1,1", "DCN_MESH_SHAPE=None"])
     flat = traverse_util.flatten_dict(model.params, sep="/")
     return {name: np.asarray(jax.device_get(value)) for name, value in flat.items()}
 

@@ -69,7 +69,7 @@ from paxlite.runtime import attention_choice, job_record, storage
 from paxlite.runtime.mesh import create_mesh, mesh_size
 from paxlite.train import trainable
 from praxis_lite import config as config_lib
-from praxis_lite.decoding import sampling as decoding
+from praxis_lite.decoding import sampling
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import (
     FSDP_RULES,
@@ -148,14 +148,14 @@ def from_pretrained(
 
 
 def _from_described(
-    path: epath.Path, kind: Kind, model_cfg: Any, generation: decoding.DecoderParams
+    path: epath.Path, kind: Kind, model_cfg: Any, generation: sampling.DecoderParams
 ) -> Pretrained:
     """A checkpoint that describes its own model, on all devices (its weights split over
     them, FSDP)."""
     model = config_lib.instantiate(model_cfg)
     mesh, rules = _all_devices_fsdp()
-    sources = {str(path): CheckpointLoadingRules()}
-    params = _load_params(model, sources, {str(path): kind}, PipelineLayout(), mesh, rules)
+    sources, kinds = {str(path): CheckpointLoadingRules()}, {str(path): kind}
+    params = _load_params(model, sources, PipelineLayout(), mesh, rules, kinds=kinds)
     return pretrained_class(model)(model, params, generation, mesh, rules)
 
 
@@ -191,7 +191,7 @@ def _from_checkpoint(
     attention_choice.apply(task_cfg, experiment, list(mesh.devices.flat))  # This platform's.
     task = config_lib.instantiate(task_cfg)
     layout, kinds = experiment.pipeline_layout(), {str(path): kind}
-    params = _load_params(task.model, sources, kinds, layout, mesh, rules, task.learner)
+    params = _load_params(task.model, sources, layout, mesh, rules, task.learner, kinds)
     model, settings = task.model, adapters.settings_in(task_cfg.model)
     if merge and settings is not None:
         model_cfg, params = adapters.merged(task_cfg.model, params, settings)
@@ -234,7 +234,8 @@ def _from_hf(
     model = config_lib.instantiate(model_cfg)
     mesh, rules = _all_devices_fsdp()
     sources = {str(p): CheckpointLoadingRules() for p in (adapter, path) if p is not None}
-    params = _load_params(model, sources, {str(path): kind}, PipelineLayout(), mesh, rules)
+    kinds = {str(path): kind}
+    params = _load_params(model, sources, PipelineLayout(), mesh, rules, kinds=kinds)
     _check_all_used(path, params)
     if adapter is not None:
         adapters.check_all_used(adapter, family.table, params)
@@ -289,7 +290,7 @@ def _tokenizer_of(path: epath.Path) -> Any:
 
 def _hf_generation(
     fields: dict[str, Any], config: dict[str, Any], tokenizer: Any
-) -> decoding.DecoderParams:
+) -> sampling.DecoderParams:
     """generate's defaults as transformers takes them: generation_config.json, then
     config.json and the tokenizer for the special ids; ``top_k`` 50 when unset (it applies
     when sampling), the pad id falling back to the first EOS id."""
@@ -305,7 +306,7 @@ def _hf_generation(
     pad = first("pad_token_id")
     if pad is None:
         pad = eos[0] if isinstance(eos, tuple) else (eos if eos is not None else 0)
-    return decoding.DecoderParams(
+    return sampling.DecoderParams(
         max_new_tokens=fields.get("max_new_tokens"),
         do_sample=bool(fields.get("do_sample", False)),
         temperature=float(fields.get("temperature", 1.0)),
@@ -343,17 +344,17 @@ def hf_generation_settings(fields: dict[str, Any]) -> dict[str, Any]:
 def _load_params(
     model: Any,
     sources: dict[str, CheckpointLoadingRules],
-    kinds: dict[str, Kind],
-    layout: PipelineLayout,
+    layout: tuple[int, int],
     mesh: Any,
     rules: Any,
     learner: Any = None,
+    kinds: dict[str, Kind] | None = None,
 ) -> Any:
     """The model's parameters from ``sources`` (path -> loading rules; the first that
     loads one wins), each read onto its sharding; all must be there. With ``learner``, the
     first is a job's checkpoint: the parameters it froze come from the others.
 
-    ``kinds``: the sources already identified; ``layout``: the pipeline of a paxml checkpoint."""
+    ``layout``: the pipeline of a paxml checkpoint; ``kinds``: the sources already identified."""
     abstract, shardings = _abstract_params(model, mesh, rules)
     run_params = traverse_util.flatten_dict(
         jax.tree_util.tree_map(

@@ -28,8 +28,7 @@ from flax import traverse_util
 from paxlite.formats.hf import checkpoint as hf_checkpoint
 from paxlite.formats.hf import models as hf_models
 from paxlite.runtime import partitioning
-from praxis_lite.decoding import sampling as decoding
-from praxis_lite.decoding import stop_strings
+from praxis_lite.decoding import sampling, stop_strings
 from praxis_lite.layers import lora
 from praxis_lite.py_utils import NestedMap
 
@@ -72,7 +71,7 @@ class Pretrained(abc.ABC):
 
     model: Any
     params: Any
-    generation: decoding.DecoderParams
+    generation: sampling.DecoderParams
     mesh: Any
     rules: Any
     tokenizer: Any = None
@@ -180,7 +179,7 @@ class Pretrained(abc.ABC):
 
     def _decoded(
         self, ids: np.ndarray, lengths: np.ndarray, max_new_tokens: int | None, settings: dict
-    ) -> tuple[dict[str, np.ndarray], decoding.DecoderParams]:
+    ) -> tuple[dict[str, np.ndarray], sampling.DecoderParams]:
         """The model's ``decode`` outputs (numpy, the first ``B`` rows) of prompts ``ids [B,
         P]`` of ``lengths [B]``, and the settings used."""
         params = _settings(self.generation, settings)
@@ -207,7 +206,7 @@ class Pretrained(abc.ABC):
         n = tokens.shape[1]
         return [texts[i : i + n] for i in range(0, len(texts), n)]
 
-    def _stop_table(self, params: decoding.DecoderParams) -> Any:
+    def _stop_table(self, params: sampling.DecoderParams) -> Any:
         """``params.stop_strings`` as ``stop_strings.StopStrings`` of the tokenizer (built
         once per strings), or None without stop strings."""
         if not params.stop_strings:
@@ -288,7 +287,7 @@ class PretrainedSeq2Seq(Pretrained):
     calls): ``logits`` (teacher-forced), ``encode`` and ``generate``.
 
     Inputs are right-padded with id 0 (padding, never attended); the decoder starts from
-    id 0 (``decoding.decode_seq2seq``'s start, Hugging Face's ``decoder_start_token_id``).
+    id 0 (``sampling.decode_seq2seq``'s start, Hugging Face's ``decoder_start_token_id``).
     """
 
     def logits(self, input_ids: Any, decoder_input_ids: Any = None) -> np.ndarray:
@@ -354,10 +353,10 @@ def _right_padded(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
     return ids, np.array([len(r) for r in rows], np.int32)
 
 
-def _settings(defaults: decoding.DecoderParams, settings: dict[str, Any]) -> Any:
+def _settings(defaults: sampling.DecoderParams, settings: dict[str, Any]) -> Any:
     """``defaults`` with generate's ``settings`` (an old Pax name or an unknown one is one
     error line naming the fields)."""
-    known = [f.name for f in dataclasses.fields(decoding.DecoderParams)]
+    known = [f.name for f in dataclasses.fields(sampling.DecoderParams)]
     unknown = sorted(set(settings) - set(known))
     try:
         return dataclasses.replace(defaults, **settings)
@@ -369,7 +368,7 @@ def _settings(defaults: decoding.DecoderParams, settings: dict[str, Any]) -> Any
         ) from None
 
 
-def _until_eos(row: np.ndarray, params: decoding.DecoderParams) -> list[int]:
+def _until_eos(row: np.ndarray, params: sampling.DecoderParams) -> list[int]:
     """``row``'s tokens before its first EOS."""
     eos = params.eos_token_id
     stops = set() if eos is None else {eos} if isinstance(eos, int) else set(eos)
@@ -381,7 +380,7 @@ def _until_eos(row: np.ndarray, params: decoding.DecoderParams) -> list[int]:
     return out
 
 
-def _generation_fields(params: decoding.DecoderParams) -> dict[str, Any]:
+def _generation_fields(params: sampling.DecoderParams) -> dict[str, Any]:
     """generation_config.json's fields of ``params`` (transformers' names)."""
     fields = {
         "do_sample": params.do_sample,
@@ -422,7 +421,7 @@ def _method_fn(model: Any, method: str, batch: Callable[..., Any] | None = None)
 
 
 def _decode_fn(
-    model: Any, params: decoding.DecoderParams, steps: int, stop: Any = None
+    model: Any, params: sampling.DecoderParams, steps: int, stop: Any = None
 ) -> Callable:
     """``(weights, ids, lengths, key) ->`` the model's ``decode`` of ``steps`` new tokens
     (``stop``: the stop strings' tables, constants of the program)."""

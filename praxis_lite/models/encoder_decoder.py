@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from praxis_lite.config import LayerTpl, template_field, unbound_layer
-from praxis_lite.decoding import sampling as decoding
+from praxis_lite.decoding import sampling
 from praxis_lite.decoding.sampling import DecoderParams
 from praxis_lite.layers.encoder_decoder import TransformerEncoderDecoder
 from praxis_lite.models.base import BaseModel
@@ -75,7 +75,7 @@ class EncoderDecoderModel(BaseModel):
         return {"encoder_input_tokens": 2, "decoder_input_tokens": 2, "decoder_target_tokens": 2}
 
     def train_flops(self, batch: NestedMap) -> TrainFlops:
-        """The encoder-decoder count (``model_flops.EncoderDecoderShape``) for ``S`` =
+        """The encoder-decoder count (``flops.EncoderDecoderShape``) for ``S`` =
         ``encoder_input_tokens.shape[1]`` inputs and ``T`` targets."""
         network = unbound_layer(self.encoder_decoder_tpl)
         stacks = [
@@ -112,10 +112,10 @@ class EncoderDecoderModel(BaseModel):
         max_new_tokens: int,
         stop: Any = None,
     ) -> NestedMap:
-        """Targets of each input (``decoding.decode_seq2seq``: encoded once, then the
+        """Targets of each input (``sampling.decode_seq2seq``: encoded once, then the
         decoder from id 0)."""
         del prompt_lengths  # The encoder masks the inputs' padding (id 0) itself.
-        return decoding.decode_seq2seq(
+        return sampling.decode_seq2seq(
             self, variables, prompt_ids, key, params, max_new_tokens, stop=stop
         )
 

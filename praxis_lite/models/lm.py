@@ -9,7 +9,7 @@ import jax
 import jax.numpy as jnp
 
 from praxis_lite.config import LayerTpl, template_field, unbound_layer
-from praxis_lite.decoding import sampling as decoding
+from praxis_lite.decoding import sampling
 from praxis_lite.decoding.sampling import DecoderParams
 from praxis_lite.layers.transformer_models import TransformerLm
 from praxis_lite.models.base import BaseModel, token_loss_weights
@@ -86,8 +86,8 @@ class LanguageModel(BaseModel):
         max_new_tokens: int,
         stop: Any = None,
     ) -> NestedMap:
-        """Continues each prefix (``decoding.decode_lm``)."""
-        return decoding.decode_lm(
+        """Continues each prefix (``sampling.decode_lm``)."""
+        return sampling.decode_lm(
             self, variables, prompt_ids, prompt_lengths, key, params, max_new_tokens, stop
         )
 

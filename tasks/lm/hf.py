@@ -33,8 +33,7 @@ from paxlite.experiments.base_experiment import KnobError
 from paxlite.experiments.tasks_lib import CheckpointLoadingRules
 from paxlite.formats.hf import checkpoint as hf_checkpoint
 from paxlite.formats.peft import adapter as peft_adapter
-from paxlite.pretrained import export
-from paxlite.pretrained import loading as inference
+from paxlite.pretrained import export, loading
 from praxis_lite.inputs.seqio_input import DecodeForm
 from praxis_lite.tokenizers.hf_chat import ChatTemplate, ChatTemplateError
 from tasks.lm.chat import register_chat_task
@@ -188,7 +187,7 @@ class HfCausalLm(HfModelKnobs, PromptCompletionKnobs):
         task.decoder.length_norm_alpha = None
         path = epath.Path(self.HF_MODEL) / hf_checkpoint.GENERATION_CONFIG_FILE
         fields = json.loads(path.read_text()) if path.is_file() else {}
-        for name, value in inference.hf_generation_settings(fields).items():
+        for name, value in loading.hf_generation_settings(fields).items():
             setattr(task.decoder, name, value)
         return task
 

@@ -4,7 +4,7 @@ import sys
 
 import pytest
 
-from paxlite.experiments import registry as experiment_registry
+from paxlite.experiments import registry
 from paxlite.experiments.base_experiment import BaseExperiment
 from paxlite.experiments.registry import ExperimentRegistryError
 
@@ -15,7 +15,7 @@ _MY_EXPS = f"{_PKG}.my_exps"
 @pytest.fixture(autouse=True)
 def _isolated_registry(monkeypatch: pytest.MonkeyPatch):
     """Each test starts with an empty registry and none of the user modules imported."""
-    monkeypatch.setattr(experiment_registry, "_REGISTRY", {})
+    monkeypatch.setattr(registry, "_REGISTRY", {})
     saved = {name: mod for name, mod in sys.modules.items() if name.startswith(_PKG + ".")}
     for name in saved:
         del sys.modules[name]
@@ -27,7 +27,7 @@ def _isolated_registry(monkeypatch: pytest.MonkeyPatch):
 
 def test_full_name_imports_module_on_demand():
     assert _MY_EXPS not in sys.modules
-    cls = experiment_registry.get(f"{_MY_EXPS}.MyTinyLm")
+    cls = registry.get(f"{_MY_EXPS}.MyTinyLm")
     assert _MY_EXPS in sys.modules
     assert cls is sys.modules[_MY_EXPS].MyTinyLm
     assert issubclass(cls, BaseExperiment)
@@ -35,55 +35,55 @@ def test_full_name_imports_module_on_demand():
 
 
 def test_registered_name_is_module_and_qualname():
-    experiment_registry.get(f"{_MY_EXPS}.MyTinyLm")
-    assert list(experiment_registry.get_all()) == [f"{_MY_EXPS}.MyTinyLm"]
+    registry.get(f"{_MY_EXPS}.MyTinyLm")
+    assert list(registry.get_all()) == [f"{_MY_EXPS}.MyTinyLm"]
 
 
 @pytest.mark.parametrize(
     "suffix", ["MyTinyLm", "my_exps.MyTinyLm", "user_experiments.my_exps.MyTinyLm"]
 )
 def test_unique_suffix_resolves(suffix: str):
-    cls = experiment_registry.get(f"{_MY_EXPS}.MyTinyLm")
-    assert experiment_registry.get(suffix) is cls
+    cls = registry.get(f"{_MY_EXPS}.MyTinyLm")
+    assert registry.get(suffix) is cls
 
 
 def test_ambiguous_suffix_lists_both():
-    experiment_registry.get(f"{_PKG}.ambiguous_a.SameName")
-    experiment_registry.get(f"{_PKG}.ambiguous_b.SameName")
+    registry.get(f"{_PKG}.ambiguous_a.SameName")
+    registry.get(f"{_PKG}.ambiguous_b.SameName")
     with pytest.raises(ExperimentRegistryError, match="ambiguous") as info:
-        experiment_registry.get("SameName")
+        registry.get("SameName")
     assert f"{_PKG}.ambiguous_a.SameName" in str(info.value)
     assert f"{_PKG}.ambiguous_b.SameName" in str(info.value)
     assert "longer suffix" in str(info.value)
-    assert experiment_registry.get("ambiguous_b.SameName").__module__ == f"{_PKG}.ambiguous_b"
+    assert registry.get("ambiguous_b.SameName").__module__ == f"{_PKG}.ambiguous_b"
 
 
 def test_unknown_name_lists_close_candidates():
-    experiment_registry.get(f"{_MY_EXPS}.MyTinyLm")
+    registry.get(f"{_MY_EXPS}.MyTinyLm")
     with pytest.raises(ExperimentRegistryError, match="unknown experiment 'MyTinyLM'") as info:
-        experiment_registry.get("MyTinyLM")
+        registry.get("MyTinyLM")
     assert f"{_MY_EXPS}.MyTinyLm" in str(info.value)
 
 
 def test_unknown_name_with_nothing_close_says_how_to_import():
     with pytest.raises(ExperimentRegistryError, match="full dotted name"):
-        experiment_registry.get("NoSuchExperiment")
+        registry.get("NoSuchExperiment")
 
 
 def test_unregistered_class_in_imported_module_says_to_register():
     with pytest.raises(ExperimentRegistryError, match="'NotRegistered' but does not register"):
-        experiment_registry.get(f"{_MY_EXPS}.NotRegistered")
+        registry.get(f"{_MY_EXPS}.NotRegistered")
 
 
 def test_misspelled_class_in_imported_module_lists_close_candidates():
     with pytest.raises(ExperimentRegistryError, match="no submodule or class 'MyTinyLM'") as info:
-        experiment_registry.get(f"{_MY_EXPS}.MyTinyLM")
+        registry.get(f"{_MY_EXPS}.MyTinyLM")
     assert f"{_MY_EXPS}.MyTinyLm" in str(info.value)
 
 
 def test_module_import_error_is_surfaced():
     with pytest.raises(ExperimentRegistryError, match="paxlite_missing_dependency") as info:
-        experiment_registry.get(f"{_PKG}.broken_exps.Broken")
+        registry.get(f"{_PKG}.broken_exps.Broken")
     assert isinstance(info.value.__cause__, ImportError)
     assert "unknown experiment" not in str(info.value)
 
@@ -92,7 +92,7 @@ def test_register_same_class_twice_is_a_no_op():
     class Exp:
         pass
 
-    assert experiment_registry.register(experiment_registry.register(Exp)) is Exp
+    assert registry.register(registry.register(Exp)) is Exp
 
 
 def test_register_different_class_under_same_name_raises():
@@ -102,9 +102,9 @@ def test_register_different_class_under_same_name_raises():
 
         return Exp
 
-    experiment_registry.register(make())
+    registry.register(make())
     with pytest.raises(ExperimentRegistryError, match=r"already registered.*rename"):
-        experiment_registry.register(make())
+        registry.register(make())
 
 
 def test_errors_are_lookup_errors():
@@ -114,11 +114,11 @@ def test_errors_are_lookup_errors():
 def test_short_name_found_by_searching_packages():
     assert _MY_EXPS not in sys.modules
     with pytest.raises(ExperimentRegistryError):
-        experiment_registry.get("MyTinyLm")
-    cls = experiment_registry.get("MyTinyLm", search_packages=(_PKG,))
+        registry.get("MyTinyLm")
+    cls = registry.get("MyTinyLm", search_packages=(_PKG,))
     assert cls is sys.modules[_MY_EXPS].MyTinyLm
 
 
 def test_search_reports_modules_that_failed_to_import():
     with pytest.raises(ExperimentRegistryError, match=r"broken_exps: .*failed to import|broken"):
-        experiment_registry.get("NoSuchExperiment", search_packages=(_PKG,))
+        registry.get("NoSuchExperiment", search_packages=(_PKG,))

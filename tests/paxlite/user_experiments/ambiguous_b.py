@@ -2,11 +2,11 @@
 
 from typing import Any
 
-from paxlite.experiments import registry
+from paxlite import experiment_registry
 from paxlite.experiments.base_experiment import BaseExperiment
 
 
-@registry.register
+@experiment_registry.register
 class SameName(BaseExperiment):
     """One of two experiments named SameName."""
 

@@ -2,7 +2,7 @@
 
 import paxlite_missing_dependency  # noqa: F401
 
-from paxlite.experiments import registry as experiment_registry
+from paxlite import experiment_registry
 from paxlite.experiments.base_experiment import BaseExperiment
 
 

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from typing import Any
 
-from paxlite.experiments import registry as experiment_registry
+from paxlite import experiment_registry
 from paxlite.experiments.base_experiment import BaseExperiment
 
 

@@ -20,9 +20,8 @@ import jax.numpy as jnp
 import numpy as np
 import pytest
 
-from praxis_lite.decoding import beam_search
+from praxis_lite.decoding import beam_search, sampling
 from praxis_lite.decoding import logits_processors as processors
-from praxis_lite.decoding import sampling as decoding
 from praxis_lite.decoding.sampling import DecoderParams
 from praxis_lite.py_utils import NestedMap
 
@@ -62,7 +61,7 @@ def _decode(prompts: list[list[int]], params: DecoderParams, n: int) -> NestedMa
     for i, p in enumerate(prompts):
         ids[i, : len(p)] = p
     lengths = np.array([len(p) for p in prompts], np.int32)
-    run = jax.jit(lambda i, ls: decoding.decode(prefill, step, i, ls, jax.random.key(0), params, n))
+    run = jax.jit(lambda i, ls: sampling.decode(prefill, step, i, ls, jax.random.key(0), params, n))
     return jax.tree.map(np.asarray, run(ids, lengths))
 
 
@@ -192,7 +191,7 @@ def test_one_beam_is_greedy():
     one = dataclasses_replace(params, num_beams=1)
 
     def run(ids, lens):
-        ids_l, pads, _ = decoding.left_align(ids, lens)
+        ids_l, pads, _ = sampling.left_align(ids, lens)
         logits, cache = prefill(ids_l, pads, None, 0)
         history = jnp.where(pads > 0, processors.EMPTY, ids_l)
         return beam_search.beam_search(
@@ -349,7 +348,7 @@ def test_the_cached_beams_scores_equal_rescoring_them_teacher_forced():
         num_beams=3, num_return_sequences=3, length_penalty=penalty, eos_token_id=7
     )
     out = jax.jit(
-        lambda v, p, ln: decoding.decode_lm(model, v, p, ln, jax.random.key(0), params, n),
+        lambda v, p, ln: sampling.decode_lm(model, v, p, ln, jax.random.key(0), params, n),
         compiler_options=ref._FAST_COMPILE,
     )(variables, prompts, lengths)
     out = jax.tree.map(np.asarray, out)

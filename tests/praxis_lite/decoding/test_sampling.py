@@ -8,7 +8,7 @@ import numpy as np
 import pytest
 
 from praxis_lite import config as config_lib
-from praxis_lite.decoding import sampling as decoding
+from praxis_lite.decoding import sampling
 from praxis_lite.decoding.sampling import DecoderParams
 from praxis_lite.layers import embedding_softmax as es
 from praxis_lite.layers.repeats import StackedTransformerRepeated
@@ -25,7 +25,7 @@ def _logits(b=64, seed=0):
 
 @functools.cache
 def _sampler():
-    return jax.jit(decoding.sample_logits, static_argnames="params")
+    return jax.jit(sampling.sample_logits, static_argnames="params")
 
 
 def test_top_k_1_and_tiny_top_p_equal_greedy():
@@ -88,7 +88,7 @@ def _count_after(first_ids, params, steps):
     prefill, step = _counting_model()
     ids, lengths = jnp.asarray(first_ids)[:, None], jnp.ones(len(first_ids), jnp.int32)
     key = jax.random.key(0)
-    return jax.jit(lambda: decoding.decode(prefill, step, ids, lengths, key, params, steps))()
+    return jax.jit(lambda: sampling.decode(prefill, step, ids, lengths, key, params, steps))()
 
 
 def test_eos_stops_each_row_and_pads_after_it():
@@ -96,7 +96,7 @@ def test_eos_stops_each_row_and_pads_after_it():
     prompts = jnp.asarray([[3, 4, 0], [9, 0, 0], [13, 14, 15]], jnp.int32)
     lengths = jnp.asarray([2, 1, 3])
     params = DecoderParams(eos_token_id=12, pad_token_id=0)
-    run = jax.jit(lambda p, n: decoding.decode(prefill, step, p, n, jax.random.key(0), params, 6))
+    run = jax.jit(lambda p, n: sampling.decode(prefill, step, p, n, jax.random.key(0), params, 6))
     out = run(prompts, lengths)
     tokens = np.asarray(out.tokens)
     np.testing.assert_array_equal(tokens[0], [5, 6, 7, 8, 9, 10])  # no EOS within 6 steps
@@ -161,7 +161,7 @@ def test_greedy_decode_of_an_lm_equals_argmax_of_full_passes():
     variables = ref.init_variables(model, method=lambda m, i: m.lm(i), i=prompts, noise=0.5)
     steps = 5
     out = jax.jit(
-        lambda v, p, n: decoding.decode_lm(
+        lambda v, p, n: sampling.decode_lm(
             model, v, p, n, jax.random.key(0), DecoderParams(), steps
         ),
         compiler_options=ref._FAST_COMPILE,
@@ -204,7 +204,7 @@ def test_the_loop_stops_once_every_row_has_ended():
         return jnp.where(count >= 4, logits_for(eos), logits_for(2)), count
 
     out = jax.jit(
-        lambda ids, lengths: decoding.decode(
+        lambda ids, lengths: sampling.decode(
             prefill,
             step,
             ids,

@@ -6,7 +6,7 @@ empties the registry for its own tests).
 
 import pytest
 
-from paxlite.experiments import registry as experiment_registry
+from paxlite.experiments import registry
 from paxlite.experiments.registry import ExperimentRegistryError
 
 
@@ -20,21 +20,21 @@ def test_pax_paths_with_params_resolve_as_in_pax():
         "params.c4.C4Spmd2BAdam4Replicas",
         "tasks.lm.c4.C4Spmd2BAdam4Replicas",
     ):
-        assert experiment_registry.get(name, ("tasks",)) is c4.C4Spmd2BAdam4Replicas
+        assert registry.get(name, ("tasks",)) is c4.C4Spmd2BAdam4Replicas
 
 
 def test_the_headline_name_is_the_1b_c4_experiment():
     from paxlite.experiments.base_experiment import knobs
     from tasks.lm import c4
 
-    short = experiment_registry.get("tasks.lm.c4.C4Spmd1B")
+    short = registry.get("tasks.lm.c4.C4Spmd1B")
     assert issubclass(short, c4.C4Spmd1BAdam4Replicas)
     assert knobs(short) == knobs(c4.C4Spmd1BAdam4Replicas)
 
 
 def test_a_mistyped_name_suggests_class_names_that_start_like_it_first():
     with pytest.raises(ExperimentRegistryError) as e:
-        experiment_registry.get("C4Spmd1b", ("tasks",))
+        registry.get("C4Spmd1b", ("tasks",))
     lines = str(e.value).splitlines()
     closest = lines[lines.index("Closest registered experiments:") + 1 :]
     assert [c.strip() for c in closest[:2]] == [
@@ -55,7 +55,7 @@ def test_limit_steps_variants_are_their_base_run_for_paxs_step_count():
         changed = {k for k, v in knobs(variant).items() if knobs(base)[k] != v}
         assert changed == {"NUM_TRAIN_STEPS"}
     # Pax's README command: --exp=tasks.lm.params.lm_cloud.LmCloudSpmd2BLimitSteps.
-    found = experiment_registry.get("tasks.lm.params.lm_cloud.LmCloudSpmd2BLimitSteps")
+    found = registry.get("tasks.lm.params.lm_cloud.LmCloudSpmd2BLimitSteps")
     assert found is lm_cloud.LmCloudSpmd2BLimitSteps
 
 

@@ -26,7 +26,7 @@ from paxlite.experiments.tasks_lib import CheckpointLoadingRules
 from paxlite.formats.hf import checkpoint as hf_checkpoint
 from paxlite.formats.hf import layout as hf_layout
 from paxlite.formats.hf import models as hf_models
-from paxlite.pretrained import loading as inference
+from paxlite.pretrained import loading
 from paxlite.pretrained.loading import PretrainedError, from_pretrained
 from paxlite.runtime.mesh import create_mesh
 from praxis_lite import config as config_lib
@@ -138,7 +138,7 @@ def test_each_device_reads_only_its_slice(tmp_path):
     model = config_lib.instantiate(model_cfg)
     mesh = create_mesh((1, 4, 2), None, ("replica", "data", "mdl"), jax.devices())
     rules = filter_rules_for_mesh(FSDP_AND_TENSOR_PARALLEL_RULES, mesh)
-    abstract, shardings = inference._abstract_params(model, mesh, rules)
+    abstract, shardings = loading._abstract_params(model, mesh, rules)
     run_params = traverse_util.flatten_dict(
         jax.tree_util.tree_map(
             lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
@@ -294,12 +294,12 @@ def test_a_scanned_stack_reads_and_writes_the_same_tensors(name, tmp_path):
     family, model_cfg = hf_models.build_model(config)
     model = config_lib.instantiate(hf_models.scanned(model_cfg))
     mesh = create_mesh((1, 8, 1), None, ("replica", "data", "mdl"), jax.devices())
-    rules = filter_rules_for_mesh(inference.FSDP_RULES, mesh)
-    params = inference._load_params(
+    rules = filter_rules_for_mesh(loading.FSDP_RULES, mesh)
+    params = loading._load_params(
         model, {str(_HF / name): CheckpointLoadingRules()}, (1, 1), mesh, rules
     )
     assert "repeat" in params["lm"]["transformer"]
-    lm = inference.PretrainedLm(model, params, None, mesh, rules)
+    lm = loading.PretrainedLm(model, params, None, mesh, rules)
     out = _outputs(name)
     _assert_logits(lm.logits(out["ids"]), out["logits"])
     flat = traverse_util.flatten_dict(params, sep="/")

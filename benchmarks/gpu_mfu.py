@@ -29,7 +29,7 @@ program's bytes per device extrapolated linearly to the device's allocator limit
 3%; a run that still runs out steps down by an eighth. The comparison runs at the largest
 batch where both steps fit with both states held.
 
-MFU is the causal count (``praxis_lite.models.flops``: ``6 N + 6 L H Q T`` per token)
+MFU is the causal count (``praxis_lite.flops``: ``6 N + 6 L H Q T`` per token)
 over the device's dense bfloat16 peak (``paxlite.perf.mfu``: H100 SXM and H200 989 TFLOP/s).
 For LoRA the frozen weights get no weight gradient, so the report also gives the
 frozen-base count (``4 N + 6 L H Q T``; the adapters' own FLOPs, under 1%, are not

@@ -34,7 +34,7 @@ from paxlite.perf import aot, bench, bench_report, mfu
 from paxlite.runtime import partitioning
 from paxlite.runtime.job import Job, build_job
 from paxlite.train import train_setup
-from praxis_lite.models.flops import FlopsDefinition, LmShape
+from praxis_lite.flops import FlopsDefinition, LmShape
 from tasks.lm.hf_synthetic import HfSyntheticLm
 
 #: The fitted batch's share of the allocator's limit (the rest: fragmentation, cuDNN's
@@ -352,7 +352,7 @@ def _benchmark(leg: Leg, batch: int, settings: _Settings) -> dict[str, Any]:
         gc.collect()
 
 
-#: Our shape fields (``plain_jax_lm.Shape`` and ``models.flops.LmShape`` share the names) ->
+#: Our shape fields (``plain_jax_lm.Shape`` and ``praxis_lite.flops.LmShape`` share the names) ->
 #: a Llama config.json's.
 _LLAMA_SIZES = {
     "num_layers": "num_hidden_layers",

@@ -39,9 +39,9 @@ from paxlite.runtime import distributed, job_config, storage  # noqa: E402
 from paxlite.runtime.job import Job, build_job  # noqa: E402
 from paxlite.runtime.mesh import MeshShapeError  # noqa: E402
 from paxlite.train import periodic_actions, train_loop, trainable  # noqa: E402
+from praxis_lite.flops import FlopsDefinition  # noqa: E402
 from praxis_lite.inputs.base_input import InputConfigError, InputDataError  # noqa: E402
 from praxis_lite.layers.attentions import AttentionImplError  # noqa: E402
-from praxis_lite.models.flops import FlopsDefinition  # noqa: E402
 
 #: Errors of the command line or the experiment found before anything runs (exit 2).
 SETUP_ERRORS = (

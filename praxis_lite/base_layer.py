@@ -41,6 +41,7 @@ Initializer = Callable[..., jax.Array]
 DType = Any
 
 SUMMARIES = "summaries"
+CACHE = "cache"  # The flax collection of decoding state (keys, values, paddings, index).
 AUX_LOSS = "aux_loss"
 PARAMS = "params"
 

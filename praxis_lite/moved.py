@@ -25,7 +25,7 @@ MOVED_MODULES: dict[str, str] = {
     "praxis_lite.optimizers": "praxis_lite.optim.optimizers",
     "praxis_lite.schedules": "praxis_lite.optim.schedules",
     "praxis_lite.factored_adafactor": "praxis_lite.optim.factored_adafactor",
-    "praxis_lite.model_flops": "praxis_lite.models.flops",
+    "praxis_lite.model_flops": "praxis_lite.flops",
     "praxis_lite.t5_model": "praxis_lite.models.t5",
     "paxlite.flags": "paxlite.cli.flags",
     "paxlite.overrides": "paxlite.cli.overrides",

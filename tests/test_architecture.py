@@ -262,3 +262,51 @@ def test_tests_mirror_the_source_tree():
         if not (ROOT / test.parent.relative_to(ROOT / "tests")).is_dir()
     ]
     assert stray == []
+
+
+def _package_of(module: str) -> str:
+    """The deepest package (folder with ``__init__.py``) that holds ``module``."""
+    parts = module.split(".")
+    for k in range(len(parts), 0, -1):
+        if (ROOT.joinpath(*parts[:k]) / "__init__.py").is_file():
+            return ".".join(parts[:k])
+    return parts[0]
+
+
+def _may_import(init: pathlib.Path) -> set[str]:
+    """The packages a package's docstring lets it import: the backticked names of its
+    ``May import:`` paragraph."""
+    doc = ast.get_docstring(ast.parse(init.read_text())) or ""
+    _, found, rest = doc.partition("May import:")
+    assert found, f"{init.relative_to(ROOT)}: its docstring has no 'May import:' paragraph"
+    return set(re.findall(r"(?<!`)`([\w.]+)`(?!`)", rest.split("\n\n")[0]))
+
+
+def test_packages_import_only_what_their_docstrings_allow():
+    """Each subpackage's ``May import:`` line is the truth: every import of our code by one of
+    its modules targets itself, a package the line names (or one inside it), or, inside
+    praxis_lite, the top-level modules (base_layer, config, sharding, flops, ...)."""
+    inits = sorted(
+        init
+        for package in ("paxlite", "praxis_lite")
+        for init in (ROOT / package).rglob("__init__.py")
+        if init.parent != ROOT / package
+    )
+    modules, bad = _modules(), []
+    for init in inits:
+        package = ".".join(init.parent.relative_to(ROOT).parts)
+        allowed = _may_import(init) | {package}
+        if package.startswith("praxis_lite."):
+            allowed.add("praxis_lite")  # Its top-level modules: exactly the package itself.
+        for module in (m for m in modules if _package_of(m) == package):
+            for target in _imports(modules[module], modules):
+                unit = _package_of(target)
+                ok = unit in allowed or (
+                    not package.startswith("praxis_lite.")
+                    and any(unit.startswith(a + ".") for a in allowed - {"paxlite"})
+                )
+                if not ok:
+                    bad.append(
+                        f"{module} imports {target} ({package} may import {sorted(allowed)})"
+                    )
+    assert bad == []

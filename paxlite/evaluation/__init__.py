@@ -1,4 +1,6 @@
 """Evaluation and decoding: one eval pass over an input, the decode program, and the
 --mode=eval and --mode=decode runs.
 
-May import: paxlite.runtime, paxlite.train (state and steps) and praxis_lite."""
+May import: `paxlite.experiments`, `paxlite.runtime`, `paxlite.train` (init or restore, the
+console log, the run result) and `praxis_lite`.
+"""

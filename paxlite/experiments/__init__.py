@@ -2,6 +2,7 @@
 BaseExperiment (typed UPPERCASE knobs, datasets(), task() and the typed answers the trainer asks
 for), knob types, and tasks_lib (the task config: model, learner, step settings).
 
-May import: paxlite.runtime (mesh, batch arithmetic) and praxis_lite; never the trainer
-(train/, evaluation/, checkpoints/, perf/, pretrained/) and never ``tasks``, except the registry,
-which imports the module that defines a name it is asked for."""
+May import: `paxlite.runtime` (batch arithmetic, the mesh), `paxlite.train` (which parameters
+train) and `praxis_lite`; never ``tasks``, except the registry, which imports the module that
+defines a name it is asked for.
+"""

@@ -30,7 +30,7 @@ from paxlite.perf.step_cost import model_dtype
 from paxlite.runtime import storage
 from paxlite.runtime.job import Job
 from paxlite.train import prefetch, summaries, train_setup
-from praxis_lite.models.flops import DEFAULT_DEFINITION, FlopsDefinition
+from praxis_lite.flops import DEFAULT_DEFINITION, FlopsDefinition
 
 
 @dataclasses.dataclass(frozen=True)

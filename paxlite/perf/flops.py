@@ -1,7 +1,7 @@
 """XLA's FLOP count of a compiled step, its correction for scanned layers, and formatting.
 
 The model-FLOPs definitions and counts come from the model itself (the model
-contract's ``train_flops``, see ``praxis_lite.models.flops``); this module adds
+contract's ``train_flops``, see ``praxis_lite.flops``); this module adds
 what the compiled program says.
 """
 
@@ -10,7 +10,7 @@ from __future__ import annotations
 import math
 from typing import Any
 
-from praxis_lite.models.flops import TrainFlops
+from praxis_lite.flops import TrainFlops
 
 
 def cost_analysis(compiled: Any) -> dict[str, float]:

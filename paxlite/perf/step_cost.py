@@ -10,7 +10,7 @@ import jax.numpy as jnp
 
 from paxlite.perf import flops
 from paxlite.perf.mfu import Peak
-from praxis_lite.models.flops import DEFAULT_DEFINITION, FlopsDefinition, TrainFlops
+from praxis_lite.flops import DEFAULT_DEFINITION, FlopsDefinition, TrainFlops
 
 
 def model_dtype(model: Any) -> Any:

@@ -2,4 +2,6 @@
 (logits, generate, encode, save_pretrained), LoRA adapters on a config and its weights, and
 paxlite-export (a fine-tuned Hugging Face model back as a Hugging Face directory).
 
-May import: the rest of paxlite except cli/, and praxis_lite."""
+May import: `paxlite.checkpoints`, `paxlite.cli` (overrides, exits), `paxlite.experiments`,
+`paxlite.formats`, `paxlite.runtime`, `paxlite.train` and `praxis_lite`.
+"""

@@ -2,4 +2,6 @@
 arithmetic, partitioning of batches and state, joined processes, job-directory storage (local or
 gs://), TPU topologies for compile-only runs, GPU flags, the attention kernel for the platform.
 
-May import: paxlite.experiments (the task config and the experiment contract) and praxis_lite."""
+May import: `paxlite.cli` (the usage error), `paxlite.evaluation` (whether the model decodes),
+`paxlite.experiments`, `paxlite.train` (which parameters train) and `praxis_lite`.
+"""

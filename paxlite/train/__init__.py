@@ -2,5 +2,6 @@
 loop, its periodic actions (summaries, checkpoints, eval, decode, profiling), which parameters
 train, input prefetch and the console/TensorBoard summaries.
 
-May import: paxlite.runtime, paxlite.experiments, paxlite.checkpoints, paxlite.evaluation,
-paxlite.perf and praxis_lite."""
+May import: `paxlite.checkpoints`, `paxlite.evaluation`, `paxlite.experiments`, `paxlite.perf`,
+`paxlite.runtime` and `praxis_lite`.
+"""

@@ -28,7 +28,7 @@ from paxlite.train.periodic_actions import (
     StepContext,
     TrainSummaries,
 )
-from praxis_lite.models.flops import FlopsDefinition
+from praxis_lite.flops import FlopsDefinition
 
 
 @dataclasses.dataclass

@@ -26,8 +26,8 @@ from paxlite.runtime import job_record, partitioning
 from paxlite.runtime.job import Job
 from paxlite.train import pure_steps, summaries, trainable
 from paxlite.train.train_state import TrainState
+from praxis_lite.flops import FlopsDefinition
 from praxis_lite.inputs.base_input import BaseInput, InputConfigError
-from praxis_lite.models.flops import FlopsDefinition
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import init_with_shardings, logical_shardings, strip_boxes
 

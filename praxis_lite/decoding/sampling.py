@@ -28,10 +28,10 @@ import jax
 import jax.numpy as jnp
 
 from praxis_lite import config as config_lib
+from praxis_lite.base_layer import CACHE
 from praxis_lite.decoding import beam_search, decode_cache, stop_strings
 from praxis_lite.decoding import logits_processors as processors
 from praxis_lite.decoding.logits_processors import is_eos  # Re-exported: decode_lib's name.
-from praxis_lite.layers.attentions import CACHE
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import strip_boxes
 

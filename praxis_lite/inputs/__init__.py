@@ -1,4 +1,6 @@
 """Inputs: the BaseInput contract (Pax semantics), synthetic inputs, SeqIO inputs for LMs
 and seq2seq, their data checks, LM task registration and T5's span corruption.
 
-May import: praxis_lite.tokenizers and the top-level praxis_lite modules."""
+May import: `praxis_lite.decoding` (stop strings), `praxis_lite.tokenizers` and the top-level
+praxis_lite modules.
+"""

@@ -3,6 +3,8 @@
 The names a Pax experiment file reaches through ``from praxis import layers`` are here too
 (``layers.GELU``, ``layers.AutodiffCheckpointType.SAVE_NOTHING``, ``layers.Transformer``, ...),
 so such a file ports by its imports (README "Porting a Pax experiment").
+
+May import: only the top-level praxis_lite modules (``flops``: each stack states its layout).
 """
 
 from praxis_lite.layers.activations import GELU, Identity, ReLU, Sigmoid, SiLU, Tanh

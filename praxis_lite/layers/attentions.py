@@ -22,7 +22,7 @@ import jax.numpy as jnp
 from absl import logging
 from jax.ad_checkpoint import checkpoint_name
 
-from praxis_lite.base_layer import BaseLayer
+from praxis_lite.base_layer import CACHE, BaseLayer
 from praxis_lite.config import LayerTpl, template_field
 from praxis_lite.layers import attention_kernels as kernels
 from praxis_lite.layers import lora as lora_lib
@@ -30,7 +30,6 @@ from praxis_lite.layers.embedding_softmax import RotaryPositionalEmbedding
 from praxis_lite.layers.lora import LoraSettings
 from praxis_lite.sharding import ACTIVATION_EMBED, BATCH, EMBED, HEAD_DIM, HEADS, KV_HEADS, LENGTH
 
-CACHE = "cache"  # The flax collection of decoding state (keys, values, paddings, index).
 CACHE_KV_AXES = (BATCH, LENGTH, KV_HEADS, HEAD_DIM)
 
 _MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)

@@ -57,8 +57,8 @@ from jax.ad_checkpoint import checkpoint_name
 from praxis_lite import config as config_lib
 from praxis_lite.base_layer import AUX_LOSS, PARAMS, SUMMARIES, BaseLayer
 from praxis_lite.config import LayerTpl, template_field
+from praxis_lite.flops import StackLayout
 from praxis_lite.layers.repeats import StackedTransformerRepeated, _ScanBody
-from praxis_lite.models.flops import StackLayout
 from praxis_lite.py_utils import from_microbatches, to_microbatches
 from praxis_lite.sharding import ACTIVATION_EMBED, BATCH, LENGTH, STAGES
 

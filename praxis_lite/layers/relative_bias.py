@@ -17,8 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
-from praxis_lite.base_layer import BaseLayer
-from praxis_lite.layers.attentions import CACHE
+from praxis_lite.base_layer import CACHE, BaseLayer
 from praxis_lite.sharding import HEADS
 
 

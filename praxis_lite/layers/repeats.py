@@ -13,12 +13,11 @@ import flax.linen as nn
 import jax
 from jax.ad_checkpoint import checkpoint_name
 
-from praxis_lite.base_layer import AUX_LOSS, PARAMS, SUMMARIES, BaseLayer
+from praxis_lite.base_layer import AUX_LOSS, CACHE, PARAMS, SUMMARIES, BaseLayer
 from praxis_lite.config import LayerTpl, template_field
+from praxis_lite.flops import StackLayout
 from praxis_lite.layers import relative_bias as relative_bias_lib
-from praxis_lite.layers.attentions import CACHE
 from praxis_lite.layers.transformers import Memory, Transformer, create_relative_bias
-from praxis_lite.models.flops import StackLayout
 from praxis_lite.sharding import LAYERS
 
 

@@ -10,10 +10,10 @@ import jax.numpy as jnp
 
 from praxis_lite.base_layer import BaseLayer
 from praxis_lite.config import LayerTpl, template_field, unbound_layer
+from praxis_lite.flops import LmShape, StackLayout, TrainFlops
 from praxis_lite.layers.embedding_softmax import SharedEmbeddingSoftmax
 from praxis_lite.layers.normalizations import LayerNorm
 from praxis_lite.layers.transformers import StackedTransformer
-from praxis_lite.models.flops import LmShape, StackLayout, TrainFlops
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import ACTIVATION_EMBED, LENGTH, LM_BATCH, VOCAB
 
@@ -64,7 +64,7 @@ class TransformerLm(BaseLayer):
         return unbound_layer(self.stacked_transformer_tpl).layout()
 
     def lm_shape(self) -> LmShape:
-        """The sizes the model FLOPs depend on (see ``praxis_lite.models.flops``)."""
+        """The sizes the model FLOPs depend on (see ``praxis_lite.flops``)."""
         layout = self.stack_layout()
         block = unbound_layer(layout.block).matmul_shape()
         return LmShape(

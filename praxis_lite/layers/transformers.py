@@ -15,6 +15,7 @@ from jax.ad_checkpoint import checkpoint_name
 
 from praxis_lite.base_layer import BaseLayer
 from praxis_lite.config import LayerTpl, template_field
+from praxis_lite.flops import StackLayout
 from praxis_lite.layers import lora as lora_lib
 from praxis_lite.layers import relative_bias as relative_bias_lib
 from praxis_lite.layers.activations import ReLU
@@ -22,7 +23,6 @@ from praxis_lite.layers.attentions import DotProductAttention
 from praxis_lite.layers.linears import Bias, Linear
 from praxis_lite.layers.lora import LoraSettings
 from praxis_lite.layers.normalizations import LayerNorm
-from praxis_lite.models.flops import StackLayout
 from praxis_lite.sharding import ACTIVATION_EMBED, BATCH, EMBED, LENGTH, MLP
 
 #: TransformerFeedForward's LoRA targets: its projections' child names (the gate's only with

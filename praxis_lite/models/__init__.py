@@ -1,5 +1,6 @@
 """Models: the contract the trainer meets every model through (base.BaseModel), the
 decoder-only LM (lm), the encoder-decoder (encoder_decoder), the classification MLP
-(classification), their FLOPs (flops) and T5 as a configuration of the layers (t5).
+(classification) and T5 as a configuration of the layers (t5).
 
-May import: praxis_lite.layers, praxis_lite.decoding and the top-level praxis_lite modules."""
+May import: `praxis_lite.layers`, `praxis_lite.decoding` and the top-level praxis_lite modules.
+"""

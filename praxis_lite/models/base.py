@@ -15,7 +15,7 @@ import jax.numpy as jnp
 
 from praxis_lite.base_layer import BaseLayer
 from praxis_lite.decoding.sampling import DecoderParams
-from praxis_lite.models.flops import TrainFlops
+from praxis_lite.flops import TrainFlops
 from praxis_lite.py_utils import NestedMap
 
 #: ``(mean over the batch, its weight)``: averaged over batches weighted by ``weight``.

@@ -3,10 +3,10 @@
 from __future__ import annotations
 
 from praxis_lite.config import LayerTpl, template_field, unbound_layer
+from praxis_lite.flops import FlopsDefinition, TrainFlops
 from praxis_lite.layers.embedding_softmax import SharedEmbeddingSoftmax
 from praxis_lite.layers.linears import MLPBlock
 from praxis_lite.models.base import BaseModel, token_loss_weights
-from praxis_lite.models.flops import FlopsDefinition, TrainFlops
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import BATCH, EMBED, LENGTH
 

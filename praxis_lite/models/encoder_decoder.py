@@ -11,9 +11,9 @@ import jax.numpy as jnp
 from praxis_lite.config import LayerTpl, template_field, unbound_layer
 from praxis_lite.decoding import sampling
 from praxis_lite.decoding.sampling import DecoderParams
+from praxis_lite.flops import EncoderDecoderShape, LmShape, TrainFlops
 from praxis_lite.layers.encoder_decoder import TransformerEncoderDecoder
 from praxis_lite.models.base import BaseModel
-from praxis_lite.models.flops import EncoderDecoderShape, LmShape, TrainFlops
 from praxis_lite.py_utils import NestedMap
 
 

@@ -11,9 +11,9 @@ import jax.numpy as jnp
 from praxis_lite.config import LayerTpl, template_field, unbound_layer
 from praxis_lite.decoding import sampling
 from praxis_lite.decoding.sampling import DecoderParams
+from praxis_lite.flops import TrainFlops
 from praxis_lite.layers.transformer_models import TransformerLm
 from praxis_lite.models.base import BaseModel, token_loss_weights
-from praxis_lite.models.flops import TrainFlops
 from praxis_lite.py_utils import NestedMap
 
 
@@ -69,7 +69,7 @@ class LanguageModel(BaseModel):
         return {"ids": 2, "labels": 2}
 
     def train_flops(self, batch: NestedMap) -> TrainFlops:
-        """The Transformer count (``praxis_lite.models.flops``) for ``T = ids.shape[1]``."""
+        """The Transformer count (``praxis_lite.flops``) for ``T = ids.shape[1]``."""
         return self._lm().train_flops(int(batch["ids"].shape[1]))
 
     def decode_prompt_keys(self) -> tuple[str, str]:

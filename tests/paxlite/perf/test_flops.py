@@ -10,10 +10,10 @@ from paxlite.perf import aot, flops, step_cost
 from paxlite.runtime.job import build_job
 from praxis_lite import config as config_lib
 from praxis_lite.config import unbound_layer
+from praxis_lite.flops import FlopsDefinition, LmShape
 from praxis_lite.layers.pipeline import LayerwiseShardablePipelined
 from praxis_lite.layers.repeats import StackedTransformerRepeated
 from praxis_lite.models.base import BaseModel
-from praxis_lite.models.flops import FlopsDefinition, LmShape
 from tasks.lm.synthetic import LmSyntheticTiny
 
 

@@ -8,7 +8,7 @@ import pytest
 
 from paxlite.perf import mfu, step_cost
 from paxlite.train import summaries
-from praxis_lite.models.flops import FlopsDefinition
+from praxis_lite.flops import FlopsDefinition
 
 
 @pytest.mark.parametrize(

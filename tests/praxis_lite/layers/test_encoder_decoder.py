@@ -12,8 +12,8 @@ import pytest
 from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from praxis_lite.decoding.sampling import DecoderParams
+from praxis_lite.flops import FlopsDefinition
 from praxis_lite.layers.attentions import DotProductAttention
-from praxis_lite.models.flops import FlopsDefinition
 from praxis_lite.models.t5 import T5Shape, t5_model
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import (

@@ -4,9 +4,9 @@ import jax
 import numpy as np
 import pytest
 
+from praxis_lite.flops import FlopsDefinition
 from praxis_lite.layers.embedding_softmax import SharedEmbeddingSoftmax
 from praxis_lite.models.classification import ClassificationMlpModel
-from praxis_lite.models.flops import FlopsDefinition
 from praxis_lite.py_utils import NestedMap
 from tests.praxis_lite.layers import numpy_refs as ref
 

@@ -1,5 +1,5 @@
-"""paxlite's tests: they mirror the source tree (tests/paxlite/formats/hf/test_checkpoint.py tests
-paxlite/formats/hf/checkpoint.py); end-to-end runs, named by behaviour, are in tests/e2e/."""
+"""paxlite's tests: they mirror the source tree (tests/paxlite/formats/hf/test_models.py tests
+paxlite/formats/hf/models.py); end-to-end runs, named by behaviour, are in tests/e2e/."""
 
 import pathlib
 

@@ -253,7 +253,7 @@ def test_no_folder_is_a_sink():
 
 
 def test_tests_mirror_the_source_tree():
-    """tests/paxlite/formats/hf/test_checkpoint.py tests paxlite/formats/hf/checkpoint.py: each
+    """tests/paxlite/formats/hf/test_models.py tests paxlite/formats/hf/models.py: each
     test module's folder under tests/<package>/ is a folder of that package."""
     stray = [
         str(test.relative_to(ROOT))

@@ -23,6 +23,7 @@ command line into a new subclass, parsing each value to the declared type;
 from __future__ import annotations
 
 import abc
+import dataclasses
 import difflib
 import re
 import sys
@@ -75,17 +76,30 @@ class PipelineLayout(NamedTuple):
     circular_repeat: int = 1
 
 
-class InitSource(NamedTuple):
+@dataclasses.dataclass(frozen=True)
+class InitSource:
     """Where a run's parameters start when its job dir holds no checkpoint (``INIT_FROM``).
 
     Attributes:
       path: a paxlite job, checkpoints or step dir, or a paxml checkpoint step.
-      layout: the pipeline layout the checkpoint was written with (``INIT_FROM_EXP``'s, else
-        this experiment's).
+      written_by: the experiment that wrote a paxml ``path`` (``INIT_FROM_EXP``), or None:
+        the one asking.
+      own_layout: the asking experiment's pipeline layout.
     """
 
     path: str
-    layout: PipelineLayout
+    written_by: str | None
+    own_layout: PipelineLayout
+
+    def layout(self) -> PipelineLayout:
+        """The pipeline layout ``path`` was written with: ``written_by``'s (looked up in the
+        registry only when asked: a resumed run never needs it), else the own one."""
+        if not self.written_by:
+            return self.own_layout
+        from paxlite.experiments import registry
+
+        writer = registry.get(self.written_by, registry.DEFAULT_SEARCH_PACKAGES)
+        return writer.pipeline_layout()
 
 
 class KnobError(ValueError):
@@ -253,15 +267,10 @@ class BaseExperiment(abc.ABC):
 
     def init_source(self) -> InitSource | None:
         """Where this run's parameters start when its job dir holds no checkpoint
-        (INIT_FROM, with INIT_FROM_EXP's pipeline layout), or None (random init)."""
-        if self.INIT_FROM is None:
+        (INIT_FROM, written by INIT_FROM_EXP), or None (random init)."""
+        if not self.INIT_FROM:
             return None
-        if self.INIT_FROM_EXP is None:
-            return InitSource(self.INIT_FROM, self.pipeline_layout())
-        from paxlite.experiments import registry
-
-        writer = registry.get(self.INIT_FROM_EXP, registry.DEFAULT_SEARCH_PACKAGES)
-        return InitSource(self.INIT_FROM, writer.pipeline_layout())
+        return InitSource(self.INIT_FROM, self.INIT_FROM_EXP, self.pipeline_layout())
 
     def global_batch_size(self, num_devices: int, percore: float | None = None) -> int:
         """``percore`` (default PERCORE_BATCH_SIZE) x devices (Pax's rule); must come out whole

@@ -126,9 +126,11 @@ def from_pretrained(
     _refuse_hub_id(path)
     path = storage.job_path(path)  # A local path or gs://...
     kind = checkpoint_sources.identify(path)
+    identified = {str(path): kind}  # Each path is identified once (the adapter's too).
     if kind.name == peft_adapter.PeftSource.kind:
         path, adapter = adapters.base_of(path), path
         kind = checkpoint_sources.identify(path)
+        identified[str(path)] = kind
     if kind.name == hf_checkpoint.HfSource.kind:
         if exp is not None or overrides:
             raise PretrainedError(
@@ -136,7 +138,7 @@ def from_pretrained(
                 "call from_pretrained(path) without exp= or overrides=."
             )
         adapter_dir = None if adapter is None else storage.job_path(adapter)
-        return _from_hf(path, kind, dtype, adapter_dir, merge)
+        return _from_hf(path, identified, dtype, adapter_dir, merge)
     if adapter is not None:
         raise PretrainedError(
             f"adapter= goes with a Hugging Face model directory; {path} is a {kind.name}."
@@ -220,7 +222,11 @@ def _refuse_hub_id(path: epath.PathLike) -> None:
 
 
 def _from_hf(
-    path: epath.Path, kind: Kind, dtype: Any, adapter: epath.Path | None, merge: bool
+    path: epath.Path,
+    identified: dict[str, Kind],
+    dtype: Any,
+    adapter: epath.Path | None,
+    merge: bool,
 ) -> Pretrained:
     """A Hugging Face model directory (with a PEFT adapter) on all devices, its weights
     split over them (FSDP)."""
@@ -234,8 +240,7 @@ def _from_hf(
     model = config_lib.instantiate(model_cfg)
     mesh, rules = _all_devices_fsdp()
     sources = {str(p): CheckpointLoadingRules() for p in (adapter, path) if p is not None}
-    kinds = {str(path): kind}
-    params = _load_params(model, sources, PipelineLayout(), mesh, rules, kinds=kinds)
+    params = _load_params(model, sources, PipelineLayout(), mesh, rules, kinds=identified)
     _check_all_used(path, params)
     if adapter is not None:
         adapters.check_all_used(adapter, family.table, params)

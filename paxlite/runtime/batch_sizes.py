@@ -49,7 +49,7 @@ def batch_sizes(
       num_devices: devices of the mesh.
       num_infeed_hosts: processes reading distinct parts of the input.
       data_ways: into how many parts the batch's dim 0 is split (the batch mesh axes' sizes).
-      owner: what the batch belongs to, prefixed to a divisibility error (``"Input 'train': "``).
+      owner: what the batch belongs to, prefixed to the errors (``"Input 'train': "``).
       data_axes: the data axes, described after the shard count (`` of mesh axes (...)``).
 
     Raises:
@@ -58,14 +58,15 @@ def batch_sizes(
     total = percore * num_devices
     if total != int(total) or total <= 0:
         raise BatchSizeError(
-            f"PERCORE_BATCH_SIZE={_shown(percore)} x {num_devices} devices = {_shown(total)} "
-            "is not a positive whole batch; pick PERCORE_BATCH_SIZE so the product is."
+            f"{owner}PERCORE_BATCH_SIZE={_shown(percore)} x {num_devices} devices = "
+            f"{_shown(total)} is not a positive whole batch; pick PERCORE_BATCH_SIZE so the "
+            "product is."
         )
     global_batch = int(total)
     if global_batch % num_infeed_hosts:
         raise BatchSizeError(
-            f"Global batch {global_batch} does not split over {num_infeed_hosts} hosts; change "
-            "PERCORE_BATCH_SIZE."
+            f"{owner}Global batch {global_batch} does not split over {num_infeed_hosts} hosts; "
+            "change PERCORE_BATCH_SIZE."
         )
     if global_batch % data_ways:
         raise BatchSizeError(

@@ -192,7 +192,7 @@ def _layouts(job: Job, rules: dict[str, Any]) -> dict[str, tuple[int, int]]:
     INIT_FROM_EXP's) when the job has one, else this run's (a rule's task_p, when given,
     says its own)."""
     source = job.experiment.init_source()
-    layout = job.experiment.pipeline_layout() if source is None else source.layout
+    layout = job.experiment.pipeline_layout() if source is None else source.layout()
     return dict.fromkeys(rules, tuple(layout))
 
 

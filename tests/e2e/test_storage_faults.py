@@ -1,5 +1,5 @@
 """Storage that fails under a running job, with real faults: a proxy in front of a real GCS
-emulator that answers 403 or 503 or holds writes back (``tests/paxlite/gcs.py``), and a local
+emulator that answers 403 or 503 or holds writes back (``tests/gcs.py``), and a local
 checkpoint directory replaced by a file. A checkpoint that cannot be written stops the run
 with one line and exit code 5, nothing complete is lost, and the same command resumes; what
 a run can do without (summaries, profiles, decoder outputs) is reported and the run goes on.

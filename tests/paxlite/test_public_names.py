@@ -33,6 +33,14 @@ def test_experiment_registry_is_the_registry_the_trainer_reads():
     assert experiment_registry.register is registry.register
 
 
+def test_paxlite_tasks_lib_is_the_task_config_module():
+    from paxlite import tasks_lib
+    from paxlite.experiments import tasks_lib as task_config
+
+    assert tasks_lib is task_config
+    assert tasks_lib.CheckpointLoadingRules is task_config.CheckpointLoadingRules
+
+
 def test_pax_params_paths_and_short_names_resolve():
     from paxlite.experiments import registry
 

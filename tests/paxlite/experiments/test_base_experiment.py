@@ -412,3 +412,21 @@ def test_batch_sizes_follow_percore_rule():
         exp.global_batch_size(3)
     with pytest.raises(KnobError, match="does not split over 3 hosts"):
         exp.per_host_batch_size(8, 3)
+
+
+def test_init_source_says_where_parameters_start_and_in_which_pipeline_layout():
+    """INIT_FROM (None or empty: random init) and the layout its checkpoint was written with:
+    INIT_FROM_EXP's pipeline (looked up in the registry), else this experiment's."""
+    from paxlite.experiments.base_experiment import InitSource, PipelineLayout, with_overrides
+    from tasks.lm.synthetic import LmSyntheticTiny, LmSyntheticTinyPipeline
+
+    assert LmSyntheticTiny().init_source() is None
+    assert with_overrides(LmSyntheticTiny, {"INIT_FROM": ""})().init_source() is None
+    assert LmSyntheticTinyPipeline.pipeline_layout() == PipelineLayout(2, 1)
+    own = with_overrides(LmSyntheticTinyPipeline, {"INIT_FROM": "/ckpt"})().init_source()
+    assert own == InitSource("/ckpt", None, PipelineLayout(2, 1))
+    assert own.layout() == PipelineLayout(2, 1)
+    knobs = {"INIT_FROM": "/ckpt", "INIT_FROM_EXP": "LmCloudSpmdPipelineMultislice2BCircular"}
+    source = with_overrides(LmSyntheticTiny, knobs)().init_source()
+    assert source.path == "/ckpt" and source.own_layout == PipelineLayout(1, 1)
+    assert source.layout() == PipelineLayout(2, 3)  # Pipeline2BOnTwoSlices' stages, circular x3.

@@ -2,12 +2,12 @@
 # to paxlite: only the imports changed. README.md "Porting a Pax experiment" shows this file.
 from jax import numpy as jnp
 
-from paxlite.experiments import registry
+from paxlite import experiment_registry
 from praxis_lite import layers
 from tasks.lm import c4
 
 
-@registry.register
+@experiment_registry.register
 class C4Spmd2BAdam4Replicas(c4.C4SpmdAdam):
   r"""GPT-3 config with 2B params.
 

@@ -1,7 +1,7 @@
 """All 55 experiments paxml 1.4 registers in c4.py, c4_multislice.py and lm_cloud.py, and the
 Pax knobs their classes set: each name (both of Pax's paths) builds its config here.
 
-The list below was read from paxml 1.4.0's sources (``@registry.register`` in
+The list below was read from paxml 1.4.0's sources (``@experiment_registry.register`` in
 ``paxml/tasks/lm/params/{c4,c4_multislice,lm_cloud}.py``); it is data, not derived from
 this repository.
 """

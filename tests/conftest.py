@@ -31,12 +31,13 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 
-# Tests that run whole training jobs (often in subprocesses) carry the ``long`` marker
-# (``pytestmark = pytest.mark.long`` in their module): they run first, so that the workers
-# end the run on short tests and neither waits alone on a long one.
+# End-to-end tests (whole training jobs, subprocesses, compiles for TPU slices: more than ~2 s
+# each on the 2-core machine) carry ``@pytest.mark.slow``. ``-m "not slow"`` is the inner
+# loop's tier; in the whole suite they run first, so that the workers end the run on short
+# tests and neither waits alone on a long one.
 def pytest_collection_modifyitems(items):
-    """Tests marked ``long`` first, the rest as collected (a stable sort keeps the order)."""
-    items.sort(key=lambda item: item.get_closest_marker("long") is None)
+    """Tests marked ``slow`` first, the rest as collected (a stable sort keeps the order)."""
+    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
 
 
 @pytest.fixture

@@ -310,3 +310,55 @@ def test_packages_import_only_what_their_docstrings_allow():
                         f"{module} imports {target} ({package} may import {sorted(allowed)})"
                     )
     assert bad == []
+
+
+#: Source modules no test imports, each with the reason.
+_NOT_IMPORTED_BY_TESTS = {"paxlite.__main__": "importing it runs main; tests run python -m paxlite"}
+
+
+def _is_slow(node: ast.FunctionDef | ast.AsyncFunctionDef) -> bool:
+    return any(ast.unparse(d) == "pytest.mark.slow" for d in node.decorator_list)
+
+
+def _fast_test_modules() -> list[pathlib.Path]:
+    """Test modules with at least one test outside the slow tier (``-m "not slow"``)."""
+    out = []
+    for path in sorted((ROOT / "tests").rglob("test_*.py")):
+        tree = ast.parse(path.read_text())
+        if "pytestmark = pytest.mark.slow" in path.read_text():
+            continue
+        tests = [
+            node
+            for node in ast.walk(tree)
+            if isinstance(node, ast.FunctionDef | ast.AsyncFunctionDef)
+            and node.name.startswith("test_")
+        ]
+        if any(not _is_slow(test) for test in tests):
+            out.append(path)
+    return out
+
+
+def test_the_fast_tier_imports_every_source_module():
+    """``-m "not slow"`` (the inner loop) loads every module of the source: each is imported,
+    directly or through the modules it imports, by a test module with fast tests."""
+    modules, graph = _modules(), _graph()
+    helpers = {
+        ".".join(p.relative_to(ROOT).with_suffix("").parts): p
+        for p in (ROOT / "tests").rglob("*.py")
+    }
+    seen: set[str] = set()
+    todo = [".".join(p.relative_to(ROOT).with_suffix("").parts) for p in _fast_test_modules()]
+    while todo:
+        name = todo.pop()
+        if name in seen:
+            continue
+        seen.add(name)
+        if name in helpers:  # A test module: what it imports of ours and of the tests.
+            todo += _imports(helpers[name], {**modules, **helpers})
+        else:
+            todo += graph.get(name, ())
+        parent = name.rpartition(".")[0]
+        if parent in modules:  # Importing a.b.c runs a.b's __init__.
+            todo.append(parent)
+    missing = sorted(set(modules) - seen - set(_NOT_IMPORTED_BY_TESTS))
+    assert missing == []

@@ -48,6 +48,7 @@ def report(tmp_path_factory):
     }
 
 
+@pytest.mark.slow
 def test_cpu_mode_runs_every_leg_end_to_end(report):
     figures, markdown, out = report["figures"], report["markdown"], report["out"]
     assert report["heavy_imports"] == []  # GPU machines have no SeqIO, TensorFlow or clu.
@@ -71,6 +72,7 @@ def test_cpu_mode_runs_every_leg_end_to_end(report):
     )
 
 
+@pytest.mark.slow
 def test_flops_shape_is_the_models_own_count(report):
     """The script's FLOPs shape of a config.json (the plain step's and the frozen-base
     count's) equals what paxlite's model counts for itself in the benchmark."""
@@ -112,6 +114,7 @@ def test_profile_summary_counts_stream_kernels_once(tmp_path):
     assert top[0]["share"] == pytest.approx(2 / 3)
 
 
+@pytest.mark.slow
 def test_lora_frozen_base_count(report):
     figures = report["figures"]["llama3_8b_lora"]
     shape = gpu_mfu_run.lm_shape(gpu_mfu_run.CPU_CONFIGS["llama3_8b"])
@@ -135,6 +138,7 @@ def test_largest_batch_extrapolates_linearly():
         gpu_mfu_run.largest_batch(bytes_at, 120, 64, "step")
 
 
+@pytest.mark.slow
 def test_plain_grouped_kv_heads_equal_repeated_heads():
     """The plain step's GQA: each k/v head serves ``groups`` query heads in order, which
     is multi-head attention with every k/v head repeated ``groups`` times."""

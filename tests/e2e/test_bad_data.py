@@ -299,6 +299,7 @@ def test_every_format_is_tried_with_every_kind_of_damage():
         assert any(n.startswith(f"{kind}_truncated") for n in CASES), kind
 
 
+@pytest.mark.slow
 def test_a_bad_line_found_mid_run_gives_one_line_in_a_real_process(tmp_path, good):
     """A fresh process: nothing on the real stderr but the one line (TF's C++ logs included)."""
     args, phrases = _jsonl_bad_line_57(tmp_path, good)

@@ -21,8 +21,6 @@ from paxlite.runtime.job_config import check_job_dir_writable
 from tasks.lm.synthetic import LmSyntheticTiny
 from tests.paxlite.test_main import run_main
 
-pytestmark = pytest.mark.long  # Whole training jobs: scheduled first (tests/conftest.py).
-
 
 def assert_clean_failure(proc, *phrases: str, one_line: bool = True) -> None:
     """Exit 2, no traceback, and a last ``paxlite: error:`` message naming each phrase."""
@@ -206,6 +204,7 @@ def _copy(job: pathlib.Path, tmp_path: pathlib.Path) -> pathlib.Path:
     return copy
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "args, lines",
     [
@@ -243,6 +242,7 @@ def test_checkpoint_of_another_model_lists_the_differences_and_keeps_the_files(
             assert after[name][0] == mtime, name
 
 
+@pytest.mark.slow
 def test_damaged_checkpoint_names_the_step_dir_and_deletes_nothing(trained_job, tmp_path):
     job = _copy(trained_job, tmp_path)
     data_files = [p for p in (job / "checkpoints/2/state").rglob("d/*") if p.is_file()]

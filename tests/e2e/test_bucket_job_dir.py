@@ -11,6 +11,7 @@ import threading
 
 import jax
 import numpy as np
+import pytest
 from etils import epath
 
 from paxlite.checkpoints import train_checkpoints
@@ -41,6 +42,7 @@ def run_in(cwd: pathlib.Path, *args: str) -> subprocess.CompletedProcess:
     return run_main(*args, cwd=cwd)
 
 
+@pytest.mark.slow
 def test_a_run_in_a_bucket_is_preempted_resumes_exactly_decodes_and_evaluates(
     emulator, tmp_path, monkeypatch
 ):
@@ -133,6 +135,7 @@ class _RefusesAnonymousCallers(http.server.BaseHTTPRequestHandler):
         pass
 
 
+@pytest.mark.slow
 def test_missing_credentials_are_one_line(tmp_path, monkeypatch):
     server = http.server.ThreadingHTTPServer(("127.0.0.1", 0), _RefusesAnonymousCallers)
     threading.Thread(target=server.serve_forever, daemon=True).start()

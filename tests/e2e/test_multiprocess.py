@@ -15,8 +15,6 @@ import pytest
 from tests import REPO
 from tests.paxlite.test_main import assert_ended_cleanly, restore_params, run_main, scalar_series
 
-pytestmark = pytest.mark.long  # Whole training jobs: scheduled first (tests/conftest.py).
-
 EXP = "--exp=tasks.lm.synthetic.LmSyntheticTiny"
 COMMON = [
     "--set=PERCORE_BATCH_SIZE=2",
@@ -69,6 +67,7 @@ def _two_process_command(
     ]
 
 
+@pytest.mark.slow
 def test_two_processes_match_one_and_checkpoints_restore_across(tmp_path):
     multi, single = tmp_path / "multi", tmp_path / "single"
     port = _free_port()
@@ -124,6 +123,7 @@ def test_two_processes_match_one_and_checkpoints_restore_across(tmp_path):
     assert "Restored the parameters of step 6" in resumed.stdout
 
 
+@pytest.mark.slow
 def test_a_dead_peer_stops_the_others_in_bounded_time_naming_it(tmp_path):
     """Process 1 is killed mid-training; process 0 stops within the peer timeout, naming it.
 
@@ -173,6 +173,7 @@ def test_a_dead_peer_stops_the_others_in_bounded_time_naming_it(tmp_path):
     assert stopped_after < timeout_s + 15
 
 
+@pytest.mark.slow
 def test_a_failed_peer_stops_the_others_at_once_naming_it(tmp_path):
     """Process 1 exits with an error (its job dir is a file); process 0 stops, naming it."""
     job, port = tmp_path / "job", _free_port()

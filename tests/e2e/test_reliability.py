@@ -20,8 +20,6 @@ from tests.paxlite.test_main import (
     scalar_series,
 )
 
-pytestmark = pytest.mark.long  # Whole training jobs: scheduled first (tests/conftest.py).
-
 LOOP = [
     "--set=SUMMARY_INTERVAL_STEPS=5",
     "--set=CHECKPOINT_EVERY_N_STEPS=10",
@@ -34,6 +32,7 @@ def _checkpoint_steps(job) -> list[int]:
     return sorted(int(p.name) for p in (job / "checkpoints").iterdir() if p.name.isdigit())
 
 
+@pytest.mark.slow
 def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     job = tmp_path / "job"
     good = run_main(f"--job_log_dir={job}", *LOOP, "--set=NUM_TRAIN_STEPS=10")
@@ -54,6 +53,7 @@ def test_divergence_stops_and_keeps_the_last_good_checkpoint(tmp_path):
     assert after == before
 
 
+@pytest.mark.slow
 def test_skipping_nonfinite_updates_counts_them_and_goes_on(tmp_path):
     job = tmp_path / "job"
     proc = run_main(
@@ -70,6 +70,7 @@ def test_skipping_nonfinite_updates_counts_them_and_goes_on(tmp_path):
     assert all(np.isfinite(np.asarray(x)).all() for x in jax.tree_util.tree_leaves(params))
 
 
+@pytest.mark.slow
 def test_a_skipped_nonfinite_step_leaves_params_and_optimizer_state_bit_equal():
     """The experiment's own train step, after a good step (so the optimizer moments are set):
     a batch whose loss is NaN (an infinite token weight) changes neither the params nor the
@@ -109,6 +110,7 @@ def test_a_skipped_nonfinite_step_leaves_params_and_optimizer_state_bit_equal():
             np.testing.assert_array_equal(x.view(np.uint8), y.view(np.uint8), err_msg=name)
 
 
+@pytest.mark.slow
 def test_sigterm_saves_and_the_same_command_resumes_exactly(tmp_path):
     straight, preempted = tmp_path / "straight", tmp_path / "preempted"
     args = [*LOOP, "--set=NUM_TRAIN_STEPS=200", "--set=DROPOUT_PROB=0.1"]
@@ -147,6 +149,7 @@ main.run()
 """
 
 
+@pytest.mark.slow
 def test_a_save_killed_mid_write_is_skipped_and_older_checkpoints_survive(tmp_path):
     job = tmp_path / "job"
     args = [

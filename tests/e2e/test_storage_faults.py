@@ -24,8 +24,6 @@ from tests.paxlite.test_main import (
 )
 from tests.tasks.lm.test_text import write
 
-pytestmark = pytest.mark.long  # Whole training jobs: scheduled first (tests/conftest.py).
-
 STORAGE_EXIT_CODE = 5
 TEXT = "tasks.lm.text.LmTextTiny"
 _NEWEST = re.compile(r"the newest complete checkpoint is step (\d+) \(rerun the same command")
@@ -63,6 +61,7 @@ def text_run(tmp_path: pathlib.Path, job: object, *knobs: str) -> list[str]:
     ]
 
 
+@pytest.mark.slow
 def test_a_bucket_refusing_a_checkpoint_stops_the_run_and_the_same_command_resumes(
     faulty_gcs, tmp_path, local_tmp
 ):
@@ -103,6 +102,7 @@ def test_a_bucket_refusing_a_checkpoint_stops_the_run_and_the_same_command_resum
     assert [p.name for p in (checkpoint_dir / input_positions.DIRNAME).iterdir()] == ["6"]
 
 
+@pytest.mark.slow
 def test_a_local_checkpoint_directory_replaced_by_a_file_stops_the_run(tmp_path):
     job = tmp_path / "job"
     command = text_run(
@@ -135,6 +135,7 @@ def test_a_local_checkpoint_directory_replaced_by_a_file_stops_the_run(tmp_path)
     assert "step     100/100" in again.stdout
 
 
+@pytest.mark.slow
 def test_a_preemption_save_that_hangs_past_the_timeout_exits_5_not_143(faulty_gcs, tmp_path):
     faulty_gcs.stall_writes(8, matching=r"stalled/checkpoints/\d+/.*ocdbt")  # The arrays.
     stopped = run_until_preempted(
@@ -155,6 +156,7 @@ def test_a_preemption_save_that_hangs_past_the_timeout_exits_5_not_143(faulty_gc
     assert "Preempted" not in stopped.stdout  # Exit 143 would promise a resumable checkpoint.
 
 
+@pytest.mark.slow
 def test_summaries_profiles_and_decoder_outputs_that_cannot_be_written_leave_the_run_going(
     faulty_gcs, tmp_path
 ):
@@ -188,6 +190,7 @@ def test_summaries_profiles_and_decoder_outputs_that_cannot_be_written_leave_the
     assert (epath.Path(job) / "checkpoints" / "20" / "commit_success.txt").exists()
 
 
+@pytest.mark.slow
 def test_a_benchmark_whose_report_cannot_be_written_exits_5(tmp_path):
     job = tmp_path / "job"
     (job / "benchmark.json").mkdir(parents=True)  # Where the report's file would go.

@@ -18,8 +18,6 @@ from tensorboard.util import tensor_util
 
 from tests import REPO
 
-pytestmark = pytest.mark.long  # Whole training jobs: scheduled first (tests/conftest.py).
-
 EXP = "tasks.lm.synthetic.LmSyntheticTiny"
 SHORT = [
     "--set=NUM_TRAIN_STEPS=60",
@@ -185,6 +183,7 @@ def restore_params(job_dir: pathlib.Path, step: int):
     return checkpointer.restore(path, target)["params"]
 
 
+@pytest.mark.slow
 def test_train_and_eval_end_to_end(tmp_path):
     job = tmp_path / "job"
     proc = run_main(f"--job_log_dir={job}", "--mode=train_and_eval", *SHORT, report_imports=True)
@@ -256,6 +255,7 @@ def test_batch_not_divisible_by_data_shards_fails_clearly(tmp_path):
     assert not job.exists()
 
 
+@pytest.mark.slow
 def test_unknown_experiment_lists_candidates(tmp_path):
     env = dict(os.environ, JAX_PLATFORMS="cpu")
     proc = subprocess.run(
@@ -295,6 +295,7 @@ def test_print_config_shows_knobs_and_paths():
     assert "model.lm_tpl.stacked_transformer_tpl.num_layers" in proc.stdout
 
 
+@pytest.mark.slow
 def test_fiddler_edits_the_task_config():
     proc = run_main("--print_config", "--fiddler=tasks.lm.lm_cloud.bfloat16_compute")
     assert proc.returncode == 0, proc.stderr[-2000:]
@@ -305,6 +306,7 @@ def test_fiddler_edits_the_task_config():
     assert bad.returncode == 2 and "no_such_fiddler" in bad.stderr
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "exp, params",  # paxml 1.4's own counts (tests/fixtures/pax/param_trees.json)
     [("LmCloudSpmd2B", "2,137,273,856"), ("C4Spmd1BAdam4Replicas", "1,104,619,904")],

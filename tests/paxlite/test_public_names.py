@@ -68,6 +68,13 @@ def test_python_m_paxlite_runs_main():
     assert "from paxlite.main import run" in source and "run()" in source
 
 
+def test_paxlite_bench_sweep_imports_as_the_sweep_module():
+    import paxlite.bench_sweep
+    from paxlite.perf import bench_sweep
+
+    assert paxlite.bench_sweep is bench_sweep
+
+
 def test_python_m_paxlite_bench_sweep_still_runs():
     out = subprocess.run(
         [sys.executable, "-m", "paxlite.bench_sweep", "--help"],

@@ -79,6 +79,7 @@ def test_user_defined_layer_swaps_into_a_template():
     np.testing.assert_allclose(layer.apply(variables, x), 3.0 * np.asarray(x) @ w, rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_shared_config_is_one_layer_with_one_set_of_weights():
     cfg = Transformer.HParams.config(input_dims=8, hidden_dims=16, num_heads=2)
     shared_ln = LayerNorm.HParams.config()
@@ -112,6 +113,7 @@ def test_shared_config_is_one_layer_with_one_set_of_weights():
     np.testing.assert_allclose(g_shared, expected, rtol=1e-4, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_unshared_copies_make_separate_layers():
     cfg = Transformer.HParams.config(input_dims=8, hidden_dims=16, num_heads=2)
     layer = instantiate(cfg)

@@ -17,6 +17,7 @@ import flax.linen as nn
 import jax
 import jax.numpy as jnp
 import numpy as np
+import pytest
 from jax.sharding import Mesh, PartitionSpec
 
 from praxis_lite import instantiate
@@ -59,6 +60,7 @@ def _init_fn(key):
     return instantiate(_lm_config()).init(key, ids, labels=ids)
 
 
+@pytest.mark.slow
 def test_transformer_lm_initializes_sharded_as_golden():
     assert jax.device_count() == 8
     variables, shardings = sharded_init(_init_fn, _mesh(), RULES, jax.random.key(0))
@@ -89,6 +91,7 @@ def test_transformer_lm_initializes_sharded_as_golden():
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-6)
 
 
+@pytest.mark.slow
 def test_activation_constraints_are_noops_without_a_mesh():
     model = instantiate(_lm_config())
     ids = jnp.ones((2, 8), jnp.int32)

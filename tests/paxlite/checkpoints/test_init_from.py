@@ -84,6 +84,7 @@ def _fixture_loss(name: str) -> float:
     return float(-np.take_along_axis(log_probs, labels[..., None], -1).mean())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(OURS))
 def test_fine_tuning_from_a_pax_checkpoint_starts_at_praxiss_loss(name, tmp_path):
     step_dir = _PAX / name / "checkpoints" / "checkpoint_00000003"
@@ -174,6 +175,7 @@ class _Renamed(_tiny()):
         return task
 
 
+@pytest.mark.slow
 def test_rules_rename_and_skip_exactly_what_they_say(source_job, tmp_path, capsys):
     saved = _saved(source_job)
     got = _start(with_overrides(_Renamed, {"SOURCE": str(source_job)}), tmp_path / "run")
@@ -207,6 +209,7 @@ def test_rules_rename_and_skip_exactly_what_they_say(source_job, tmp_path, capsy
     assert moved > len(slots) // 3
 
 
+@pytest.mark.slow
 def test_optimizer_state_and_step_load_whole_from_a_paxlite_job(source_job, tmp_path):
     class Whole(_tiny(INIT_FROM=None)):
         def task(self):
@@ -226,6 +229,7 @@ def test_optimizer_state_and_step_load_whole_from_a_paxlite_job(source_job, tmp_
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
 
 
+@pytest.mark.slow
 def test_rules_that_do_not_fit_are_one_error_listing_each_and_nothing_is_written(
     source_job, tmp_path
 ):
@@ -247,6 +251,7 @@ def test_rules_that_do_not_fit_are_one_error_listing_each_and_nothing_is_written
     assert not (job / "config.txt").exists()
 
 
+@pytest.mark.slow
 def test_a_rule_matching_nothing_and_a_missing_name_are_listed(source_job):
     exp = _tiny()()
     job = _job(exp, source_job.parent / "unused")
@@ -260,6 +265,7 @@ def test_a_rule_matching_nothing_and_a_missing_name_are_listed(source_job):
     assert "params/lm/final_ln/scale <- params/lm/final_ln/scale_v2: no such array" in text
 
 
+@pytest.mark.slow
 def test_once_a_job_has_its_own_checkpoint_init_from_is_not_read(source_job, tmp_path, capsys):
     job = tmp_path / "job"
     shutil.copytree(source_job / "checkpoints", job / "checkpoints")  # As if it had saved.
@@ -305,6 +311,7 @@ def test_a_bfloat16_checkpoint_is_cast_to_the_runs_float32(tmp_path):
     assert rounded > 10
 
 
+@pytest.mark.slow
 def test_each_device_reads_only_its_slice_of_a_pax_checkpoint(tmp_path):
     """8 devices, FSDP ('embed' over 'data') and tensor ('mdl') rules: the bytes each read asks
     for are one device slice, together exactly each array once; values as on one device."""
@@ -356,6 +363,7 @@ def test_each_device_reads_only_its_slice_of_a_pax_checkpoint(tmp_path):
         np.testing.assert_array_equal(_flat(state)[name_], value)
 
 
+@pytest.mark.slow
 def test_eval_and_decode_read_a_chosen_checkpoint_and_write_into_their_own_job(
     source_job, tmp_path
 ):

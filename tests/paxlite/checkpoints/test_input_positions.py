@@ -75,6 +75,7 @@ def make(task: str, **kwargs) -> SeqIOInput:
     )
 
 
+@pytest.mark.slow
 def test_a_saved_position_resumes_exactly_without_re_reading_the_stream(task, tmp_path):
     kwargs = dict(num_infeed_hosts=2, infeed_host_index=1)
     expected = [b for inp in [make(task, **kwargs)] for b in (inp.get_next() for _ in range(123))]
@@ -99,6 +100,7 @@ def test_a_saved_position_resumes_exactly_without_re_reading_the_stream(task, tm
     assert read_to_resume < read_to_get_there / 10, (read_to_resume, read_to_get_there)
 
 
+@pytest.mark.slow
 def test_the_prefetchers_read_ahead_batches_are_saved_and_replayed_first(task, tmp_path):
     reference = make(task)
     expected = [reference.get_next() for _ in range(10)]
@@ -123,6 +125,7 @@ def test_nothing_saved_for_this_host_means_the_input_re_reads_to_its_state(task,
     assert input_positions.restore(epath.Path(tmp_path), 7, make(task)) is None
 
 
+@pytest.mark.slow
 def test_a_state_saved_by_another_number_of_hosts_stops_with_one_line(task, tmp_path):
     two_hosts = make(task, num_infeed_hosts=2, infeed_host_index=0)
     two_hosts.get_next()
@@ -136,6 +139,7 @@ def test_a_state_saved_by_another_number_of_hosts_stops_with_one_line(task, tmp_
         assert "\n" not in str(e.value) and "this run has 1" in str(e.value)
 
 
+@pytest.mark.slow
 def test_a_changed_num_batches_to_skip_moves_the_restored_stream(task, tmp_path):
     """Pax's TRAINING_NUM_BATCHES_TO_SKIP set for the resume (to step past bad data): the
     stream goes on that many batches after the saved count, as a re-read would."""
@@ -164,6 +168,7 @@ def _text_experiment(path: str, **knobs) -> LmTextTiny:
     return base_experiment.with_overrides(LmTextTiny, settings)()
 
 
+@pytest.mark.slow
 def test_a_text_run_stopped_and_resumed_equals_an_uninterrupted_one(tmp_path, capsys):
     """LmTextTiny on JSONL (a Python parser in the pipeline), shuffled and packed: stopped at
     step 5 and resumed from its saved reader position, its final parameters are bit-equal to
@@ -194,6 +199,7 @@ def test_a_text_run_stopped_and_resumed_equals_an_uninterrupted_one(tmp_path, ca
     assert kept <= saved and len(saved) <= len(kept) + 1, (kept, saved)
 
 
+@pytest.mark.slow
 def test_positions_are_saved_to_and_restored_from_a_bucket(emulator, task):
     """A ``gs://`` job dir (fake-gcs-server on loopback): the same files through epath."""
     checkpoint_dir = epath.Path(f"gs://{BUCKET}/positions/checkpoints")
@@ -212,6 +218,7 @@ def test_positions_are_saved_to_and_restored_from_a_bucket(emulator, task):
     assert not input_positions.host_dir(checkpoint_dir, 3).exists()
 
 
+@pytest.mark.slow
 def test_two_hosts_save_their_own_positions_and_one_process_cannot_resume_them(tmp_path):
     """Each of 2 processes saves its own reader position; resuming the job with 1 process
     stops with one line naming the 2 it needs, and nothing in the job dir is lost."""

@@ -16,8 +16,6 @@ from paxlite.runtime.job import build_job
 from paxlite.train import train_loop
 from tasks.lm.synthetic import LmSyntheticTiny
 
-pytestmark = pytest.mark.long  # Whole training jobs: scheduled first (tests/conftest.py).
-
 STEPS, STOP = 14, 10
 
 
@@ -76,6 +74,7 @@ def test_the_input_position_decides_the_batches(tmp_path):
     assert not np.array_equal(inp.get_next().ids, first.ids)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("count", [4, 2])
 def test_restore_on_fewer_devices_continues_as_uninterrupted(
     tmp_path, uninterrupted_and_stopped_on_8, count
@@ -87,6 +86,7 @@ def test_restore_on_fewer_devices_continues_as_uninterrupted(
     _assert_continues_as_uninterrupted(result, reference_losses, reference_params, count)
 
 
+@pytest.mark.slow
 def test_restore_on_more_devices_continues_as_uninterrupted(
     tmp_path, uninterrupted_and_stopped_on_8
 ):

@@ -25,6 +25,7 @@ def test_unused_fiddle_flags_are_refused(tmp_path, flag, instead):
     assert not job.exists()
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "knob, path",
     [

@@ -6,6 +6,7 @@ from __future__ import annotations
 
 import typing
 
+import pytest
 from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
@@ -56,6 +57,7 @@ def _assert_documented(error: Exception) -> None:
     assert str(error).strip(), repr(error)
 
 
+@pytest.mark.slow
 @FAST
 @given(st.lists(st.tuples(knob_names, knob_values), max_size=4))
 def test_any_knob_override_applies_or_fails_with_knob_error(pairs):
@@ -133,6 +135,7 @@ fdl_values = st.one_of(
 )
 
 
+@pytest.mark.slow
 @FAST
 @given(st.lists(st.tuples(fdl_paths, fdl_values), min_size=1, max_size=3), st.booleans())
 def test_any_fdl_set_applies_or_fails_with_usage_error(pairs, drop_equals):

@@ -36,8 +36,6 @@ from tests.paxlite.test_main import (
     scalar_series,
 )
 
-pytestmark = pytest.mark.long  # Whole training jobs: scheduled first (tests/conftest.py).
-
 NAME = "progressions"
 
 
@@ -87,6 +85,7 @@ def _continues(row, vocab=64):
     return row["decoded_ids"] == want
 
 
+@pytest.mark.slow
 def test_greedy_decoding_of_the_trained_model_continues_the_progressions(trained):
     job_dir, result = trained
     metrics = result.decode[NAME]
@@ -107,6 +106,7 @@ def test_greedy_decoding_of_the_trained_model_continues_the_progressions(trained
         assert all(lp <= 0 for lp in row["log_probs"])
 
 
+@pytest.mark.slow
 def test_decode_through_main_writes_jsonl_and_metrics(trained):
     job_dir, _ = trained
     out = job_dir / "decoder_out" / f"{NAME}_step150.jsonl"
@@ -135,6 +135,7 @@ def test_decode_through_main_writes_jsonl_and_metrics(trained):
     assert scalar_series(job_dir / "summaries" / f"decode_{NAME}", f"decode_{NAME}/mean_score")
 
 
+@pytest.mark.slow
 def test_sharded_decoding_on_8_devices_matches_1_device(trained, tmp_path):
     _, result = trained
     params = jax.device_get(result.state.params)
@@ -174,6 +175,7 @@ def test_sharded_decoding_on_8_devices_matches_1_device(trained, tmp_path):
     assert not all(continued) and np.any(one["lengths"] < 8)
 
 
+@pytest.mark.slow
 def test_decoder_batches_of_1_2_3_on_8_devices_decode_as_on_1_device(trained, tmp_path):
     """--mode=decode (decode_run.run) on the 8-device data mesh with decoder batches of 1, 2
     and 3 prompts (padded to 8 rows, the padding dropped): every row as one 1-device decode
@@ -217,6 +219,7 @@ def _main_here(*argv: str) -> None:
         flags.FLAGS.unparse_flags()
 
 
+@pytest.mark.slow
 def test_a_bfloat16_run_trains_and_decodes_through_main(tmp_path, capsys):
     """--set=FPROP_DTYPE=bfloat16: bfloat16 compute (float32 weights) trains (the loss falls
     clearly in 40 steps) and --mode=decode restores it and writes its JSONL."""
@@ -267,6 +270,7 @@ def test_decode_without_a_checkpoint_is_one_clear_error(tmp_path):
         decode_run.run(job)
 
 
+@pytest.mark.slow
 def test_fdl_set_reaches_a_decoder_dataset(trained):
     """decoder_datasets[i].field overrides build the decoder inputs that run() decodes."""
     job_dir, _ = trained
@@ -284,6 +288,7 @@ def test_fdl_set_reaches_a_decoder_dataset(trained):
     assert len(_progression_rows(job_dir / "decoder_out" / "twice_step150.jsonl")) == 32
 
 
+@pytest.mark.slow
 def test_lm_batches_as_a_decoder_dataset_is_one_error_line(tmp_path):
     """Checked when the job is built, before any checkpoint is looked for."""
     proc = run_main(
@@ -356,6 +361,7 @@ def test_pax_names_of_decoder_fields_are_one_error_line(tmp_path, flag, old, new
     assert not job.exists()
 
 
+@pytest.mark.slow
 def test_beam_search_through_decode_run_on_8_devices_writes_the_n_best(trained, tmp_path):
     """task.decoder.num_beams / num_return_sequences (--fdl_set) on the data 2 x mdl 4 mesh:
     the JSONL gains each example's n best with scores, best first, and they equal a

@@ -3,6 +3,7 @@ metrics against a numpy computation over the same batches."""
 
 import jax
 import numpy as np
+import pytest
 
 from paxlite.evaluation.eval_lib import run_eval_pass
 from praxis_lite.inputs.synthetic_input import SyntheticLmInput
@@ -80,6 +81,7 @@ class _PaddedInput(SyntheticLmInput):
         return batch
 
 
+@pytest.mark.slow
 def test_loss_and_accuracy_are_token_weighted_over_the_pass():
     """Against numpy over the same batches: sum of per-token xent (and hits) over the real
     tokens of all batches, divided by the number of real tokens. The batches hold different
@@ -120,6 +122,7 @@ def test_loss_and_accuracy_are_token_weighted_over_the_pass():
     assert 0 < accuracy < 1
 
 
+@pytest.mark.slow
 def test_score_metric_fns_get_every_real_example_once():
     import jax.numpy as jnp
 

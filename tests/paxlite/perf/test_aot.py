@@ -3,6 +3,7 @@
 import math
 
 import jax
+import pytest
 
 from paxlite.experiments import base_experiment
 from paxlite.perf import aot
@@ -11,6 +12,7 @@ from praxis_lite import sharding
 from tasks.lm.synthetic import LmSyntheticTiny
 
 
+@pytest.mark.slow
 def test_compile_reports_sizes_without_allocating(tmp_path):
     cls = base_experiment.with_overrides(
         LmSyntheticTiny,

@@ -27,6 +27,7 @@ def figures(tmp_path_factory):
     return bench.run_benchmark(job, settings)
 
 
+@pytest.mark.slow
 def test_figures_agree_with_each_other(figures):
     assert figures["timed_steps"] == 6 and len(figures["windows"]) == 3
     assert figures["tokens_per_step"] == 4 * 32 and figures["devices"]["num_devices"] == 2
@@ -49,6 +50,7 @@ def test_figures_agree_with_each_other(figures):
     assert figures["compile_time_s"] > 0 and figures["time_to_first_step_s"] > 0
 
 
+@pytest.mark.slow
 def test_report_files(figures, tmp_path):
     paths = bench_report.write_report(figures, tmp_path)
     assert [p.name for p in paths] == ["benchmark.json", "benchmark.md", "benchmark.png"]
@@ -58,6 +60,7 @@ def test_report_files(figures, tmp_path):
     assert paths[2].read_bytes().startswith(PNG)
 
 
+@pytest.mark.slow
 def test_sweep_report_from_points(figures, tmp_path):
     wider = json.loads(json.dumps(figures))
     wider["devices"]["num_devices"], wider["mfu"] = 4, figures["mfu"] / 2
@@ -70,6 +73,7 @@ def test_sweep_report_from_points(figures, tmp_path):
     assert [bench_sweep.model_dims_for(n) for n in (1, 2, 4, 8)] == [64, 96, 128, 192]
 
 
+@pytest.mark.slow
 def test_main_benchmark_mode(tmp_path):
     job = tmp_path / "job"
     proc = run_main(

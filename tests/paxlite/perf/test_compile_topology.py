@@ -27,6 +27,7 @@ def report_gib(report: str, label: str) -> float:
     return float(re.search(rf"{label}:\s+([\d.]+) GiB", report).group(1))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "topology, ici, chips",
     [("v4-8", "1,4,1", 4), ("v4-16", "1,8,1", 8)],  # One host of 4 chips; two hosts.
@@ -70,6 +71,7 @@ def compile_report(*args: str) -> str:
     return result.stdout
 
 
+@pytest.mark.slow
 def test_two_v5e_slices_report_the_compiled_programs_own_memory():
     report = compile_report(*TWO_V5E_SLICES)
     assert "for 2 x v5e-4 (8 TPU v5e chips), mesh {'replica': 2, 'data': 4, 'mdl': 1}" in report
@@ -105,6 +107,7 @@ def test_two_v5e_slices_report_the_compiled_programs_own_memory():
     assert re.search(r"\nfits: [\d.]+ of 15\.\d+ GiB$", report)
 
 
+@pytest.mark.slow
 def test_a_model_too_big_for_the_chips_does_not_fit_by_a_figure():
     huge_vocabulary = ["--set=VOCAB_SIZE=16777216", "--set=MODEL_DIMS=1024"]  # 17B parameters.
     report = compile_report(*TWO_V5E_SLICES, *huge_vocabulary)
@@ -123,6 +126,7 @@ def test_a_model_too_big_for_the_chips_does_not_fit_by_a_figure():
 PAX_TPU_MEMORY = REPO / "tests" / "fixtures" / "pax" / "tpu_memory.json"
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["LmCloudSpmd32B", "LmCloudSpmd512B"])
 def test_what_the_compiler_refuses_of_pax_needs_no_more_here(name):
     """Pax's own program for these does not fit its v4 slice (paxml 1.4.0's step, compiled by
@@ -151,6 +155,7 @@ def test_what_the_compiler_refuses_of_pax_needs_no_more_here(name):
         assert 0.95 * pax_needs <= needed
 
 
+@pytest.mark.slow
 def test_target_compiles_for_the_experiments_tpu_target():
     report = compile_report(
         "--mode=compile",

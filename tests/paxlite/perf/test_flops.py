@@ -74,6 +74,7 @@ def test_non_embedding_params_match_the_model_weights(tmp_path):
     assert shape.non_embedding_params == sum(weights.values())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "knobs",
     [

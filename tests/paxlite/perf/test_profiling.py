@@ -56,6 +56,7 @@ def _train_step_events(xplane: bytes) -> list[str]:
     return names
 
 
+@pytest.mark.slow
 def test_the_chosen_steps_are_traced_into_the_job_dir(tmp_path, capsys):
     out = _train(tmp_path / "job", capsys, PROFILER_CAPTURE_STEP=2)
     assert "Profile of train steps 3-4" in out  # Steps 3 and 4 of this run (Pax counts from 0).
@@ -65,6 +66,7 @@ def test_the_chosen_steps_are_traced_into_the_job_dir(tmp_path, capsys):
     assert _train_step_events(xplanes[0].read_bytes())
 
 
+@pytest.mark.slow
 def test_the_capture_step_counts_from_where_a_resumed_run_started(tmp_path, capsys):
     _train(tmp_path / "job", NUM_TRAIN_STEPS=4)
     out = _train(tmp_path / "job", capsys, NUM_TRAIN_STEPS=10, PROFILER_CAPTURE_STEP=1)
@@ -72,6 +74,7 @@ def test_the_capture_step_counts_from_where_a_resumed_run_started(tmp_path, caps
     assert "Profile of train steps 6-7" in out
 
 
+@pytest.mark.slow
 def test_no_trace_without_a_capture_step_and_process_0_traces_below_max_hosts(tmp_path):
     _train(tmp_path / "none")
     _train(tmp_path / "hosts", PROFILER_CAPTURE_STEP=0, PROFILER_MAX_NUM_HOSTS=1)
@@ -86,6 +89,7 @@ def test_bad_profiler_knobs_are_one_line(knob, value):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_a_trace_is_copied_into_a_bucket_job_dir(emulator, capsys):
     job_dir = epath.Path(f"gs://{BUCKET}/profiled")
     out = _train(job_dir, capsys, PROFILER_CAPTURE_STEP=0)

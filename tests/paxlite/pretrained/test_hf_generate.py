@@ -69,6 +69,7 @@ def _check_run(model, case: dict, where: str) -> tuple[int, int]:
     return ended, reached
 
 
+@pytest.mark.slow
 def test_beams_and_controls_are_transformers(recorded):
     name, model, by_name = recorded
     ended_in_eos = reached_max = 0
@@ -83,6 +84,7 @@ def llama3():
     return from_pretrained(_HF / "llama3")
 
 
+@pytest.mark.slow
 def test_stop_strings_strings_out_and_the_n_best(llama3):
     """A stop string taken from the middle of a greedy reply ends the row at the token that
     completes it; strings in give strings out, n per row with their scores."""

@@ -45,6 +45,7 @@ def tiny_job(tmp_path_factory):
     return job
 
 
+@pytest.mark.slow
 def test_a_paxlite_job_generates_what_its_own_logits_say(tiny_job):
     lm = from_pretrained(tiny_job)  # the experiment is read from config.txt; step 120
     leaf = jax.tree_util.tree_leaves(lm.params)[0]
@@ -62,6 +63,7 @@ def test_a_paxlite_job_generates_what_its_own_logits_say(tiny_job):
     assert (new[0] == [11, 13, 15, 17, 19]).all(), new
 
 
+@pytest.mark.slow
 def test_any_number_of_prompts_on_8_devices_gives_what_1_device_gives(tiny_job):
     """1, 2 and 3 prompts on the 8-device data mesh (padded to 8 rows, the padding dropped)
     against the same checkpoint placed on one device (no padding)."""
@@ -81,6 +83,7 @@ def test_any_number_of_prompts_on_8_devices_gives_what_1_device_gives(tiny_job):
     assert "\n" not in str(e.value) and "[[3, 5, 7]]" in str(e.value)
 
 
+@pytest.mark.slow
 def test_a_step_dir_and_eos_padding(tiny_job):
     lm = from_pretrained(tiny_job / "checkpoints" / "60")
     prompts = np.array([[3, 5, 7, 9]])
@@ -89,6 +92,7 @@ def test_a_step_dir_and_eos_padding(tiny_job):
     assert stopped[0, 0] == free[0, 0] and (stopped[0, 1:] == 63).all(), (free, stopped)
 
 
+@pytest.mark.slow
 def test_a_pax_checkpoint_loads_with_its_experiment_and_gives_praxiss_logits():
     fixture = np.load(_PAX / "logits.npz")
     lm = from_pretrained(

@@ -50,6 +50,7 @@ def _decoder_ids(targets: np.ndarray) -> np.ndarray:
     return np.concatenate([np.zeros((len(targets), 1), targets.dtype), targets], axis=1)
 
 
+@pytest.mark.slow
 def test_a_job_loads_as_seq2seq_with_the_logits_of_its_checkpoint(job, s2s):
     import jax
 
@@ -66,6 +67,7 @@ def test_a_job_loads_as_seq2seq_with_the_logits_of_its_checkpoint(job, s2s):
     np.testing.assert_allclose(logits, np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_greedy_generate_is_the_argmax_chain_of_its_logits_and_pads_after_eos(s2s):
     new = s2s.generate(ROWS, max_new_tokens=N)  # The job's settings: greedy, EOS 1, pad 0.
     assert new.shape == (3, N) and new.dtype.kind == "i"
@@ -82,6 +84,7 @@ def test_greedy_generate_is_the_argmax_chain_of_its_logits_and_pads_after_eos(s2
     np.testing.assert_array_equal(s2s.generate(np.array([ROWS[0]]), max_new_tokens=N), new[:1])
 
 
+@pytest.mark.slow
 def test_one_input_gives_its_rows_logits_of_the_batch(s2s):
     decoder_ids = _decoder_ids(np.array([[7, 6, 5, EOS, 0, 0]] * 3))
     three = s2s.logits(ROWS, decoder_input_ids=decoder_ids)
@@ -90,6 +93,7 @@ def test_one_input_gives_its_rows_logits_of_the_batch(s2s):
     np.testing.assert_allclose(one, three[1:2], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_encode_and_logits_depend_on_the_inputs_through_it(s2s):
     out = s2s.encode(ROWS)
     assert out.shape == (3, 4, 64) and out.dtype == np.float32
@@ -105,6 +109,7 @@ def test_encode_and_logits_depend_on_the_inputs_through_it(s2s):
     np.testing.assert_allclose(after[1:], before[1:], rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_strings_go_through_the_tokenizer(s2s, monkeypatch):
     class Letters:
         """a..z as ids 2..27, the EOS added (as T5's tokenizer adds it)."""
@@ -123,6 +128,7 @@ def test_strings_go_through_the_tokenizer(s2s, monkeypatch):
     assert s2s.generate("dfg", max_new_tokens=N) == want[0]
 
 
+@pytest.mark.slow
 def test_errors_are_one_line(s2s):
     with pytest.raises(ValueError, match=r"pass decoder_input_ids \[B, T\]") as e:
         s2s.logits(ROWS)

@@ -74,6 +74,7 @@ def test_an_old_job_loads_with_the_logits_it_had(old_job, expected, identified):
     assert identified == {str(old_job): 1}
 
 
+@pytest.mark.slow
 def test_an_old_job_resumes_where_it_stopped(old_job, expected):
     code, out, err = run_main_in_process(
         f"--job_log_dir={old_job}",

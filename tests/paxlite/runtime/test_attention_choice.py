@@ -52,6 +52,7 @@ def _inputs():
     return x, jnp.asarray(segments), jnp.asarray(paddings)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("impl, cap", [("xla", 0.0), ("splash", 5.0)])
 def test_kernels_equal_the_einsums_outputs_and_gradients_on_a_sharded_mesh(impl, cap):
     x, segments, paddings = _inputs()
@@ -99,6 +100,7 @@ def _losses(tmp_path, impl: str) -> list[float]:
     return [s["loss"] for _, s in result.history]
 
 
+@pytest.mark.slow
 def test_training_with_each_implementation_gives_the_same_losses(tmp_path):
     reference = _losses(tmp_path, "einsum")
     for impl in ("xla", "splash"):

@@ -4,6 +4,8 @@ embeddings and softmax data-parallel over the 'stage' axis too (Pax's batch_dims
 
 from __future__ import annotations
 
+import pytest
+
 from paxlite.cli import overrides
 from paxlite.experiments import base_experiment
 from paxlite.perf import aot
@@ -38,6 +40,7 @@ def _temp_bytes(rules) -> int:
     return aot.compile_train_step(job)["temp_bytes_per_device"]
 
 
+@pytest.mark.slow
 def test_splitting_layer_boundary_activations_over_mdl_saves_device_memory():
     split = _temp_bytes(TENSOR_PARALLEL_RULES)
     whole = _temp_bytes(((ACTIVATION_EMBED, None), *TENSOR_PARALLEL_RULES))

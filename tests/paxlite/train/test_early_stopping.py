@@ -1,6 +1,8 @@
 """Pax's early stopping (TARGET_LOG_PPLX / SingleTask.target_log_pplx), run for real: the tiny
 experiment trains until an eval reaches the target, saves that step and stops."""
 
+import pytest
+
 from paxlite.checkpoints import train_checkpoints
 from tests.paxlite.test_main import run_main_in_process, scalar_series
 
@@ -20,6 +22,7 @@ def _train(job, target: float, mode: str) -> tuple[int, str]:
     return code, out + err
 
 
+@pytest.mark.slow
 def test_training_stops_with_a_checkpoint_at_the_eval_that_reaches_the_target(tmp_path):
     job = tmp_path / "job"
     # Any eval reaches a log-perplexity of 100. Pax's --mode=train evaluates (and stops) too.
@@ -32,6 +35,7 @@ def test_training_stops_with_a_checkpoint_at_the_eval_that_reaches_the_target(tm
     assert max(train_steps) == 10
 
 
+@pytest.mark.slow
 def test_an_unreached_target_trains_to_the_end(tmp_path):
     job = tmp_path / "job"
     code, err = _train(job, target=1e-6, mode="train_and_eval")

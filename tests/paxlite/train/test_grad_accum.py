@@ -65,6 +65,7 @@ def _train(accum: int, batches: list[NestedMap], loss_normalizing_factor: float 
     return state, history
 
 
+@pytest.mark.slow
 def test_four_microbatches_equal_one_pass_weighted_by_tokens():
     batches = _batches(3)
     one_state, one = _train(1, batches)
@@ -89,6 +90,7 @@ def test_four_microbatches_equal_one_pass_weighted_by_tokens():
     assert abs(np.mean(part_means) - one[0]["loss"]) > 1e-2
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("accum", [1, 4])
 def test_a_loss_normalizing_factor_steps_down_the_summed_loss_over_it(accum):
     """T5X's LOSS_NORMALIZING_FACTOR F: the first update is -lr x the gradient of the loss
@@ -139,6 +141,7 @@ def _final_params(cls, job_dir, **knobs):
     return restore_params(job_dir, knobs["NUM_TRAIN_STEPS"]), result
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "cls, knobs",
     [
@@ -165,6 +168,7 @@ def test_bad_grad_accum_steps_are_one_line(value, message):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_the_compile_report_shows_temp_memory_falling_with_more_microbatches():
     """On the 8 fake CPU devices: a batch large enough that activations dominate."""
     from paxlite.cli import overrides

@@ -17,6 +17,7 @@ from tests.paxlite.train.test_grad_accum import SHARDED, _final_params
 LOSS_KNOBS = {**SHARDED, "SOFTMAX_CAP_LOGITS": 5.0, "Z_LOSS_WEIGHT": 1e-3}
 
 
+@pytest.mark.slow
 def test_chunked_loss_trains_as_the_whole_logits_under_tensor_parallel_rules(tmp_path):
     exp = base_experiment.with_overrides(LmSyntheticTiny, {"NUM_LOSS_CHUNKS": 4})()
     assert exp.model().lm_tpl.softmax_tpl.num_chunks == 4

@@ -20,8 +20,6 @@ from tasks.lm.synthetic import LmSyntheticTinyPipeline
 from tests.e2e.test_multiprocess import _env, _free_port
 from tests.paxlite.test_main import REPO, main_in_process, restore_params, run_main, scalar_series
 
-pytestmark = pytest.mark.long  # Whole training jobs: scheduled first (tests/conftest.py).
-
 EXP = "tasks.lm.synthetic.LmSyntheticTinyPipeline"
 STEPS = 6
 COMMON = [
@@ -60,6 +58,7 @@ def _unpipelined(tmp_path: pathlib.Path) -> tuple[list[float], dict]:
     return [s["loss"] for _, s in result.history], jax.device_get(result.state.params)
 
 
+@pytest.mark.slow
 def test_pipeline_trains_checkpoints_resumes_and_matches_unpipelined_and_two_processes(
     tmp_path, unpipelined
 ):
@@ -107,6 +106,7 @@ def test_pipeline_trains_checkpoints_resumes_and_matches_unpipelined_and_two_pro
         np.testing.assert_allclose(np.asarray(a), np.asarray(b), rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_circular_pipeline_trains_checkpoints_and_matches_unpipelined(tmp_path, unpipelined):
     """CIRCULAR_REPEAT=2: 2 devices each run 2 virtual stages of 1 layer (layers s and s + 2 on
     device s), in 4 microbatches; the losses and final weights are the plain stack's."""
@@ -230,6 +230,7 @@ def test_bad_pipeline_knobs_fail_in_one_line_and_write_nothing(tmp_path, overrid
     assert not job.exists()
 
 
+@pytest.mark.slow
 def test_bad_pipeline_knob_from_the_command_line(tmp_path):
     job = tmp_path / "job"
     proc = run_main(f"--job_log_dir={job}", f"--exp={EXP}", "--set=NUM_LAYERS=3", devices=2)

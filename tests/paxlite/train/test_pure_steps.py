@@ -69,6 +69,7 @@ def plain_step():
     return state, *_jit(pure_steps.make_train_step(task))(state, batch, key)
 
 
+@pytest.mark.slow
 def test_aux_loss_is_added_to_the_objective_and_summaries_are_metrics(plain_step):
     state, new_state, metrics = plain_step
     model, batch = _task("repeated").model, _batch()
@@ -87,6 +88,7 @@ def test_aux_loss_is_added_to_the_objective_and_summaries_are_metrics(plain_step
     assert np.isfinite(float(metrics[SUMMARY])) and float(metrics[SUMMARY]) != 0.0
 
 
+@pytest.mark.slow
 def test_pipelined_stages_report_the_plain_stacks_aux_loss_and_summaries(plain_step):
     state, new_state, metrics = plain_step
     pipelined = _task("pipelined")  # GPipe weights are stored like the plain stack's.

@@ -1,6 +1,7 @@
 """The train step compiles once, before the loop: no compilation happens while steps run."""
 
 import jax
+import pytest
 
 from paxlite.experiments import base_experiment
 from paxlite.runtime.job import build_job
@@ -8,6 +9,7 @@ from paxlite.train import prefetch, train_loop
 from tasks.lm.synthetic import LmSyntheticTiny
 
 
+@pytest.mark.slow
 def test_nothing_compiles_during_the_steps(tmp_path, monkeypatch):
     knobs = {
         "ICI_MESH_SHAPE": (1, 2, 1),

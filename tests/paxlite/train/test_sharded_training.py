@@ -10,8 +10,6 @@ from paxlite.train import train_loop
 from praxis_lite import sharding
 from tasks.lm.synthetic import LmSyntheticTiny
 
-pytestmark = pytest.mark.long  # Whole training jobs: scheduled first (tests/conftest.py).
-
 STEPS = 5
 
 
@@ -47,6 +45,7 @@ def reference(tmp_path_factory):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "name, ici, rules",
     [

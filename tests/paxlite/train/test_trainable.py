@@ -56,6 +56,7 @@ def _flat(params) -> dict[str, np.ndarray]:
     return traverse_util.flatten_dict(params, sep="/")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "fields",
     [

@@ -324,6 +324,7 @@ def test_paxs_beam_size_names_num_beams():
         DecoderParams(beam_size=4)
 
 
+@pytest.mark.slow
 def test_the_cached_beams_scores_equal_rescoring_them_teacher_forced():
     """A tiny transformer LM (rotary, GQA, a repeated stack: the KV cache's rows follow
     their beams): each returned hypothesis' score times n ** p is the summed log-prob a

@@ -148,6 +148,7 @@ def test_pax_names_fail_naming_hugging_faces(old, new):
         setattr(config_lib.Config(DecoderParams), old, 1)
 
 
+@pytest.mark.slow
 def test_greedy_decode_of_an_lm_equals_argmax_of_full_passes():
     """Cached greedy decoding vs. re-running the whole sequence for every new token."""
     cfg = TransformerLm.HParams.config(model_dims=16, vocab_size=V)

@@ -211,6 +211,7 @@ def test_finite_training_input_drops_the_remainder(task):
     assert len(batches) == 3  # 100 docs -> 3 full batches; the last 4 docs are dropped.
 
 
+@pytest.mark.slow
 def test_resume_is_exact(task):
     kwargs = dict(feature_converter_pack=True, seed=7, num_infeed_hosts=2, infeed_host_index=1)
     reference = make(task, **kwargs)
@@ -227,6 +228,7 @@ def test_resume_is_exact(task):
     assert_batches_equal([resumed.get_next() for _ in range(3)], expected[5:])
 
 
+@pytest.mark.slow
 def test_num_batches_to_skip_starts_later_and_resumes_exactly(task):
     """Pax's num_batches_to_skip (TRAINING_NUM_BATCHES_TO_SKIP): the stream starts k batches in;
     its state counts only what it read, and a resume skips both."""
@@ -243,6 +245,7 @@ def test_num_batches_to_skip_starts_later_and_resumes_exactly(task):
     assert_batches_equal([resumed.get_next() for _ in range(3)], expected[5:8])
 
 
+@pytest.mark.slow
 def test_reset_after_the_sample_batch_replays_it(task):
     """The trainer reads a sample batch, then resets; the stream must start over exactly."""
     expected = [make(task, seed=3).get_next()]
@@ -574,6 +577,7 @@ def test_decode_form_targets_prefix_splits_each_example(task):
     assert len(batches) == -(-len(want) // 4)
 
 
+@pytest.mark.slow
 def test_decode_metrics_are_the_tasks_on_postprocessed_texts(qa_task):
     """decode_lib scores decoded text with the task's predict metrics after its postprocess_fn."""
     inp = make_decode(qa_task, task_feature_lengths={"inputs": 32, "targets": 16})
@@ -662,6 +666,7 @@ def test_prefix_lm_rows_are_bos_inputs_targets_with_loss_on_targets(qa_task):
     assert not batches[-1].weights[len(QA) % 4 :].any()  # Padding examples.
 
 
+@pytest.mark.slow
 def test_prefix_lm_one_epoch_eval_on_two_hosts(qa_task):
     """Packed rows of 4 + 20 tokens hold one pair each (4 + 9 or 10 tokens): 6 and 5 rows."""
     inputs = [

@@ -138,6 +138,7 @@ def segments(b, row: int) -> dict[int, tuple[tuple[int, ...], tuple[int, ...]]]:
     return out
 
 
+@pytest.mark.slow
 def test_packed_one_epoch_eval_on_two_hosts_pairs_every_example_once(t5_task):
     """Rows of 48 + 24 tokens hold 2 pairs (18-20 + 9-12 tokens each): 3 rows a host."""
     lengths = {"inputs": 48, "targets": 24}

@@ -78,6 +78,7 @@ def test_dense_mask_drops_the_kv_and_group_axes():
         ak.dense_mask(jnp.ones((3, 2, 1, 4, 6), bool))
 
 
+@pytest.mark.slow
 def test_xla_attention_matches_einsum_causal_segments_gqa_padding():
     """B=2, T=8, N=4 query heads on K=2 kv heads, 2 packed segments per row, the last key
     of row 1 padded: float32, to ~1e-5."""
@@ -101,6 +102,7 @@ def test_xla_attention_matches_einsum_causal_segments_gqa_padding():
     _assert_close(got, _value_and_grads(lambda *a: _reference(*a, mask5d), q, k, v), 1e-5)
 
 
+@pytest.mark.slow
 def test_xla_attention_query_that_sees_no_key_averages_the_values():
     """A fully masked row is finite (the mask is a large negative, not -inf): the uniform
     average of the values, as in ``attend``; no NaN in the gradients either."""
@@ -119,6 +121,7 @@ SPLASH_CASES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("case", list(SPLASH_CASES))
 def test_splash_interpret_matches_einsum(case):
     """B=2, T=S=256 with 128-wide tiles, N=4 on K=2, H=32: forward and gradients."""
@@ -138,6 +141,7 @@ def test_splash_interpret_matches_einsum(case):
     _assert_close(got, _value_and_grads(lambda *a: _reference(*a, mask5d, cap), q, k, v), 2e-5)
 
 
+@pytest.mark.slow
 def test_splash_under_shard_map_equals_unsharded():
     """Batch over 'data' (2), query and kv heads over 'model' (2) on 4 of the 8 CPU
     devices: forward and gradients as on one device."""

@@ -120,6 +120,7 @@ def _batch(seed=0, b=2, s=7, t=5):
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "variant, scanned", [(T5_1_1, False), (T5_1_0, True)], ids=["t5_1_1-plain", "t5_1_0-scanned"]
 )
@@ -195,6 +196,7 @@ def test_scanned_stacks_are_the_plain_stacks_with_weights_stacked():
     np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=1e-5, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_packed_rows_give_each_example_its_unpacked_loss():
     """Two examples packed into one row (segment ids on both sides, positions restarting)
     have the per-token losses they have alone."""
@@ -212,6 +214,7 @@ def test_packed_rows_give_each_example_its_unpacked_loss():
     np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_cached_decoding_scores_its_tokens_as_teacher_forcing_does():
     """Greedy decoding (encoder once, the cross-attentions' keys and values cached at the
     first step, scanned stacks) gives each token the log-probability the teacher-forced
@@ -259,6 +262,7 @@ def test_train_flops_are_the_hand_count():
     assert flops.non_embedding_params == 2 * (attn + ffn) + 3 * (2 * attn + ffn)
 
 
+@pytest.mark.slow
 def test_sharded_loss_and_gradients_are_one_devices():
     """On 8 devices (data 4 x model 2, the default rules: heads, MLP and vocabulary over
     'mdl') the loss and every gradient are the one-device ones; the cross-attention's

@@ -98,6 +98,7 @@ def _lm_config(stack_cls, num_kv_heads, window=None):
     return LanguageModel.HParams.config(lm_tpl=cfg)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "stack_cls, num_kv_heads, window",
     [(StackedTransformer, None, None), (StackedTransformerRepeated, 2, None),

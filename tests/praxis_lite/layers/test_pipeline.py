@@ -108,6 +108,7 @@ def _reference():
     return params, step(params)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "remat",
     [AutodiffCheckpointType.NONE, AutodiffCheckpointType.SAVE_NOTHING],
@@ -153,6 +154,7 @@ def test_pipelined_equals_plain_stack_outputs_and_gradients(stages, repeat, rema
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale)
 
 
+@pytest.mark.slow
 def test_initial_weights_are_the_plain_stacks():
     """Circular: [R, L / R, ...] holds the plain stack's layers in order (GPipe: [L, ...], as
     the main.py test shows through equal losses)."""
@@ -170,6 +172,7 @@ def test_initial_weights_are_the_plain_stacks():
         np.testing.assert_array_equal(a, b)
 
 
+@pytest.mark.slow
 def test_dropout_differs_per_microbatch_and_is_reproducible():
     cfg = LayerwiseShardablePipelined.HParams.config(num_stages=2, num_microbatches=2)
     cfg.stage_tpl.num_layers = 1
@@ -243,6 +246,7 @@ def _plain_recorded():
     return params, *_recorded(plain, params)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stages, repeat", [(2, 1), (2, 2)])
 def test_aux_losses_and_summaries_recorded_in_stages_match_the_plain_stack(stages, repeat):
     """Per layer, averaged over the microbatches: the plain stack's values for batch means."""
@@ -262,6 +266,7 @@ def test_aux_losses_and_summaries_recorded_in_stages_match_the_plain_stack(stage
     np.testing.assert_allclose(got_aux, want_aux, rtol=1e-5)
 
 
+@pytest.mark.slow
 def test_stream_io_splits_the_microbatch_buffer_and_computes_the_same():
     """Pax's stream_io: the [M, mb, T, D] buffer lives split over the stages; same numbers."""
     x, side = _inputs()

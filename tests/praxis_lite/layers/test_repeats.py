@@ -35,6 +35,7 @@ def _stacked_to_loop_params(repeated_params):
     }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "remat",
     [
@@ -86,6 +87,7 @@ def test_repeated_equals_loop_outputs_and_gradients(remat, offload=False):
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5)
 
 
+@pytest.mark.slow
 def test_layers_differ_after_init():
     repeated = instantiate(_stack_config(StackedTransformerRepeated))
     params = repeated.init(jax.random.key(0), jnp.ones((1, 2, 8)))["params"]
@@ -114,6 +116,7 @@ def test_named_policies_find_their_activations_in_the_block(combine_qkv):
         assert f"name={name}" in jaxpr, name
 
 
+@pytest.mark.slow
 def test_offloading_a_named_policy_to_host_gives_the_same_gradients():
     """Kept activations in pinned host memory (a no-op on CPU's one memory): same numbers."""
     test_repeated_equals_loop_outputs_and_gradients(

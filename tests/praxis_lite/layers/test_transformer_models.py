@@ -34,6 +34,7 @@ def _np_log_softmax(logits):
     return logits - np.log(np.exp(logits).sum(-1, keepdims=True))
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("separate_embedding", [False, True])
 def test_lm_loss_and_accuracy_match_numpy(separate_embedding):
     model = instantiate(_lm_config(separate_embedding))
@@ -58,6 +59,7 @@ def test_lm_loss_and_accuracy_match_numpy(separate_embedding):
     assert ("embedding" in params) == separate_embedding
 
 
+@pytest.mark.slow
 def test_padding_does_not_change_unpadded_logits():
     model = instantiate(_lm_config(False))
     ids = jnp.arange(12, dtype=jnp.int32).reshape(2, 6) % 24
@@ -69,6 +71,7 @@ def test_padding_does_not_change_unpadded_logits():
     np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
 
 
+@pytest.mark.slow
 def test_language_model_wraps_batch():
     cfg = LanguageModel.HParams.config(lm_tpl=_lm_config(False))
     model = instantiate(cfg)
@@ -147,6 +150,7 @@ def _packed_and_separate_batches(seed: int = 0) -> tuple[NestedMap, NestedMap, n
     return packed_batch, separate_batch, np.asarray(where)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("stack", ["repeated", "pipelined"])
 def test_packed_documents_match_documents_run_one_by_one(stack):
     """No attention across documents and positions restart: per-token xent as if alone."""

@@ -31,6 +31,7 @@ def _inputs():
     return x, labels, weights
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("num_chunks", [1, 2, 4])
 @pytest.mark.parametrize("layer_cls", [es.FullSoftmax, es.SharedEmbeddingSoftmax])
 def test_loss_and_gradients_equal_optax_differentiated_by_jax(layer_cls, num_chunks):

@@ -30,8 +30,6 @@ from tasks.lm import c4
 from tests import REPO as REPO_PATH
 from tests.praxis_lite.inputs.test_seqio_input import read_all, train_spm
 
-pytestmark = pytest.mark.long  # Whole training jobs: scheduled first (tests/conftest.py).
-
 REPO = str(REPO_PATH)
 WORDS = "the of and to in is was for on are with as by at from this have one had not".split()
 SPLITS = {"train": (120, 2), "validation": (31, 3)}  # docs, files
@@ -85,6 +83,7 @@ def c4_input(data, task="c4_test", **kwargs) -> SeqIOInput:
     return SeqIOInput(mixture_name=task, task_feature_lengths={"targets": T}, **kwargs)
 
 
+@pytest.mark.slow
 def test_packed_training_batches(data):
     inp = c4_input(data, feature_converter_pack=True)
     for _ in range(3):
@@ -138,6 +137,7 @@ def test_one_epoch_eval_on_two_hosts_covers_every_token_once(data):
     assert tokens == expected
 
 
+@pytest.mark.slow
 def test_resume_is_exact(data):
     reference = c4_input(data, feature_converter_pack=True, seed=5)
     expected = [reference.get_next() for _ in range(6)]
@@ -232,6 +232,7 @@ TINY = {
 }
 
 
+@pytest.mark.slow
 def test_tiny_c4_experiment_trains_and_evaluates(data, tmp_path):
     cls = base_experiment.with_overrides(
         c4.C4Spmd1BAdam4Replicas, {**TINY, "VOCAB_PATH": data.vocab}
@@ -248,6 +249,7 @@ def test_tiny_c4_experiment_trains_and_evaluates(data, tmp_path):
     assert np.isfinite(metrics["loss"]) and metrics["num_batches"] >= 1
 
 
+@pytest.mark.slow
 def test_main_reports_a_missing_tfds_dir_without_traceback(data, tmp_path):
     empty = tmp_path / "empty_tfds"
     empty.mkdir()

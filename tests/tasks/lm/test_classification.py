@@ -30,6 +30,7 @@ def test_short_name_resolves():
     assert found is classification.MlpSyntheticTiny
 
 
+@pytest.mark.slow
 def test_train_and_eval_end_to_end(tmp_path):
     job = tmp_path / "job"
     code, stdout, stderr = run_main_in_process(

@@ -81,6 +81,7 @@ def expected_turns(tokenizer: HfTokenizer) -> list[tuple[list[int], list[int], s
     return turns
 
 
+@pytest.mark.slow
 def test_rows_are_context_then_weighted_assistant_turn(tmp_path):
     """One-epoch eval rows (one example a row, file order): labels are encode_chat's context
     then the turn; exactly the turn is weighted, and it decodes to the content + <|im_end|>.
@@ -111,6 +112,7 @@ def test_rows_are_context_then_weighted_assistant_turn(tmp_path):
     assert prompts == [((start, *context), tuple(turn)) for context, turn, _ in want]
 
 
+@pytest.mark.slow
 def test_training_weights_only_assistant_turns_and_loss_falls(tmp_path):
     """Packed training rows weight only assistant-turn tokens; a few steps lower the loss."""
     path = write(tmp_path, [{"messages": m} for m in CONVERSATIONS] * 10)

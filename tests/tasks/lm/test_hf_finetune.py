@@ -75,6 +75,7 @@ def _transformers_loss(fixture: pathlib.Path) -> float:
     return float(-np.take_along_axis(log_probs, labels[..., None], -1).mean())
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", FAMILIES)
 def test_each_family_fine_tunes_from_transformers_loss(name, tmp_path):
     """Each family on its fixture's batch, from its weights at step 0: the first step's loss is
@@ -95,6 +96,7 @@ def test_each_family_fine_tunes_from_transformers_loss(name, tmp_path):
     assert len(losses) == 4 and losses[-1] < 0.8 * losses[0], losses
 
 
+@pytest.mark.slow
 def test_text_files_tokenized_by_the_models_tokenizer(tmp_path):
     """llama3 (its "!" is id 0) on a text file through SeqIO: the loss falls."""
     text = tmp_path / "train.txt"
@@ -104,6 +106,7 @@ def test_text_files_tokenized_by_the_models_tokenizer(tmp_path):
     assert len(losses) == 4 and losses[-1] < 0.8 * losses[0], losses
 
 
+@pytest.mark.slow
 def test_prompt_completion_records_fine_tune_and_export_round_trips(tmp_path):
     """qwen2 on prompt/completion JSONL; the job keeps the model's files (written with its
     config, as main.py writes them); paxlite-export writes the fine-tuned weights under the
@@ -150,6 +153,7 @@ def test_knobs_that_disagree_with_config_json_are_one_error(text_file):
     )
 
 
+@pytest.mark.slow
 def test_a_config_alone_sizes_the_job(tmp_path):
     """--mode=compile with HF_MODEL a directory of config.json only (no weights, no
     tokenizer) on the 8 fake CPU devices."""

@@ -85,6 +85,7 @@ def _close(ours: np.ndarray, theirs: np.ndarray) -> None:
     np.testing.assert_allclose(ours, theirs, atol=1e-4 * np.abs(theirs).max(), rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", ["llama3_lora", "gpt2_lora"])
 def test_peft_adapters_load_to_peft_logits_unmerged_and_merged(name):
     """llama3: q_proj, v_proj; gpt2: the fused c_attn (one A for q, k, v), c_proj (both
@@ -101,6 +102,7 @@ def test_peft_adapters_load_to_peft_logits_unmerged_and_merged(name):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_peft_adapter_continues_training_from_peft_logits(tmp_path):
     """--init_from of PEFT's adapter on top of HF_MODEL, LoRA knobs taken from its config, in
     a scanned stack: the first step's loss is the loss of PEFT's logits; then it falls."""
@@ -122,6 +124,7 @@ def test_peft_adapter_continues_training_from_peft_logits(tmp_path):
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_lora_trains_only_the_adapters_and_exports_what_loads_back(tmp_path):
     """LoRA on q_proj,v_proj of llama3, 8 fake devices (FSDP over 'data'): the base stays
     bit-identical, the adapters move; the job, its PEFT export and its merged export give

@@ -74,6 +74,7 @@ def reference_segment(record: dict[str, str]) -> tuple[tuple[int, ...], ...]:
     return tuple([0] + labels[:-1]), tuple(labels), (0,) * len(prompt) + (1,) * len(completion)
 
 
+@pytest.mark.slow
 def test_training_rows_are_packed_prompts_and_weighted_completions(tmp_path):
     train_cfg = experiment(TEXT_DATA_PATH=write(tmp_path)).datasets()[0]
     train_cfg.shuffle = False  # File order: the two cut records are in the first batch.
@@ -95,6 +96,7 @@ def test_training_rows_are_packed_prompts_and_weighted_completions(tmp_path):
     assert {reference_segment(RECORDS[0]), reference_segment(RECORDS[1])} <= set(seen)
 
 
+@pytest.mark.slow
 def test_eval_loss_and_accuracy_count_the_completions_only(tmp_path):
     """One-epoch eval (one record a row) against numpy from the model's logits, with the
     completion positions taken from the JSONL text."""
@@ -182,6 +184,7 @@ def test_knobs_are_checked(knobs, message):
         experiment(TEXT_DATA_PATH="x", **knobs)
 
 
+@pytest.mark.slow
 def test_training_lowers_the_completions_loss(tmp_path):
     """8 steps on one device, from scratch."""
     exp = experiment(TEXT_DATA_PATH=write(tmp_path), ICI_MESH_SHAPE=(1, 1, 1), **SMALL)
@@ -190,6 +193,7 @@ def test_training_lowers_the_completions_loss(tmp_path):
     assert len(losses) == 8 and losses[-1] < losses[0]
 
 
+@pytest.mark.slow
 def test_fine_tuning_an_lm_text_tiny_checkpoint_on_prompt_completion_pairs(tmp_path):
     """LmTextTiny trained briefly on the example words, then LmPromptCompletionTiny fine-tuned
     from it (INIT_FROM, the knob of --init_from) on the generated letter-substitution task, on

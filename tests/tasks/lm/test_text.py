@@ -24,8 +24,6 @@ from tasks.lm.text import LmTextTiny, TextFormat
 from tests.paxlite.test_main import scalar_series
 from tests.praxis_lite.inputs.test_seqio_input import train_spm
 
-pytestmark = pytest.mark.long  # Whole training jobs: scheduled first (tests/conftest.py).
-
 DOCS = [f"line {i}: the cat sat on the mat and the dog sat on the log." for i in range(60)]
 FAST = {
     "ICI_MESH_SHAPE": (1, 8, 1),  # The 8 fake CPU devices of the test process.
@@ -64,6 +62,7 @@ def inputs(exp: LmTextTiny) -> list:
     return [partitioning.instantiate_input(cfg) for cfg in exp.datasets()]
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("fmt", [TextFormat.LINES, TextFormat.JSONL])
 def test_trains_on_a_file(tmp_path, fmt):
     path = write(tmp_path, fmt)
@@ -186,6 +185,7 @@ def test_registration_is_idempotent(tmp_path):
     assert text.register_text_task("text_idem", train_path=path + "x") is not first
 
 
+@pytest.mark.slow
 def test_decodes_prompts_cut_from_held_out_documents(tmp_path):
     """Train 2 steps on 1 device, decode at the end: one JSONL line per held-out document
     long enough to prompt, the task's metrics in TensorBoard (the plumbing, not the quality)."""

@@ -5,6 +5,7 @@ from __future__ import annotations
 
 import jax
 import numpy as np
+import pytest
 
 from paxlite.runtime import partitioning
 from praxis_lite import config as config_lib
@@ -15,6 +16,7 @@ from tests.tasks.lm.test_text import experiment, write
 DOCS = [f"wow!! doc {i}: the cat sat on the mat! ! hi !" for i in range(20)]
 
 
+@pytest.mark.slow
 def test_loss_counts_the_id_0_tokens(tmp_path):
     exp = experiment(
         TEXT_DATA_PATH=write(tmp_path, TextFormat.LINES, DOCS),

@@ -67,6 +67,7 @@ def test_eval_epoch_reconstructs_the_documents(data):
     assert "<extra_id_0>" in vocab.decode([int(span_corruption.sentinel_id(vocab, 0))])
 
 
+@pytest.mark.slow
 def test_packed_training_batches(data):
     c4sc.register_c4_span_corruption_task("c4sc_train", vocab_path=data.vocab)
     inp = SeqIOInput(

@@ -24,6 +24,7 @@ def _job(job_dir, devices, **knobs):
     return build_job(exp, exp.task(), exp.datasets(), job_dir, devices, exp.decoder_datasets())
 
 
+@pytest.mark.slow
 def test_t5_tiny_learns_reversal_and_greedy_decoding_reproduces_it(tmp_path):
     """500 steps on one device (inputs of 1..4 tokens), decoded at the end: exact match
     0.75 on our 2-core CPU; chance is below 1/28."""
@@ -60,6 +61,7 @@ def test_knobs_are_checked(knobs, message):
         base_experiment.with_overrides(T5Tiny, knobs)()
 
 
+@pytest.mark.slow
 def test_t5_text_tiny_trains_on_jsonl_pairs_and_decodes_their_inputs(tmp_path):
     """JSONL inputs/targets pairs (bytes: id = byte + 3, EOS 1), no task written: packed
     training rows, one eval pass and a decode of the held-out inputs scored by their

@@ -166,6 +166,7 @@ TINY = [
 ]
 
 
+@pytest.mark.slow
 def test_a_t5x_users_task_module_trains_and_decodes_unchanged(tmp_path, monkeypatch):
     """FlanT5Small (shrunk by knobs) on a task registered by the user's own module, named by
     T5X's macros: 4 steps, an eval of EVAL_STEPS batches, the validation inputs decoded and
@@ -231,6 +232,7 @@ def test_task_module_errors_are_one_line(tmp_path, monkeypatch, source, message)
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_no_task_is_one_line_when_the_inputs_are_built_and_compiles_without(tmp_path):
     """Flan-T5 has no task of its own: training names the knob; a compile needs none."""
     code, _, err = run_main_in_process(

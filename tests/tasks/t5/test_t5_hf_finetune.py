@@ -90,6 +90,7 @@ def _fine_tune(init_from: pathlib.Path, job_dir: pathlib.Path, steps: int) -> li
     return [summary for _, summary in train_loop.run(job, peak_tflops=1.0).history]
 
 
+@pytest.mark.slow
 def test_flan_t5_fine_tunes_from_a_t5x_checkpoint_and_exports_as_hugging_face(tmp_path):
     """The same weights in T5X's legacy format (tests/fixtures/t5x, written from the HF
     fixture by tools/t5x_fixtures): its config.gin agrees with the knobs, the first loss is
@@ -112,6 +113,7 @@ def _assert_same_logits(a, b) -> None:
     )
 
 
+@pytest.mark.slow
 def test_flan_t5_fine_tunes_from_a_hugging_face_directory_and_exports(tmp_path):
     job_dir = tmp_path / "job"
     first, second = _fine_tune(FIXTURE, job_dir, steps=2)

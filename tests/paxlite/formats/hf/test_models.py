@@ -65,6 +65,7 @@ def loaded(request, tmp_path_factory):
     return name, lm, saved
 
 
+@pytest.mark.slow
 def test_logits_and_greedy_tokens_are_transformers(loaded):
     name, lm, _ = loaded
     out = _outputs(name)
@@ -236,6 +237,7 @@ def test_dtype_casts_the_weights():
     assert np.abs(got - out["logits"]).max() < 0.05 * np.abs(out["logits"]).max()
 
 
+@pytest.mark.slow
 def test_strings_in_strings_out_with_the_generation_configs_defaults():
     """Llama 3: BOS added to each prompt, generation stops at either EOS id of its list;
     the defaults are generation_config.json's (and transformers' top_k=50 when unset)."""
@@ -256,6 +258,7 @@ def test_strings_in_strings_out_with_the_generation_configs_defaults():
     assert sampled.shape == (2, 6) and not np.array_equal(sampled, tokens)
 
 
+@pytest.mark.slow
 def test_loading_and_generating_imports_neither_seqio_nor_tensorflow():
     """The GPU machines have neither: a Hugging Face model must load and generate without."""
     code = (
@@ -318,6 +321,7 @@ def test_gemma2s_alternating_windows_cannot_be_scanned():
     assert "\n" not in str(e.value)
 
 
+@pytest.mark.slow
 def test_generate_messages_formats_them_with_the_chat_template():
     """qwen2's template (transformers' rendering stored in chat_cases.json): the prompt is
     the rendered conversation with the assistant's header, tokenized without extra BOS."""

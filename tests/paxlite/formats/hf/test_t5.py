@@ -34,6 +34,7 @@ def loaded(request):
     return name, dict(np.load(_HF / name / "outputs.npz")), from_pretrained(_HF / name)
 
 
+@pytest.mark.slow
 def test_t5_matches_transformers_logits_encoder_outputs_and_greedy_tokens(loaded):
     name, out, t5 = loaded
     assert isinstance(t5, PretrainedSeq2Seq)
@@ -49,6 +50,7 @@ def test_t5_matches_transformers_logits_encoder_outputs_and_greedy_tokens(loaded
         np.testing.assert_array_equal(tokens[i], out[f"greedy_{i}"], err_msg=f"{name} row {i}")
 
 
+@pytest.mark.slow
 def test_save_pretrained_writes_back_transformers_tensors_and_config(loaded, tmp_path):
     """Every tensor of the fixture, by its name and bit for bit (the tied variant without an
     lm_head), its config's fields, and a tokenizer the reloaded model encodes with."""

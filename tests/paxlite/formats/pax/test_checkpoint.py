@@ -85,6 +85,7 @@ def _read_pax(step_dir: pathlib.Path, model, batch, layout=(1, 1)):
     return traverse_util.unflatten_dict(params, sep="/")
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", sorted(OURS))
 def test_a_pax_checkpoint_gives_praxiss_logits(name):
     experiment, model, batch, want = _model_and_batch(name)

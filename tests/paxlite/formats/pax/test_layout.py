@@ -51,6 +51,7 @@ def _ours_in_paxs_layout(name: str) -> dict[str, list[int]]:
     return {path: list(leaf.shape) for path, leaf in mapped.items()}
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", _NAMES)
 def test_our_parameters_are_paxs(name):
     want = PAX["trees"][name]

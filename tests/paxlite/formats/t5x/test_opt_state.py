@@ -50,6 +50,7 @@ def _moments(state):
     return state.opt_state[0].moments["network"]
 
 
+@pytest.mark.slow
 def test_the_step_and_every_count_are_t5xs(loaded):
     assert int(loaded.step) == 7
     counts = [leaf for leaf in jax.tree.leaves(loaded.opt_state) if leaf.ndim == 0]

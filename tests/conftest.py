@@ -1,7 +1,6 @@
-"""Test setup (set before jax is imported): 8 fake CPU devices in every test process, compiled
-with LLVM's -O0 (below), and JAX's persistent compilation cache shared by the test processes
-and the main.py runs they start (the same tiny programs compile once per test run instead of
-once per main.py run).
+"""Test setup (set before jax is imported): 8 fake CPU devices in every test process, and
+JAX's persistent compilation cache shared by the test processes and the main.py runs they
+start (the same tiny programs compile once per test run instead of once per main.py run).
 
 The cache lives in a temporary directory this test run makes (the pytest-xdist workers and
 the subprocesses inherit its path) and removes at the end: nothing outside the run's own
@@ -17,13 +16,7 @@ import pytest
 
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
-    _flags = f"{_flags} --xla_force_host_platform_device_count=8".strip()
-# The tests' programs are tiny: compiling them costs more than running them. LLVM's -O0 for the
-# CPU backend compiles them about a third faster (the same HLO passes run; without fast-math,
-# LLVM does not reorder float arithmetic at any level). Runs the tests start inherit it.
-if "xla_backend_optimization_level" not in _flags:
-    _flags = f"{_flags} --xla_backend_optimization_level=0"
-os.environ["XLA_FLAGS"] = _flags
+    os.environ["XLA_FLAGS"] = f"{_flags} --xla_force_host_platform_device_count=8".strip()
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")

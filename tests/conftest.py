@@ -33,11 +33,14 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 # End-to-end tests (whole training jobs, subprocesses, compiles for TPU slices: more than ~2 s
 # each on the 2-core machine) carry ``@pytest.mark.slow``. ``-m "not slow"`` is the inner
-# loop's tier; in the whole suite they run first, so that the workers end the run on short
-# tests and neither waits alone on a long one.
+# loop's tier; in the whole suite the modules that hold them run first, so that the workers
+# end the run on short tests and neither waits alone on a long one.
 def pytest_collection_modifyitems(items):
-    """Tests marked ``slow`` first, the rest as collected (a stable sort keeps the order)."""
-    items.sort(key=lambda item: item.get_closest_marker("slow") is None)
+    """Modules with a ``slow`` test first, the rest as collected. A module's tests stay
+    together (a stable sort on the module): split up, its module-scoped fixtures (a trained
+    job, say) would be built again for each part."""
+    slow_modules = {item.module for item in items if item.get_closest_marker("slow")}
+    items.sort(key=lambda item: item.module not in slow_modules)
 
 
 @pytest.fixture

@@ -32,15 +32,22 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 
 
 # End-to-end tests (whole training jobs, subprocesses, compiles for TPU slices: more than ~2 s
-# each on the 2-core machine) carry ``@pytest.mark.slow``. ``-m "not slow"`` is the inner
-# loop's tier; in the whole suite the modules that hold them run first, so that the workers
-# end the run on short tests and neither waits alone on a long one.
+# each on the 2-core machine) carry ``@pytest.mark.slow``: ``-m "not slow"`` is the inner loop's
+# tier. The heaviest modules (multi-process runs, storage faults, pipelines: minutes each) carry
+# ``pytestmark = pytest.mark.runs_first``.
 def pytest_collection_modifyitems(items):
-    """Modules with a ``slow`` test first, the rest as collected. A module's tests stay
-    together (a stable sort on the module): split up, its module-scoped fixtures (a trained
-    job, say) would be built again for each part."""
+    """The ``runs_first`` modules, then the other modules with a ``slow`` test, then the rest,
+    each as collected: the two workers end the run on short tests and neither waits alone on
+    a long one. A module's tests stay together (a stable sort on the module): split, its
+    module-scoped fixtures (a trained job, say) would be built again for each part."""
     slow_modules = {item.module for item in items if item.get_closest_marker("slow")}
-    items.sort(key=lambda item: item.module not in slow_modules)
+
+    def rank(item) -> int:
+        if item.get_closest_marker("runs_first"):
+            return 0
+        return 1 if item.module in slow_modules else 2
+
+    items.sort(key=rank)
 
 
 @pytest.fixture

@@ -21,6 +21,8 @@ from paxlite.runtime.job_config import check_job_dir_writable
 from tasks.lm.synthetic import LmSyntheticTiny
 from tests.paxlite.test_main import run_main
 
+pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
+
 
 def assert_clean_failure(proc, *phrases: str, one_line: bool = True) -> None:
     """Exit 2, no traceback, and a last ``paxlite: error:`` message naming each phrase."""

@@ -15,6 +15,8 @@ import pytest
 from tests import REPO
 from tests.paxlite.test_main import assert_ended_cleanly, restore_params, run_main, scalar_series
 
+pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
+
 EXP = "--exp=tasks.lm.synthetic.LmSyntheticTiny"
 COMMON = [
     "--set=PERCORE_BATCH_SIZE=2",

@@ -20,6 +20,8 @@ from tests.paxlite.test_main import (
     scalar_series,
 )
 
+pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
+
 LOOP = [
     "--set=SUMMARY_INTERVAL_STEPS=5",
     "--set=CHECKPOINT_EVERY_N_STEPS=10",

@@ -24,6 +24,8 @@ from tests.paxlite.test_main import (
 )
 from tests.tasks.lm.test_text import write
 
+pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
+
 STORAGE_EXIT_CODE = 5
 TEXT = "tasks.lm.text.LmTextTiny"
 _NEWEST = re.compile(r"the newest complete checkpoint is step (\d+) \(rerun the same command")

@@ -18,6 +18,8 @@ from tensorboard.util import tensor_util
 
 from tests import REPO
 
+pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
+
 EXP = "tasks.lm.synthetic.LmSyntheticTiny"
 SHORT = [
     "--set=NUM_TRAIN_STEPS=60",

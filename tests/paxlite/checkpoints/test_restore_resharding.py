@@ -16,6 +16,8 @@ from paxlite.runtime.job import build_job
 from paxlite.train import train_loop
 from tasks.lm.synthetic import LmSyntheticTiny
 
+pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
+
 STEPS, STOP = 14, 10
 
 

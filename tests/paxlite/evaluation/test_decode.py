@@ -36,6 +36,8 @@ from tests.paxlite.test_main import (
     scalar_series,
 )
 
+pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
+
 NAME = "progressions"
 
 

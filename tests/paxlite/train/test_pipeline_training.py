@@ -20,6 +20,8 @@ from tasks.lm.synthetic import LmSyntheticTinyPipeline
 from tests.e2e.test_multiprocess import _env, _free_port
 from tests.paxlite.test_main import REPO, main_in_process, restore_params, run_main, scalar_series
 
+pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
+
 EXP = "tasks.lm.synthetic.LmSyntheticTinyPipeline"
 STEPS = 6
 COMMON = [

@@ -10,6 +10,8 @@ from paxlite.train import train_loop
 from praxis_lite import sharding
 from tasks.lm.synthetic import LmSyntheticTiny
 
+pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
+
 STEPS = 5
 
 

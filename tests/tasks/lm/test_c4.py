@@ -30,6 +30,8 @@ from tasks.lm import c4
 from tests import REPO as REPO_PATH
 from tests.praxis_lite.inputs.test_seqio_input import read_all, train_spm
 
+pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
+
 REPO = str(REPO_PATH)
 WORDS = "the of and to in is was for on are with as by at from this have one had not".split()
 SPLITS = {"train": (120, 2), "validation": (31, 3)}  # docs, files

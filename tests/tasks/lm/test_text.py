@@ -24,6 +24,8 @@ from tasks.lm.text import LmTextTiny, TextFormat
 from tests.paxlite.test_main import scalar_series
 from tests.praxis_lite.inputs.test_seqio_input import train_spm
 
+pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
+
 DOCS = [f"line {i}: the cat sat on the mat and the dog sat on the log." for i in range(60)]
 FAST = {
     "ICI_MESH_SHAPE": (1, 8, 1),  # The 8 fake CPU devices of the test process.

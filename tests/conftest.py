@@ -36,18 +36,11 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 # tier. The heaviest modules (multi-process runs, storage faults, pipelines: minutes each) carry
 # ``pytestmark = pytest.mark.runs_first``.
 def pytest_collection_modifyitems(items):
-    """The ``runs_first`` modules, then the other modules with a ``slow`` test, then the rest,
-    each as collected: the two workers end the run on short tests and neither waits alone on
-    a long one. A module's tests stay together (a stable sort on the module): split, its
-    module-scoped fixtures (a trained job, say) would be built again for each part."""
-    slow_modules = {item.module for item in items if item.get_closest_marker("slow")}
-
-    def rank(item) -> int:
-        if item.get_closest_marker("runs_first"):
-            return 0
-        return 1 if item.module in slow_modules else 2
-
-    items.sort(key=rank)
+    """The ``runs_first`` modules first, the rest as collected: the two workers end the run on
+    short tests and neither waits alone on a long one. (Moving every module with a slow test
+    ahead left one worker alone at the end, and tests moved apart from their module rebuilt its
+    module-scoped fixtures: 18 to 21 minutes instead of 17.)"""
+    items.sort(key=lambda item: item.get_closest_marker("runs_first") is None)
 
 
 @pytest.fixture

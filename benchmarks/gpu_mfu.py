@@ -9,7 +9,7 @@ weights from a config.json, synthetic token rows, nothing downloaded), in one pr
 
 1. ``llama_1b``: Llama-3.2-1B's shape (16 layers, D 2048, F 8192 SwiGLU, 32 query / 8
    k/v heads, vocabulary 128256 tied), no logit caps, float32 weights and Adam, bfloat16
-   compute, sequence 2048, cuDNN attention (``ATTENTION_IMPL=cudnn``), the loss in
+   compute, sequence 2048, cuDNN attention (``--attention``: ``ATTENTION_IMPL=cudnn``), the loss in
    NUM_LOSS_CHUNKS chunks, remat by ``--remat``, at the largest batch that fits.
 2. ``llama3_8b_lora``: Llama-3-8B's shape (config only) with rank-16 LoRA on q, k, v
    and o, its frozen weights in bfloat16 (LORA_BASE_DTYPE), largest batch that fits.
@@ -94,6 +94,12 @@ def _parser() -> argparse.ArgumentParser:
     parser.add_argument("--legs", default="llama_1b,llama3_8b_lora,plain")
     parser.add_argument("--seq", type=int, default=None, help="default 2048 (--cpu: 64)")
     parser.add_argument("--remat", default="save_dot_except_logits_ffn1", help="CHECKPOINT_POLICY")
+    parser.add_argument(
+        "--attention",
+        default="cudnn",
+        choices=["cudnn", "xla", "einsum"],
+        help="ATTENTION_IMPL of paxlite's legs on a GPU (the plain leg always uses einsums)",
+    )
     parser.add_argument("--loss_chunks", type=int, default=None, help="default 8 (--cpu: 2)")
     parser.add_argument("--batch", type=int, default=None, help="leg 1's batch (default: fit)")
     parser.add_argument("--lora_batch", type=int, default=None, help="leg 2's (default: fit)")

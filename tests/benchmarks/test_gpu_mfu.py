@@ -138,6 +138,21 @@ def test_largest_batch_extrapolates_linearly():
         gpu_mfu_run.largest_batch(bytes_at, 120, 64, "step")
 
 
+def test_largest_batch_checks_the_extrapolation_with_the_compiler():
+    """As on an H200: batches 1 and 2 differ little (buffers reused), larger ones grow
+    faster; the batch returned is one the compiler said fits."""
+    asked = []
+
+    def bytes_at(batch):
+        asked.append(batch)
+        return 1000 + 10 * batch if batch <= 2 else 1000 + 25 * batch
+
+    batch = gpu_mfu_run.largest_batch(bytes_at, 2000, 256, "step")
+    assert bytes_at(batch) <= 2000
+    assert batch == 40  # 1000 + 25 * 40 = 2000; the first line said 100.
+    assert asked[:3] == [1, 2, 100]
+
+
 @pytest.mark.slow
 def test_plain_grouped_kv_heads_equal_repeated_heads():
     """The plain step's GQA: each k/v head serves ``groups`` query heads in order, which

@@ -7,7 +7,10 @@ e.g. ``tasks.lm.c4.C4Spmd1B``. :func:`get` accepts:
   imported on demand (``tasks.lm.c4``), so any importable package works, not
   only ``tasks/``;
 * a suffix of a registered name that is unique among registered experiments
-  (``C4Spmd1B``, ``c4.C4Spmd1B``);
+  (``C4Spmd1B``, ``c4.C4Spmd1B``); to resolve one, the search packages' modules that
+  define a class of that name (read from their source, not imported) are imported first,
+  and every module only when none of them registers it, so ``LmSyntheticTiny`` does not
+  import TensorFlow through ``tasks.lm.c4``'s SeqIO tasks;
 * Pax's paths: as Pax's registry, a ``params`` component is dropped
   (``tasks.lm.params.c4.C4Spmd1B`` is ``tasks.lm.c4.C4Spmd1B``).
 
@@ -17,8 +20,11 @@ closest candidates; a module that fails to import surfaces its real error.
 
 from __future__ import annotations
 
+import ast
 import difflib
 import importlib
+import importlib.util
+import pathlib
 import pkgutil
 import sys
 from collections.abc import Sequence
@@ -98,6 +104,9 @@ def get(name: str, search_packages: Sequence[str] = ()) -> type:
         return _REGISTRY[name]
     matches = sorted(key for key in _REGISTRY if key.endswith("." + name))
     if not matches and search_packages:
+        failures = _import_modules_defining(name, search_packages)
+        matches = sorted(key for key in _REGISTRY if key.endswith("." + name))
+    if not matches and search_packages:
         failures = [f for package in search_packages for f in _import_package_modules(package)]
         matches = sorted(key for key in _REGISTRY if key.endswith("." + name))
         if not matches and failures:
@@ -137,6 +146,61 @@ def _import_package_modules(package_name: str) -> list[str]:
         except ImportError as e:
             failures.append(f"{info.name}: {e}")
     return failures
+
+
+def _import_modules_defining(name: str, search_packages: Sequence[str]) -> list[str]:
+    """Imports the modules of ``search_packages`` whose source defines a class named as
+    ``name``'s last part, in a module whose dotted name ends with ``name``'s other parts;
+    returns "module: error" per failure. Reads the sources, imports nothing else."""
+    *module_suffix, class_name = name.split(".")
+    failures = []
+    for module_name, path in _package_sources(search_packages):
+        if module_suffix and not module_name.endswith("." + ".".join(module_suffix)):
+            continue
+        if not _defines_class(path, class_name):
+            continue
+        try:
+            importlib.import_module(module_name)
+        except ImportError as e:
+            failures.append(f"{module_name}: {e}")
+    return failures
+
+
+def _package_sources(search_packages: Sequence[str]) -> list[tuple[str, pathlib.Path]]:
+    """``(module name, source path)`` of every ``.py`` module under the search packages,
+    found without importing them (a package's ``__init__`` is not run)."""
+    found = []
+    for package_name in search_packages:
+        try:
+            spec = importlib.util.find_spec(package_name)
+        except (ImportError, ValueError):
+            continue
+        if spec is None or not spec.submodule_search_locations:
+            continue
+        for root in map(pathlib.Path, spec.submodule_search_locations):
+            for path in sorted(root.rglob("*.py")):
+                parts = path.relative_to(root).with_suffix("").parts
+                if parts[-1] == "__init__":
+                    parts = parts[:-1]
+                found.append((".".join((package_name, *parts)), path))
+    return found
+
+
+def _defines_class(path: pathlib.Path, class_name: str) -> bool:
+    """Whether the Python source at ``path`` has a ``class class_name`` statement."""
+    try:
+        source = path.read_text(encoding="utf-8")
+    except (OSError, UnicodeDecodeError):
+        return False
+    if f"class {class_name}" not in source:
+        return False
+    try:
+        tree = ast.parse(source, filename=str(path))
+    except SyntaxError:
+        return True  # Importing it reports the error as every other import does.
+    return any(
+        isinstance(node, ast.ClassDef) and node.name == class_name for node in ast.walk(tree)
+    )
 
 
 def _import_module_of(name: str) -> str | None:

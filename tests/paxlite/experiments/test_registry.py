@@ -119,6 +119,27 @@ def test_short_name_found_by_searching_packages():
     assert cls is sys.modules[_MY_EXPS].MyTinyLm
 
 
+def test_short_name_imports_only_the_modules_that_define_it():
+    """The other modules of the package (a broken one among them, which the full search
+    would report) are not imported: a short name costs only its own module's imports."""
+    cls = registry.get("MyTinyLm", search_packages=(_PKG,))
+    assert cls.__module__ == _MY_EXPS
+    imported = {name for name in sys.modules if name.startswith(_PKG + ".")}
+    assert imported == {_MY_EXPS}
+
+
+def test_a_short_name_defined_twice_imports_both_and_is_ambiguous():
+    with pytest.raises(ExperimentRegistryError, match="ambiguous"):
+        registry.get("SameName", search_packages=(_PKG,))
+    assert f"{_PKG}.broken_exps" not in sys.modules
+
+
+def test_a_module_suffix_narrows_the_modules_imported():
+    cls = registry.get("ambiguous_b.SameName", search_packages=(_PKG,))
+    assert cls.__module__ == f"{_PKG}.ambiguous_b"
+    assert f"{_PKG}.ambiguous_a" not in sys.modules
+
+
 def test_search_reports_modules_that_failed_to_import():
     with pytest.raises(ExperimentRegistryError, match=r"broken_exps: .*failed to import|broken"):
         registry.get("NoSuchExperiment", search_packages=(_PKG,))

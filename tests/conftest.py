@@ -29,6 +29,10 @@ if "JAX_COMPILATION_CACHE_DIR" not in os.environ:  # The first process of the ru
     atexit.register(shutil.rmtree, _cache_dir, ignore_errors=True)
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_COMPILE_TIME_SECS", "0")
 os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
+if os.environ.get("PAXLITE_TEST_COMPILE_STATS"):  # Opt-in: tests/compile_stats.py.
+    from tests.compile_stats import record_into
+
+    record_into(os.environ["PAXLITE_TEST_COMPILE_STATS"])
 
 
 # End-to-end tests (whole training jobs, subprocesses, compiles for TPU slices: more than ~2 s
@@ -41,6 +45,16 @@ def pytest_collection_modifyitems(items):
     ahead left one worker alone at the end, and tests moved apart from their module rebuilt its
     module-scoped fixtures: 18 to 21 minutes instead of 17.)"""
     items.sort(key=lambda item: item.get_closest_marker("runs_first") is None)
+
+
+@pytest.fixture(autouse=True)
+def _temp_files_in_the_test_run(tmp_path_factory, monkeypatch):
+    """The temporary files of the code under test (error reports, local copies of bucket
+    summaries), in this process and in the runs it starts, go into a directory of this test
+    run instead of the machine's temporary directory."""
+    scratch = tmp_path_factory.mktemp("tmpdir")
+    monkeypatch.setenv("TMPDIR", str(scratch))
+    monkeypatch.setattr(tempfile, "tempdir", str(scratch))
 
 
 @pytest.fixture

@@ -13,6 +13,7 @@ from paxlite.experiments.base_experiment import KnobError
 from paxlite.experiments.tasks_lib import Learner, SingleTask
 from paxlite.runtime.job import build_job
 from paxlite.train import pure_steps, train_loop
+from paxlite.train.train_state import TrainState
 from praxis_lite import instantiate
 from praxis_lite.layers.repeats import StackedTransformerRepeated
 from praxis_lite.layers.transformer_models import TransformerLm
@@ -24,6 +25,7 @@ from tasks.lm.synthetic import LmSyntheticTiny, LmSyntheticTinyPipeline
 from tests.paxlite.test_main import restore_params
 
 BATCH, SEQ, VOCAB = 8, 8, 24
+LR, FACTOR = 0.5, 100.0  # The SGD learning rate; a LOSS_NORMALIZING_FACTOR.
 
 
 def _task(accum: int, loss_normalizing_factor: float | None = None) -> SingleTask:
@@ -35,7 +37,7 @@ def _task(accum: int, loss_normalizing_factor: float | None = None) -> SingleTas
     # SGD: Adam's update of a weight whose gradient is zero up to rounding (a key bias under
     # softmax) is +-lr either way, which would hide the comparison.
     learner = Learner(
-        optimizer=Sgd(learning_rate=0.5, momentum=0.9),
+        optimizer=Sgd(learning_rate=LR, momentum=0.9),
         grad_accum_steps=accum,
         loss_normalizing_factor=loss_normalizing_factor,
     )
@@ -54,22 +56,41 @@ def _batches(steps: int) -> list[NestedMap]:
     return batches
 
 
-def _train(accum: int, batches: list[NestedMap], loss_normalizing_factor: float | None = None):
+def _train(
+    accum: int,
+    batches: list[NestedMap],
+    start: TrainState,
+    loss_normalizing_factor: float | None = None,
+):
     task, key = _task(accum, loss_normalizing_factor), jax.random.key(0)
-    state = jax.jit(lambda k: nn.unbox(pure_steps.make_init_fn(task)(k, batches[0])))(key)
     step = jax.jit(pure_steps.make_train_step(task))
-    history = []
+    state, history = start, []
     for batch in batches:
         state, metrics = step(state, batch, key)
         history.append(jax.device_get(metrics))
     return state, history
 
 
+@pytest.fixture(scope="module")
+def start() -> TrainState:
+    """The initial state of every run here (batch 0 gives the shapes): the learner's
+    accumulation and loss normalizing factor do not enter it, so one init serves every task."""
+    task, batch = _task(1), _batches(1)[0]
+    return jax.jit(lambda k: nn.unbox(pure_steps.make_init_fn(task)(k, batch)))(jax.random.key(0))
+
+
+@pytest.fixture(scope="module")
+def one_pass(start):
+    """K = 1 over 3 batches, without a loss normalizing factor: the reference of the tests below
+    (its first step is the run on ``_batches(1)``: the same first batch)."""
+    return _train(1, _batches(3), start)
+
+
 @pytest.mark.slow
-def test_four_microbatches_equal_one_pass_weighted_by_tokens():
+def test_four_microbatches_equal_one_pass_weighted_by_tokens(start, one_pass):
     batches = _batches(3)
-    one_state, one = _train(1, batches)
-    four_state, four = _train(4, batches)
+    one_state, one = one_pass
+    four_state, four = _train(4, batches, start)
     for name in ("loss", "num_tokens", "grad_norm", "accuracy"):
         np.testing.assert_allclose(
             [m[name] for m in four], [m[name] for m in one], rtol=2e-5, err_msg=name
@@ -81,39 +102,41 @@ def test_four_microbatches_equal_one_pass_weighted_by_tokens():
 
     # The token weighting matters here: the mean of the 4 parts' mean losses is another number.
     task = _task(1)
-    init = jax.jit(lambda k: nn.unbox(pure_steps.make_init_fn(task)(k, batches[0])))
-    params = init(jax.random.key(0)).params
-    part_means = [
-        float(task.model.apply({"params": params}, _rows(batches[0], i)).total_loss)
-        for i in range(4)
-    ]
+    part_loss = jax.jit(lambda p, rows: task.model.apply({"params": p}, rows).total_loss)
+    part_means = [float(part_loss(start.params, _rows(batches[0], i))) for i in range(4)]
     assert abs(np.mean(part_means) - one[0]["loss"]) > 1e-2
+
+
+@pytest.fixture(scope="module")
+def first_update_of_the_summed_loss(start):
+    """The params after one SGD step down the loss summed over batch 0's tokens / FACTOR
+    (taken here from the model's own mean x weight), from the initial ones."""
+    task, batch = _task(1), _batches(1)[0]
+
+    def summed_over_factor(p):
+        loss, weight = task.model.apply({"params": p}, batch).metrics["total_loss"]
+        return loss * weight / FACTOR
+
+    grads = jax.jit(jax.grad(summed_over_factor))(start.params)
+    return jax.tree.map(lambda p, g: p - LR * g, start.params, grads)
 
 
 @pytest.mark.slow
 @pytest.mark.parametrize("accum", [1, 4])
-def test_a_loss_normalizing_factor_steps_down_the_summed_loss_over_it(accum):
+def test_a_loss_normalizing_factor_steps_down_the_summed_loss_over_it(
+    accum, start, one_pass, first_update_of_the_summed_loss
+):
     """T5X's LOSS_NORMALIZING_FACTOR F: the first update is -lr x the gradient of the loss
-    summed over the batch's tokens / F (taken here from the model's own mean x weight), in
-    one pass or in 4 microbatches of unequal tokens; the reported loss stays the mean."""
-    batches, factor, lr = _batches(1), 100.0, 0.5
-    task = _task(1)
-    params = jax.jit(lambda k: nn.unbox(pure_steps.make_init_fn(task)(k, batches[0])))(
-        jax.random.key(0)
-    ).params
-
-    def summed_over_factor(p):
-        loss, weight = task.model.apply({"params": p}, batches[0]).metrics["total_loss"]
-        return loss * weight / factor
-
-    expected = jax.tree.map(lambda p, g: p - lr * g, params, jax.grad(summed_over_factor)(params))
-    state, history = _train(accum, batches, loss_normalizing_factor=factor)
+    summed over the batch's tokens / F, in one pass or in 4 microbatches of unequal tokens;
+    the reported loss stays the mean."""
+    expected = first_update_of_the_summed_loss
+    state, history = _train(accum, _batches(1), start, loss_normalizing_factor=FACTOR)
     for a, b in zip(jax.tree.leaves(state.params), jax.tree.leaves(expected), strict=True):
         np.testing.assert_allclose(a, b, rtol=1e-5, atol=1e-6)
-    _, mean_history = _train(1, batches)
+    _, mean_history = one_pass
     np.testing.assert_allclose(history[0]["loss"], mean_history[0]["loss"], rtol=1e-6)
     np.testing.assert_allclose(
-        history[0]["grad_norm"], mean_history[0]["grad_norm"] * 34 / factor, rtol=1e-5
+        history[0]["grad_norm"], mean_history[0]["grad_norm"] * 34 / FACTOR, rtol=1e-5
     )
 
 

@@ -45,6 +45,22 @@ class CheckpointSaveError(storage.StorageWriteError):
         self.step, self.newest_complete = step, newest_complete
 
 
+def _save_whole_arrays_on_cpu() -> None:
+    """On CPU, each replicated array is written whole by its first replica.
+
+    orbax's replica-parallel save has each replica write a slice of a replicated array: on
+    accelerators it spreads the device-to-host copies. CPU devices share the host's memory,
+    so there is nothing to spread, and the slicing compiles programs per array shape and
+    replica: 240 compiles for the first save of a 40-array tree on 8 CPU devices (0 without
+    it). The files written are the same either way. Applies to orbax's
+    process-wide handler for ``jax.Array``; accelerator runs keep orbax's default.
+    """
+    if jax.default_backend() == "cpu":
+        ocp.type_handlers.register_type_handler(
+            jax.Array, ocp.type_handlers.ArrayHandler(use_replica_parallel=False), override=True
+        )
+
+
 class Checkpointer:
     """An orbax ``CheckpointManager`` under ``<job_log_dir>/checkpoints``.
 
@@ -79,6 +95,7 @@ class Checkpointer:
             create=True,
             cleanup_tmp_directories=True,  # Removes what interrupted_steps found.
         )
+        _save_whole_arrays_on_cpu()
         # Handlers named up front, so the metadata of a step saved by an earlier run is readable.
         handlers = {STATE: ocp.StandardCheckpointHandler(), INPUT: ocp.JsonCheckpointHandler()}
         self._manager = ocp.CheckpointManager(

@@ -4,14 +4,15 @@ TPU slice on this CPU host; the report's per-chip figures are the compiled progr
 import json
 import re
 
+import jax
 import pytest
+from jax.experimental.compilation_cache import compilation_cache
 
-from paxlite.experiments.base_experiment import with_overrides
 from paxlite.perf import aot
-from paxlite.runtime.tpu_topology import GIB, compile_with_hbm_report, parse
-from paxlite.train import train_setup
+from paxlite.runtime import tpu_topology
+from paxlite.runtime.tpu_topology import GIB
 from tasks.lm.synthetic import LmSyntheticTiny
-from tests.paxlite.test_main import REPO, main_in_process, run_main
+from tests.paxlite.test_main import REPO, main_in_process, run_main, run_main_in_process
 
 pytestmark = pytest.mark.usefixtures("libtpu_env")
 TWO_V5E_SLICES = [
@@ -63,30 +64,49 @@ def test_a_v4_slice_gets_the_batch_of_its_chips_and_a_fits_line(topology, ici, c
     assert "TPU_WORKER_HOSTNAMES" not in result.stderr  # libtpu kept quiet.
 
 
-def compile_report(*args: str) -> str:
-    """The report of ``paxlite --mode=compile ARGS`` on LmSyntheticTiny (its own process: the
-    fake device count follows the target, and JAX's compilation cache is turned off)."""
-    result = run_main(*args, devices=1)
-    assert result.returncode == 0, result.stderr
-    return result.stdout
+@pytest.fixture
+def compile_report():
+    """The report of ``paxlite --mode=compile ARGS`` on LmSyntheticTiny, run in this process:
+    for a target of 8 chips, as many as this process has CPU devices, so the batch follows
+    the target as in a process of its own. The compile turns JAX's persistent compilation
+    cache off (it cannot read compile-only executables back); it is turned back on after."""
+    cache_was_on = jax.config.jax_enable_compilation_cache
+
+    def report(*args: str) -> str:
+        code, stdout, stderr = run_main_in_process(*args)
+        assert code == 0, stderr
+        return stdout
+
+    yield report
+    jax.config.update("jax_enable_compilation_cache", cache_was_on)
+    compilation_cache.reset_cache()  # Checked afresh (it may have been checked while off).
+
+
+def recorded(function, results: list):
+    """``function``, appending what each call returns to ``results``."""
+
+    def call(*args):
+        results.append(function(*args))
+        return results[-1]
+
+    return call
 
 
 @pytest.mark.slow
-def test_two_v5e_slices_report_the_compiled_programs_own_memory():
+def test_two_v5e_slices_report_the_compiled_programs_own_memory(compile_report, monkeypatch):
+    jobs, compiles = [], []  # The job the command built and the program it compiled.
+    monkeypatch.setattr(aot, "build_compile_job", recorded(aot.build_compile_job, jobs))
+    monkeypatch.setattr(
+        tpu_topology,
+        "compile_with_hbm_report",
+        recorded(tpu_topology.compile_with_hbm_report, compiles),
+    )
     report = compile_report(*TWO_V5E_SLICES)
     assert "for 2 x v5e-4 (8 TPU v5e chips), mesh {'replica': 2, 'data': 4, 'mdl': 1}" in report
-    # The same program compiled here, read with XLA's own memory_analysis.
-    experiment_cls = with_overrides(
-        LmSyntheticTiny, {"ICI_MESH_SHAPE": (1, 4, 1), "DCN_MESH_SHAPE": (2, 1, 1)}
-    )
-    experiment = experiment_cls()
-    target = parse("v5e-4", num_slices=2)
-    job = aot.build_compile_job(experiment, experiment.task(), experiment.datasets(), target)
+    [job], [(compiled, assigned)] = jobs, compiles
     assert {d.slice_index for d in job.mesh.devices[0].flat} == {0}  # replica 0 = slice 0
     assert {d.slice_index for d in job.mesh.devices[1].flat} == {1}
-    with job.scope():
-        run = train_setup.init_or_restore(job, train_setup.StateSource.ABSTRACT)
-        compiled, assigned = compile_with_hbm_report(train_setup.lower_train_step(job, run))
+    # The program the report is of, read with XLA's own memory_analysis.
     memory = compiled.memory_analysis()
     # The compiler's buffer assignment holds at least the arguments (the donated state and
     # the batch), and the report shows it.
@@ -108,7 +128,7 @@ def test_two_v5e_slices_report_the_compiled_programs_own_memory():
 
 
 @pytest.mark.slow
-def test_a_model_too_big_for_the_chips_does_not_fit_by_a_figure():
+def test_a_model_too_big_for_the_chips_does_not_fit_by_a_figure(compile_report):
     huge_vocabulary = ["--set=VOCAB_SIZE=16777216", "--set=MODEL_DIMS=1024"]  # 17B parameters.
     report = compile_report(*TWO_V5E_SLICES, *huge_vocabulary)
     assert "the TPU compiler refused the program" in report
@@ -156,7 +176,7 @@ def test_what_the_compiler_refuses_of_pax_needs_no_more_here(name):
 
 
 @pytest.mark.slow
-def test_target_compiles_for_the_experiments_tpu_target():
+def test_target_compiles_for_the_experiments_tpu_target(compile_report):
     report = compile_report(
         "--mode=compile",
         "--compile_topology=target",

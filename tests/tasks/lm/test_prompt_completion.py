@@ -186,9 +186,15 @@ def test_knobs_are_checked(knobs, message):
 
 @pytest.mark.slow
 def test_training_lowers_the_completions_loss(tmp_path):
-    """8 steps on one device, from scratch."""
-    exp = experiment(TEXT_DATA_PATH=write(tmp_path), ICI_MESH_SHAPE=(1, 1, 1), **SMALL)
-    job = build_job(exp, exp.task(), exp.datasets(), tmp_path / "job", jax.devices()[:1])
+    """8 steps on one device, from scratch. The job is the fine-tuning test's (model, batch
+    and schedule): a test run compiles their step and init once (JAX's persistent cache)."""
+    job = _one_device_job(
+        LmPromptCompletionTiny,
+        tmp_path / "job",
+        TEXT_DATA_PATH=write(tmp_path),
+        NUM_TRAIN_STEPS=8,
+        SUMMARY_INTERVAL_STEPS=1,
+    )
     losses = [s["loss"] for _, s in train_loop.run(job, peak_tflops=1.0).history]
     assert len(losses) == 8 and losses[-1] < losses[0]
 
@@ -204,13 +210,16 @@ def test_fine_tuning_an_lm_text_tiny_checkpoint_on_prompt_completion_pairs(tmp_p
     text = tmp_path / "words.txt"
     text.write_text("".join(" ".join(words[i : i + 8]) + "\n" for i in range(0, len(words), 8)))
     source = tmp_path / "source"
+    # LmPromptCompletionTiny's schedule (its 20 steps are the warmup either way): the same
+    # train step as the fine-tuning's, compiled once.
+    schedule = dict(LR_COS_DECAY_END=LmPromptCompletionTiny.LR_COS_DECAY_END)
     train_loop.run(
-        _one_device_job(LmTextTiny, source, TEXT_DATA_PATH=str(text), NUM_TRAIN_STEPS=20)
+        _one_device_job(
+            LmTextTiny, source, TEXT_DATA_PATH=str(text), NUM_TRAIN_STEPS=20, **schedule
+        ),
+        peak_tflops=1.0,
     )
 
-    pairs = dict(TEXT_DATA_PATH=train_path, TEXT_EVAL_DATA_PATH=eval_path)
-    before = decode_run.run(_one_device_job(LmPromptCompletionTiny, tmp_path / "before", **pairs),
-                            checkpoint=str(source))  # fmt: skip
     tuned = _one_device_job(
         LmPromptCompletionTiny,
         tmp_path / "tuned",
@@ -218,9 +227,11 @@ def test_fine_tuning_an_lm_text_tiny_checkpoint_on_prompt_completion_pairs(tmp_p
         NUM_TRAIN_STEPS=150,
         EVAL_INTERVAL_STEPS=150,
         SUMMARY_INTERVAL_STEPS=1,
-        **pairs,
+        TEXT_DATA_PATH=train_path,
+        TEXT_EVAL_DATA_PATH=eval_path,
     )
-    after = train_loop.run(tuned, evaluate=True)
+    before = decode_run.run(tuned, checkpoint=str(source))  # Its decoder inputs, untrained.
+    after = train_loop.run(tuned, evaluate=True, peak_tflops=1.0)
     (first_step, first), *_ = after.history
     matched = [r.decode["prompts"]["exact_match"] for r in (before, after)]
     assert first_step == 1 and after.eval["validation"]["loss"] < first["loss"] / 4

@@ -69,7 +69,8 @@ def _train(experiment, job_dir: pathlib.Path):
     job_config.write_config(job_dir, experiment, experiment.task(), experiment.datasets())
     devices = jax.devices()[: int(np.prod(experiment.ICI_MESH_SHAPE))]
     return train_loop.run(
-        build_job(experiment, experiment.task(), experiment.datasets(), job_dir, devices)
+        build_job(experiment, experiment.task(), experiment.datasets(), job_dir, devices),
+        peak_tflops=1.0,  # No MFU calibration.
     )
 
 

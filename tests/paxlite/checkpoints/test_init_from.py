@@ -109,6 +109,12 @@ def source_job(tmp_path_factory):
     return job_dir
 
 
+@pytest.fixture(scope="module")
+def saved(source_job) -> dict:
+    """The source job's parameters as its checkpoint holds them (read once; tests only read)."""
+    return _saved(source_job)
+
+
 def _saved(job_dir: pathlib.Path) -> dict:
     source = checkpoint_sources.open_source(job_dir)
     flat = {k: jax.ShapeDtypeStruct(v.shape, v.dtype) for k, v in source.variables().items()}
@@ -124,6 +130,12 @@ def _saved(job_dir: pathlib.Path) -> dict:
         f"params/{k}": np.asarray(v)
         for k, v in traverse_util.flatten_dict(read["params"], sep="/").items()
     }
+
+
+@pytest.fixture(scope="module")
+def source_resumed(source_job) -> train_setup.RunState:
+    """The starting state of the source job resuming itself (its step-3 checkpoint)."""
+    return _start(_tiny(), source_job)
 
 
 def _start(experiment_cls, job_dir) -> train_setup.RunState:
@@ -176,11 +188,11 @@ class _Renamed(_tiny()):
 
 
 @pytest.mark.slow
-def test_rules_rename_and_skip_exactly_what_they_say(source_job, tmp_path, capsys):
-    saved = _saved(source_job)
+def test_rules_rename_and_skip_exactly_what_they_say(
+    source_job, saved, source_resumed, tmp_path, capsys
+):
     got = _start(with_overrides(_Renamed, {"SOURCE": str(source_job)}), tmp_path / "run")
     fresh = _start(_tiny(), tmp_path / "fresh")
-    source = _start(_tiny(), source_job)  # The source job resuming itself.
     params, fresh_params = _flat(got.state), _flat(fresh.state)
     layer0, layer1 = "params/lm/transformer/x_layers_0/", "params/lm/transformer/x_layers_1/"
     checked = 0
@@ -197,7 +209,8 @@ def test_rules_rename_and_skip_exactly_what_they_say(source_job, tmp_path, capsy
     out = capsys.readouterr().out
     assert "Freshly initialised (no rule loads them): params/lm/softmax/" in out
     # partial_load_opt_states: each loaded variable's slots came with it (renamed too).
-    slots, fresh_slots, source_slots = _slots(got.state), _slots(fresh.state), _slots(source.state)
+    slots, fresh_slots = _slots(got.state), _slots(fresh.state)
+    source_slots = _slots(source_resumed.state)  # The source job resuming itself.
     moved = 0
     for path, value in slots.items():
         if "/lm/softmax/" in path or not path.count("/lm/"):
@@ -210,7 +223,9 @@ def test_rules_rename_and_skip_exactly_what_they_say(source_job, tmp_path, capsy
 
 
 @pytest.mark.slow
-def test_optimizer_state_and_step_load_whole_from_a_paxlite_job(source_job, tmp_path):
+def test_optimizer_state_and_step_load_whole_from_a_paxlite_job(
+    source_job, source_resumed, tmp_path
+):
     class Whole(_tiny(INIT_FROM=None)):
         def task(self):
             task = super().task()
@@ -219,11 +234,10 @@ def test_optimizer_state_and_step_load_whole_from_a_paxlite_job(source_job, tmp_
             return task
 
     got = _start(Whole, tmp_path / "run")
-    own = _start(_tiny(), source_job)
-    assert int(got.state.step) == int(own.state.step) == 3
+    assert int(got.state.step) == int(source_resumed.state.step) == 3
     for a, b in zip(
         jax.tree_util.tree_leaves(got.state.opt_state),
-        jax.tree_util.tree_leaves(own.state.opt_state),
+        jax.tree_util.tree_leaves(source_resumed.state.opt_state),
         strict=True,
     ):
         np.testing.assert_array_equal(np.asarray(a), np.asarray(b))
@@ -266,7 +280,9 @@ def test_a_rule_matching_nothing_and_a_missing_name_are_listed(source_job):
 
 
 @pytest.mark.slow
-def test_once_a_job_has_its_own_checkpoint_init_from_is_not_read(source_job, tmp_path, capsys):
+def test_once_a_job_has_its_own_checkpoint_init_from_is_not_read(
+    source_job, saved, tmp_path, capsys
+):
     job = tmp_path / "job"
     shutil.copytree(source_job / "checkpoints", job / "checkpoints")  # As if it had saved.
     elsewhere = _PAX / "TinyLmCloudSpmd" / "checkpoints" / "checkpoint_00000003"  # Not this model.
@@ -275,7 +291,7 @@ def test_once_a_job_has_its_own_checkpoint_init_from_is_not_read(source_job, tmp
     assert int(got.state.step) == 3 and "Restored checkpoint at step 3" in out
     assert out.count(f"Not reading {elsewhere}") == 1 and "Initialised" not in out
     for name, value in _flat(got.state).items():
-        np.testing.assert_array_equal(value, _saved(source_job)[name])
+        np.testing.assert_array_equal(value, saved[name])
 
 
 def test_a_bfloat16_checkpoint_is_cast_to_the_runs_float32(tmp_path):

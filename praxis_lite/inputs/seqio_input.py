@@ -518,10 +518,10 @@ class SeqIOInput(BaseInput):
         keys = [k for k in ("inputs", "targets") if k in self.task_feature_lengths]
         return [features[k].vocabulary for k in keys if k in features]
 
-    def _examples(
+    def _task_examples(
         self, shard_index: int, num_epochs: int | None, shuffle: bool | None = None
     ) -> tf.data.Dataset:
-        """The converted (unbatched) examples of one host's shard (``shuffle``: ``shuffles``)."""
+        """The task's (or mixture's) own examples of one host's shard, before conversion."""
         kwargs: dict[str, Any] = dict(
             sequence_length=self.task_feature_lengths,
             split=self.split_name,
@@ -536,7 +536,13 @@ class SeqIOInput(BaseInput):
         )
         if self.shuffle_buffer_size is not None and self.shuffles:
             kwargs["shuffle_buffer_size"] = self.shuffle_buffer_size
-        ds = self._provider.get_dataset(**kwargs)
+        return self._provider.get_dataset(**kwargs)
+
+    def _examples(
+        self, shard_index: int, num_epochs: int | None, shuffle: bool | None = None
+    ) -> tf.data.Dataset:
+        """The converted (unbatched) examples of one host's shard (``shuffle``: ``shuffles``)."""
+        ds = self._task_examples(shard_index, num_epochs, shuffle)
         if self.encoder_decoder:
             return seqio_seq2seq.examples(
                 ds,
@@ -647,10 +653,18 @@ class SeqIOInput(BaseInput):
 
         A repeating pipeline whose every example is filtered out never returns (it
         reads its files again and again), so this reads up to the first example of
-        one unshuffled epoch before the input is used.
+        one unshuffled epoch before the input is used. Training conversions keep every
+        example, so their check reads the task's examples unconverted (a pipeline about
+        a quarter as costly to build); decoding conversions drop some, so theirs is read.
         """
+        host = self.infeed_host_index
+        epoch = (
+            self._task_examples(host, 1, False)
+            if self.decode_form is None
+            else self._examples(host, 1, False)
+        )
         try:
-            found = any(True for _ in self._examples(self.infeed_host_index, 1, False).take(1))
+            found = any(True for _ in epoch.take(1))
         except tf.errors.OpError as e:
             error = self._read_error(e)
         else:

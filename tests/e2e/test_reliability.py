@@ -112,6 +112,7 @@ def test_a_skipped_nonfinite_step_leaves_params_and_optimizer_state_bit_equal():
             np.testing.assert_array_equal(x.view(np.uint8), y.view(np.uint8), err_msg=name)
 
 
+@pytest.mark.optimized  # 600 steps in 3 runs: optimized steps cost less.
 @pytest.mark.slow
 def test_sigterm_saves_and_the_same_command_resumes_exactly(tmp_path):
     straight, preempted = tmp_path / "straight", tmp_path / "preempted"

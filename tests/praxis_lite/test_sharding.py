@@ -60,6 +60,7 @@ def _init_fn(key):
     return instantiate(_lm_config()).init(key, ids, labels=ids)
 
 
+@pytest.mark.optimized  # Two programs' numbers equal to 1e-6: as compiled for users.
 @pytest.mark.slow
 def test_transformer_lm_initializes_sharded_as_golden():
     assert jax.device_count() == 8

@@ -154,6 +154,7 @@ def test_pipelined_equals_plain_stack_outputs_and_gradients(stages, repeat, rema
         np.testing.assert_allclose(a, b, rtol=1e-4, atol=1e-5 * scale)
 
 
+@pytest.mark.optimized  # Asserts two programs' bits equal: as compiled for users.
 @pytest.mark.slow
 def test_initial_weights_are_the_plain_stacks():
     """Circular: [R, L / R, ...] holds the plain stack's layers in order (GPipe: [L, ...], as

@@ -199,6 +199,7 @@ def test_training_lowers_the_completions_loss(tmp_path):
     assert len(losses) == 8 and losses[-1] < losses[0]
 
 
+@pytest.mark.optimized  # Many steps: optimized steps cost less.
 @pytest.mark.slow
 def test_fine_tuning_an_lm_text_tiny_checkpoint_on_prompt_completion_pairs(tmp_path):
     """LmTextTiny trained briefly on the example words, then LmPromptCompletionTiny fine-tuned

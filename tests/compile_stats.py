@@ -3,7 +3,8 @@
     PAXLITE_TEST_COMPILE_STATS=/some/dir python -m pytest -q -n 2 tests
 
 Each pytest process (the workers, not the main.py runs they start) writes
-``compile-<pid>.json`` there at exit: how many XLA compiles it asked for, how many the
+``compile-<pid>.json`` there when its session ends (pytest-xdist's workers leave without
+running ``atexit``): how many XLA compiles it asked for, how many the
 persistent cache answered, and the seconds spent in XLA's backend compiles. The distinct
 programs of the whole run, subprocesses included, are the entries of
 ``JAX_COMPILATION_CACHE_DIR`` (set it to keep them: the run removes the cache it makes).
@@ -11,10 +12,10 @@ programs of the whole run, subprocesses included, are the entries of
 
 from __future__ import annotations
 
-import atexit
 import json
 import os
 import pathlib
+from collections.abc import Callable
 
 #: The jax.monitoring events counted, by the name written.
 _EVENTS = {
@@ -25,8 +26,8 @@ _EVENTS = {
 _BACKEND_COMPILE = "/jax/core/compile/backend_compile_duration"
 
 
-def record_into(directory: str) -> None:
-    """Counts this process's compiles and writes them into ``directory`` at exit."""
+def record_into(directory: str) -> Callable[[], None]:
+    """Counts this process's compiles from now on; returns what writes them into ``directory``."""
     import jax.monitoring
 
     counts = dict.fromkeys([*_EVENTS, "backend_compiles"], 0)
@@ -50,4 +51,4 @@ def record_into(directory: str) -> None:
         path.parent.mkdir(parents=True, exist_ok=True)
         path.write_text(json.dumps(counts | seconds) + "\n")
 
-    atexit.register(write)
+    return write

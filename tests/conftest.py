@@ -32,8 +32,8 @@ os.environ.setdefault("JAX_PERSISTENT_CACHE_MIN_ENTRY_SIZE_BYTES", "-1")
 # XLA's backend (LLVM) optimizations off, in the test processes and the runs they start: the
 # same HLO programs (XLA's own passes, fusion and SPMD partitioning all run), whose machine
 # code compiles in about two thirds of the time (with a cheaper SeqIO emptiness check, the
-# suite went from 1996 to 1589 CPU-seconds). Tests
-# marked ``optimized`` compile as users' runs do (see ``_compiled_as_users_compile``).
+# suite went from 1996 to 1589 CPU-seconds). Tests marked ``optimized`` compile as users'
+# runs do (see ``_compiled_as_users_compile``).
 os.environ.setdefault("JAX_DISABLE_MOST_OPTIMIZATIONS", "1")
 if os.environ.get("PAXLITE_TEST_COMPILE_STATS"):  # Opt-in: tests/compile_stats.py.
     from tests.compile_stats import record_into

@@ -1,5 +1,7 @@
 """StackedTransformerRepeated (scanned) equals StackedTransformer (loop) with the same weights."""
 
+import functools
+
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
@@ -35,6 +37,36 @@ def _stacked_to_loop_params(repeated_params):
     }
 
 
+def _inputs():
+    x = jax.random.normal(jax.random.key(1), (2, 5, 8))
+    paddings = jnp.zeros((2, 5)).at[1, 3:].set(1.0)
+    return x, paddings
+
+
+def _loss_and_grad(module, x, paddings):
+    def loss(p):
+        y = module.apply({"params": p}, x, paddings=paddings)
+        return jnp.sum(jnp.sin(y)), y
+
+    # Jitted: one compile beats op-by-op dispatch of the gradient.
+    return ref.fast_jit(jax.value_and_grad(loss, has_aux=True))
+
+
+@functools.cache
+def _loop_reference():
+    """Shared by every policy (none changes the weights): the repeated stack's initial
+    weights, and the loop's loss, output and gradients with the same weights."""
+    x, paddings = _inputs()
+    repeated = instantiate(_stack_config(StackedTransformerRepeated))
+    r_params = nn.unbox(ref.fast_jit(repeated.init)(jax.random.key(0), x)["params"])
+    loop = instantiate(_stack_config(StackedTransformer))
+    l_params = _stacked_to_loop_params(r_params)
+    l_structure = jax.tree_util.tree_structure(
+        nn.unbox(jax.eval_shape(loop.init, jax.random.key(0), x)["params"])
+    )
+    return r_params, l_params, l_structure, _loss_and_grad(loop, x, paddings)(l_params)
+
+
 @pytest.mark.slow
 @pytest.mark.parametrize(
     "remat",
@@ -56,27 +88,17 @@ def test_repeated_equals_loop_outputs_and_gradients(remat, offload=False):
     repeated = instantiate(
         _stack_config(StackedTransformerRepeated, checkpoint_policy=remat, offload_to_host=offload)
     )
-    loop = instantiate(_stack_config(StackedTransformer))
-    x = jax.random.normal(jax.random.key(1), (2, 5, 8))
-    paddings = jnp.zeros((2, 5)).at[1, 3:].set(1.0)
-    variables = ref.fast_jit(repeated.init)(jax.random.key(0), x)
-    boxed = variables["params"]["repeat"]["block"]["self_attention"]["w_q"]
+    x, paddings = _inputs()
+    r_params, l_params, l_structure, ((l_loss, l_out), l_grad) = _loop_reference()
+    abstract = jax.eval_shape(repeated.init, jax.random.key(0), x)["params"]
+    boxed = abstract["repeat"]["block"]["self_attention"]["w_q"]
     assert boxed.names == ("layers", "embed", "heads", "head_dim")
-    r_params = nn.unbox(variables["params"])
-    l_params = _stacked_to_loop_params(r_params)
-    assert jax.tree_util.tree_structure(l_params) == jax.tree_util.tree_structure(
-        nn.unbox(jax.eval_shape(loop.init, jax.random.key(0), x)["params"])
+    assert jax.tree_util.tree_structure(nn.unbox(abstract)) == jax.tree_util.tree_structure(
+        r_params
     )
+    assert jax.tree_util.tree_structure(l_params) == l_structure
 
-    def loss(module, p):
-        y = module.apply({"params": p}, x, paddings=paddings)
-        return jnp.sum(jnp.sin(y)), y
-
-    def loss_and_grad(module):  # Jitted: one compile beats op-by-op dispatch of the gradient.
-        return ref.fast_jit(jax.value_and_grad(lambda p: loss(module, p), has_aux=True))
-
-    (r_loss, r_out), r_grad = loss_and_grad(repeated)(r_params)
-    (l_loss, l_out), l_grad = loss_and_grad(loop)(l_params)
+    (r_loss, r_out), r_grad = _loss_and_grad(repeated, x, paddings)(r_params)
     np.testing.assert_allclose(r_out, l_out, rtol=1e-5, atol=1e-5)
     np.testing.assert_allclose(r_loss, l_loss, rtol=1e-5)
     for a, b in zip(

@@ -151,4 +151,8 @@ def init_with_shardings(init_fn: Callable[..., Any], shardings: Any, *args: Any)
     ``shardings`` (unboxed NamedShardings, e.g. from :func:`logical_shardings`)
     mirror the tree ``init_fn`` returns; nothing is materialized on one device first.
     """
-    return jax.jit(lambda *a: nn.unbox(init_fn(*a)), out_shardings=shardings)(*args)
+
+    def initialised(*init_args: Any) -> Any:  # JAX's compile log names it.
+        return nn.unbox(init_fn(*init_args))
+
+    return jax.jit(initialised, out_shardings=shardings)(*args)

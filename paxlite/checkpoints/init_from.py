@@ -18,7 +18,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import re
-from collections.abc import Iterator, Mapping
+from collections.abc import Callable, Iterator, Mapping
 from typing import Any
 
 import jax
@@ -107,13 +107,40 @@ def initialise(
       InitFromError: the rules do not fit (nothing has been read then).
       checkpoint_sources.CheckpointSourceError: a path holds no readable checkpoint.
     """
-    abstract = abstract_of(state)
+
+    return initialise_around(
+        lambda loaded: overlaid(state, loaded), abstract_of(state), rules, layouts, observer
+    )
+
+
+def overlaid(state: TrainState, loaded: Mapping[str, Any]) -> TrainState:
+    """``state`` with the ``loaded`` parameters (``{paxlite path: array}``) in place of its own."""
+    params = {**traverse_util.flatten_dict(state.params, sep="/"), **loaded}
+    return state.replace(params=traverse_util.unflatten_dict(params, sep="/"))
+
+
+def initialise_around(
+    fresh_state: Callable[[dict[str, Any]], TrainState],
+    abstract: TrainState,
+    rules: Mapping[str, CheckpointLoadingRules],
+    layouts: Mapping[str, tuple[int, int]],
+    observer: checkpoint_sources.ReadObserver | None = None,
+) -> TrainState:
+    """:func:`initialise` for a state not made yet: ``fresh_state(loaded)`` makes it
+    around what the rules load (``{paxlite path: array}``, on the run's shardings), so a
+    run whose rules load every parameter draws none from its seed.
+
+    ``abstract``: the state's ShapeDtypeStructs, with shardings.
+
+    Raises:
+      InitFromError: the rules do not fit (nothing has been read then).
+      checkpoint_sources.CheckpointSourceError: a path holds no readable checkpoint.
+    """
     run_params = traverse_util.flatten_dict(abstract.params, sep="/")
     with opened(rules, layouts, observer) as entries:
-        loaded = read_params(entries, run_params)
-        params = {**traverse_util.flatten_dict(state.params, sep="/"), **loaded}
+        state = fresh_state(read_params(entries, run_params))
         fields = _train_state_fields(entries, state, abstract)
-        state = state.replace(params=traverse_util.unflatten_dict(params, sep="/"), **fields)
+        state = state.replace(**fields)
         _report(entries, run_params, int(state.step))
     return state
 

@@ -39,11 +39,25 @@ def make_init_fn(task: SingleTask) -> Callable[[jax.Array, NestedMap], TrainStat
     Raises:
       trainable.FreezeError: the learner's inclusion/exclusion regexes do not fit.
     """
-    tx = task.learner.optimizer.make()
+    state_around = make_state_fn(task)
 
     def init(key: jax.Array, sample_batch: NestedMap) -> TrainState:
         variables = task.model.init({"params": key, "dropout": key}, sample_batch)
-        params = variables["params"]
+        return state_around(variables["params"])
+
+    return init
+
+
+def make_state_fn(task: SingleTask) -> Callable[[Any], TrainState]:
+    """``state(params) -> TrainState`` of step 0 around ``params`` (boxed or not): the
+    optimizer's fresh state for the trained parameters, no non-finite steps.
+
+    Raises:
+      trainable.FreezeError: the learner's inclusion/exclusion regexes do not fit.
+    """
+    tx = task.learner.optimizer.make()
+
+    def state(params: Any) -> TrainState:
         trained, _ = trainable.split(params, trainable.trainable_keys(params, task.learner))
         return TrainState(
             step=jnp.zeros((), jnp.int32),
@@ -53,7 +67,7 @@ def make_init_fn(task: SingleTask) -> Callable[[jax.Array, NestedMap], TrainStat
             first_nonfinite_step=jnp.full((), -1, jnp.int32),
         )
 
-    return init
+    return state
 
 
 def make_train_step(

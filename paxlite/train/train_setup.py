@@ -13,6 +13,7 @@ import time
 from collections.abc import Iterator
 from typing import Any
 
+import flax.linen as nn
 import jax
 import numpy as np
 from flax import traverse_util
@@ -131,7 +132,7 @@ def init_or_restore(
         return _resumed(
             job, checkpointer, latest, (abstract, shardings), rules, (init_key, key, sample)
         )
-    state = _starting_state(job, shardings, init_key, sample, rules)
+    state = _starting_state(job, (abstract, shardings), init_key, sample, rules)
     if source is StateSource.LATEST_OR_FRESH and trainable.freezes(state.params, job.task.learner):
         if jax.process_index() == 0:  # Where its frozen parameters come from, for good.
             job_record.write_frozen_start(job.job_log_dir, job.task.learner, rules)
@@ -139,14 +140,55 @@ def init_or_restore(
 
 
 def _starting_state(
-    job: Job, shardings: Any, init_key: Any, sample: NestedMap, rules: dict[str, Any]
+    job: Job,
+    abstract_and_shardings: tuple[Any, Any],
+    init_key: Any,
+    sample: NestedMap,
+    rules: dict[str, Any],
 ) -> Any:
-    """The state of step 0: initialised from the seed, then what the loading rules load."""
+    """The state of step 0: what the loading rules load, the rest initialised from the
+    seed. When the rules load every parameter, nothing is drawn from the seed: a
+    fine-tune neither computes a random model nor holds it beside the loaded one."""
+    abstract, shardings = abstract_and_shardings
     init_fn = pure_steps.make_init_fn(job.task)
-    state = init_with_shardings(init_fn, shardings, init_key, sample)
-    if rules:
-        state = init_from.initialise(state, rules, _layouts(job, rules))
-    return state
+    if not rules:
+        return init_with_shardings(init_fn, shardings, init_key, sample)
+
+    def fresh_state(loaded: dict[str, Any]) -> Any:
+        if loaded.keys() == run_params.keys():  # The loaded arrays become the state's.
+            boxes = jax.eval_shape(init_fn, init_key, sample).params  # Traced, not run.
+            params = traverse_util.unflatten_dict(loaded, sep="/")
+            return _state_around(job, boxes, shardings, params)
+        fresh = init_with_shardings(init_fn, shardings, init_key, sample)
+        return init_from.overlaid(fresh, loaded)
+
+    run_params = traverse_util.flatten_dict(abstract.params, sep="/")
+    return init_from.initialise_around(fresh_state, abstract, rules, _layouts(job, rules))
+
+
+def _state_around(job: Job, boxes: Any, shardings: Any, params: Any) -> Any:
+    """The state of step 0 around ``params`` (donated: they become the state's), on
+    ``shardings``.
+
+    ``boxes``: the parameters' logical boxes (abstract), whose names the optimizer's init
+    reads (they decide, e.g., which dims of a moment Adafactor factors).
+    """
+    state_of = pure_steps.make_state_fn(job.task)
+
+    def around(values: Any) -> Any:
+        boxed = jax.tree_util.tree_map(
+            lambda box, value: box.replace_boxed(value) if _is_box(box) else value,
+            boxes,
+            values,
+            is_leaf=_is_box,
+        )
+        return nn.unbox(state_of(boxed))
+
+    return jax.jit(around, out_shardings=shardings, donate_argnums=0)(params)
+
+
+def _is_box(leaf: Any) -> bool:
+    return isinstance(leaf, nn.meta.AxisMetadata)
 
 
 def _resumed(
@@ -171,7 +213,9 @@ def _resumed(
     )
     if trainable.freezes(abstract.params, learner):
         summaries.log("Frozen parameters (not in checkpoints) re-read as the run started them:")
-        start = _starting_state(job, shardings, init_key, sample, _frozen_rules(job, rules))
+        start = _starting_state(
+            job, (abstract, shardings), init_key, sample, _frozen_rules(job, rules)
+        )
         _, frozen = trainable.split(start.params, trainable.trainable_keys(start.params, learner))
         state = state.replace(params=trainable.merge(state.params, frozen))
     elif rules:
@@ -220,7 +264,7 @@ def restore_params(
     with init_from.opened(rules, _layouts(job, rules)) as entries:
         params = init_from.read_params(entries, run_params)
         if frozen:  # Not in the run's checkpoints: as the run started them.
-            params.update(_frozen_params(job, shardings, sample, path))
+            params.update(_frozen_params(job, (abstract, shardings), sample, path))
         missing = init_from.fresh_params(entries, run_params)
         missing = [name for name in missing if name[len("params/") :] not in params]
         source = entries[0].source
@@ -253,13 +297,15 @@ def _frozen_rules(job: Job, rules: dict[str, Any], checkpoint: str | None = None
     return start.rules
 
 
-def _frozen_params(job: Job, shardings: Any, sample: NestedMap, checkpoint: str) -> dict[str, Any]:
+def _frozen_params(
+    job: Job, abstract_and_shardings: tuple[Any, Any], sample: NestedMap, checkpoint: str
+) -> dict[str, Any]:
     """The frozen parameters as the job that wrote ``checkpoint`` started them (``{path:
     array}``): checkpoints do not hold them."""
     summaries.log("Frozen parameters (not in checkpoints) read as the run started them:")
     init_key, _ = jax.random.split(jax.random.key(job.experiment.SEED))
     rules = _frozen_rules(job, init_from.rules_of(job.task, _init_from(job)), checkpoint)
-    params = _starting_state(job, shardings, init_key, sample, rules).params
+    params = _starting_state(job, abstract_and_shardings, init_key, sample, rules).params
     _, frozen = trainable.split(params, trainable.trainable_keys(params, job.task.learner))
     return traverse_util.flatten_dict(frozen, sep="/")
 

@@ -110,7 +110,7 @@ def test_a_local_checkpoint_directory_replaced_by_a_file_stops_the_run(tmp_path)
     command = text_run(
         tmp_path,
         job,
-        "--set=NUM_TRAIN_STEPS=100",
+        "--set=NUM_TRAIN_STEPS=50",
         "--set=SUMMARY_INTERVAL_STEPS=10",
         "--set=CHECKPOINT_EVERY_N_STEPS=10",
     )
@@ -120,8 +120,9 @@ def test_a_local_checkpoint_directory_replaced_by_a_file_stops_the_run(tmp_path)
         checkpoint_dir.rename(aside)
         checkpoint_dir.write_text("not a directory")
 
-    # By this line the save at step 20 has waited for step 10 to be complete.
-    failed = run_and_act_at(*command, at=" 30/100", act=replace_checkpoint_dir, exp=TEXT)
+    # By this line the save at step 20 has waited for step 10 to be complete; the saves at
+    # steps 40 and 50 come after it.
+    failed = run_and_act_at(*command, at=" 30/50", act=replace_checkpoint_dir, exp=TEXT)
     assert failed.returncode == STORAGE_EXIT_CODE, failed.stderr[-3000:]
     line = the_error(failed)
     assert f"could not be written to {checkpoint_dir}: " in line
@@ -134,7 +135,7 @@ def test_a_local_checkpoint_directory_replaced_by_a_file_stops_the_run(tmp_path)
     again = run_main(*command, exp=TEXT)
     assert_ended_cleanly(again)
     assert f"Restored checkpoint at step {newest} from {checkpoint_dir}" in again.stdout
-    assert "step     100/100" in again.stdout
+    assert "step      50/50" in again.stdout
 
 
 @pytest.mark.slow
@@ -167,12 +168,12 @@ def test_summaries_profiles_and_decoder_outputs_that_cannot_be_written_leave_the
     proc = run_main(
         f"--job_log_dir={job}",
         "--mode=train_and_eval",
-        "--set=NUM_TRAIN_STEPS=20",
+        "--set=NUM_TRAIN_STEPS=10",
         "--set=SUMMARY_INTERVAL_STEPS=10",
-        "--set=CHECKPOINT_EVERY_N_STEPS=20",
+        "--set=CHECKPOINT_EVERY_N_STEPS=10",
         "--set=EVAL_INTERVAL_STEPS=0",
         "--set=PROFILER_CAPTURE_STEP=1",
-        "--fdl_set=task.decode_interval_steps=20",
+        "--fdl_set=task.decode_interval_steps=10",
         "--peak_tflops=1",
         cwd=tmp_path,
     )
@@ -182,14 +183,14 @@ def test_summaries_profiles_and_decoder_outputs_that_cannot_be_written_leave_the
     for kind, where in [
         ("summaries", "summaries/train/events.out.tfevents"),
         ("profile", "summaries/train/plugins/profile"),
-        ("decoder outputs", "decoder_out/progressions_step20.jsonl"),
+        ("decoder outputs", "decoder_out/progressions_step10.jsonl"),
     ]:
         said = [w for w in warnings if w.startswith(f"paxlite: warning: cannot write {kind} to")]
         assert len(said) == 1 and f"{job}/{where}" in said[0], warnings
     last = proc.stderr.strip().splitlines()[-1]
     assert last.startswith("paxlite: warning: not written (storage errors above): summaries: ")
     assert "; profile: " in last and "; decoder outputs: " in last
-    assert (epath.Path(job) / "checkpoints" / "20" / "commit_success.txt").exists()
+    assert (epath.Path(job) / "checkpoints" / "10" / "commit_success.txt").exists()
 
 
 @pytest.mark.slow

@@ -89,7 +89,7 @@ def _fixture_loss(name: str) -> float:
 def test_fine_tuning_from_a_pax_checkpoint_starts_at_praxiss_loss(name, tmp_path):
     step_dir = _PAX / name / "checkpoints" / "checkpoint_00000003"
     experiment = _pax_experiment(name, INIT_FROM=str(step_dir), NUM_TRAIN_STEPS=2)
-    result = train_loop.run(_job(experiment, tmp_path / "job"))
+    result = train_loop.run(_job(experiment, tmp_path / "job"), peak_tflops=1.0)  # (No MFU.)
     losses = [scalars["loss"] for _, scalars in result.history]
     assert len(losses) == 2 and np.isfinite(losses).all()  # (the LR warms up from 0)
     np.testing.assert_allclose(losses[0], _fixture_loss(name), rtol=1e-5)
@@ -105,7 +105,7 @@ def source_job(tmp_path_factory):
     """A paxlite job of 2 unscanned layers trained 3 steps (parameters and Adam state)."""
     job_dir = tmp_path_factory.mktemp("source")
     exp = _tiny(NUM_TRAIN_STEPS=3, CHECKPOINT_EVERY_N_STEPS=3, EVAL_INTERVAL_STEPS=0)()
-    train_loop.run(_job(exp, job_dir))
+    train_loop.run(_job(exp, job_dir), peak_tflops=1.0)  # (No MFU calibration.)
     return job_dir
 
 
@@ -255,6 +255,7 @@ def test_rules_that_do_not_fit_are_one_error_listing_each_and_nothing_is_written
         "--set=ICI_MESH_SHAPE=1,8,1",
         "--set=USE_REPEATED_LAYER=False",
         "--set=NUM_TRAIN_STEPS=2",
+        "--peak_tflops=1",  # (No MFU calibration before the rules are read.)
     )
     assert code == 2, stderr[-2000:]
     first, *listed = stderr.splitlines()

@@ -25,7 +25,7 @@ from praxis_lite.inputs.seqio_input import SeqIOInput
 from tasks.lm.text import LmTextTiny, TextFormat
 from tests.e2e.test_multiprocess import _free_port
 from tests.gcs import BUCKET
-from tests.paxlite.test_main import REPO, assert_ended_cleanly, restore_params, run_main
+from tests.paxlite.test_main import REPO, assert_ended_cleanly, main_in_process, restore_params
 from tests.praxis_lite.inputs.test_seqio_input import assert_batches_equal
 from tests.tasks.lm.test_text import FAST, write
 
@@ -86,8 +86,6 @@ def expected(task) -> list:
 @pytest.mark.slow
 def test_a_saved_position_resumes_exactly_without_re_reading_the_stream(task, tmp_path):
     kwargs = dict(num_infeed_hosts=2, infeed_host_index=1)
-    expected = [b for inp in [make(task, **kwargs)] for b in (inp.get_next() for _ in range(123))]
-
     run = make(task, **kwargs)
     before = READS["documents"]
     for _ in range(120):
@@ -95,13 +93,14 @@ def test_a_saved_position_resumes_exactly_without_re_reading_the_stream(task, tm
     read_to_get_there = READS["documents"] - before
     assert run.save_position(str(tmp_path))
     state = json.loads(json.dumps(run.get_state()))
+    expected = [run.get_next() for _ in range(3)]  # The uninterrupted run's next batches.
 
     resumed = make(task, **kwargs)
     before = READS["documents"]
     resumed.restore_position(str(tmp_path), state)
     first = resumed.get_next()
     read_to_resume = READS["documents"] - before
-    assert_batches_equal([first, resumed.get_next(), resumed.get_next()], expected[120:])
+    assert_batches_equal([first, resumed.get_next(), resumed.get_next()], expected)
     assert resumed.get_state()["num_batches"] == 123
     # The reader starts where it was (the shuffle buffer comes back from the saved state):
     # it reads a few documents ahead, not the 120 batches' worth again.
@@ -233,7 +232,6 @@ def test_two_hosts_save_their_own_positions_and_one_process_cannot_resume_them(t
         "--exp=tasks.lm.text.LmTextTiny",
         f"--job_log_dir={job}",
         f"--set=TEXT_DATA_PATH={data}",
-        "--set=PERCORE_BATCH_SIZE=2",
         "--set=CHECKPOINT_EVERY_N_STEPS=2",
         "--set=EVAL_INTERVAL_STEPS=0",
         "--peak_tflops=1",
@@ -242,7 +240,7 @@ def test_two_hosts_save_their_own_positions_and_one_process_cannot_resume_them(t
     procs = [
         subprocess.Popen(
             [sys.executable, "-m", "paxlite.main", *knobs, "--set=NUM_TRAIN_STEPS=2"]
-            + ["--set=ICI_MESH_SHAPE=1,2,1"]
+            + ["--set=PERCORE_BATCH_SIZE=2", "--set=ICI_MESH_SHAPE=1,2,1"]
             + ["--set=DCN_MESH_SHAPE=2,1,1", f"--coordinator_address=127.0.0.1:{port}"]
             + ["--num_processes=2", f"--process_id={i}", "--distributed_timeout_s=120"],
             cwd=REPO,
@@ -271,15 +269,17 @@ def test_two_hosts_save_their_own_positions_and_one_process_cannot_resume_them(t
     assert sorted(p.name for p in step.iterdir()) == ["host_0_of_2", "host_1_of_2"]
 
     before = sorted(str(p) for p in job.rglob("*"))
-    one = run_main(
+    # The 1-process resume runs in this process (its 8 devices, the same global batch of 8):
+    # the point is what the 2 processes above saved.
+    code, stderr = main_in_process(
         f"--job_log_dir={job}",
         *knobs[2:],
         "--set=NUM_TRAIN_STEPS=4",
-        "--set=ICI_MESH_SHAPE=1,4,1",
-        devices=4,
+        "--set=ICI_MESH_SHAPE=1,8,1",
+        "--set=PERCORE_BATCH_SIZE=1",
         exp="tasks.lm.text.LmTextTiny",
     )
-    assert one.returncode == 2, one.stderr[-2000:]
-    errors = [line for line in one.stderr.splitlines() if line.startswith("paxlite: error:")]
-    assert len(errors) == 1 and "resume with 2 processes" in errors[0], one.stderr[-2000:]
+    assert code == 2, stderr[-2000:]
+    errors = [line for line in stderr.splitlines() if line.startswith("paxlite: error:")]
+    assert len(errors) == 1 and "resume with 2 processes" in errors[0], stderr[-2000:]
     assert sorted(str(p) for p in job.rglob("*")) == before

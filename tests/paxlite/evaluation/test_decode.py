@@ -4,8 +4,8 @@ main.py; sharded decoding on 8 devices equals 1 device, also for decoder batches
 one-line errors without a checkpoint, for LM batches as a decoder dataset, for a pipelined
 stack and for Pax's names of decoder fields.
 
-One in-process train_and_eval run of LmSyntheticTiny (150 steps at a higher learning rate,
-decoding at 75 and 150) is shared by the tests of this module.
+One in-process train_and_eval run of LmSyntheticTiny (80 steps at a higher learning rate,
+decoding at 40 and 80) is shared by the tests of this module.
 """
 
 import json
@@ -41,12 +41,12 @@ pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
 NAME = "progressions"
 
 
-STEPS = 150
+STEPS = 80  # At 2e-2 as many as greedy decoding needs to continue every progression.
 FAST = {
     "PERCORE_BATCH_SIZE": 2,  # conftest gives 8 devices; keep the batch of 16 on any mesh here.
     "NUM_TRAIN_STEPS": STEPS,
     "LR_COS_DECAY_END": STEPS,  # The cosine ends with the run (the tiny's own ends at 300).
-    "LEARNING_RATE": 1e-2,
+    "LEARNING_RATE": 2e-2,
     "EVAL_INTERVAL_STEPS": 0,
     "CHECKPOINT_EVERY_N_STEPS": STEPS,
     "SUMMARY_INTERVAL_STEPS": STEPS,
@@ -96,8 +96,8 @@ def test_greedy_decoding_of_the_trained_model_continues_the_progressions(trained
     assert metrics["token_accuracy"] >= 0.95, metrics
     # The interval hook decoded half-way and at the end.
     outputs = sorted(p.name for p in (job_dir / "decoder_out").iterdir())
-    assert outputs == [f"{NAME}_step150.jsonl", f"{NAME}_step75.jsonl"]
-    rows = _progression_rows(job_dir / "decoder_out" / f"{NAME}_step150.jsonl")
+    assert outputs == sorted([f"{NAME}_step{STEPS}.jsonl", f"{NAME}_step{STEPS // 2}.jsonl"])
+    rows = _progression_rows(job_dir / "decoder_out" / f"{NAME}_step{STEPS}.jsonl")
     assert len(rows) == 16 and {len(r["prompt_ids"]) for r in rows} >= {3, 8}
     # The continuation rule, checked from the prompts alone (not against the targets).
     assert np.mean([_continues(r) for r in rows]) >= 0.9
@@ -111,12 +111,12 @@ def test_greedy_decoding_of_the_trained_model_continues_the_progressions(trained
 @pytest.mark.slow
 def test_decode_through_main_writes_jsonl_and_metrics(trained):
     job_dir, _ = trained
-    out = job_dir / "decoder_out" / f"{NAME}_step150.jsonl"
+    out = job_dir / "decoder_out" / f"{NAME}_step{STEPS}.jsonl"
     out.unlink()
     proc = run_main(f"--job_log_dir={job_dir}", "--mode=decode")
     assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "Restored the parameters of step 150" in proc.stdout
-    assert f"decode '{NAME}' at step 150: 16 examples" in proc.stdout
+    assert f"Restored the parameters of step {STEPS}" in proc.stdout
+    assert f"decode '{NAME}' at step {STEPS}: 16 examples" in proc.stdout
     rows = _progression_rows(out)
     assert len(rows) == 16
     assert set(rows[0]) == {
@@ -131,8 +131,8 @@ def test_decode_through_main_writes_jsonl_and_metrics(trained):
     }
     exact = np.mean([r["decoded"] == r["target"] for r in rows])
     series = scalar_series(job_dir / "summaries" / f"decode_{NAME}", f"decode_{NAME}/exact_match")
-    # In-process decodes at 75 and 150, then main.py's at 150; its value is from its JSONL.
-    assert [s for s, _ in series] == [75, 150, 150]
+    # In-process decodes half-way and at the end, then main.py's at the end (from its JSONL).
+    assert [s for s, _ in series] == [STEPS // 2, STEPS, STEPS]
     assert series[-1][1] == pytest.approx(exact)
     assert scalar_series(job_dir / "summaries" / f"decode_{NAME}", f"decode_{NAME}/mean_score")
 
@@ -183,7 +183,7 @@ def test_decoder_batches_of_1_2_3_on_8_devices_decode_as_on_1_device(trained, tm
     and 3 prompts (padded to 8 rows, the padding dropped): every row as one 1-device decode
     of all 6 prompts in one batch gives it."""
     job_dir, result = trained
-    shutil.copytree(job_dir / "checkpoints", tmp_path / "checkpoints")  # step 150
+    shutil.copytree(job_dir / "checkpoints", tmp_path / "checkpoints")  # step STEPS
     exp = _experiment(ICI_MESH_SHAPE=(1, 8, 1))
     task_cfg, datasets, decoders = resolve_configs(exp, [], [])
     decoders = [fdl.copy_with(decoders[0], batch_size=b, name=f"b{b}", seed=b) for b in (1, 2, 3)]
@@ -192,7 +192,8 @@ def test_decoder_batches_of_1_2_3_on_8_devices_decode_as_on_1_device(trained, tm
     assert partitioning.batch_ways(job.batch_sharding) == 8
     metrics = decode_run.run(job).decode
     rows = {
-        b: _progression_rows(tmp_path / "decoder_out" / f"b{b}_step150.jsonl") for b in (1, 2, 3)
+        b: _progression_rows(tmp_path / "decoder_out" / f"b{b}_step{STEPS}.jsonl")
+        for b in (1, 2, 3)
     }
     assert [metrics[f"b{b}"]["num_examples"] for b in (1, 2, 3)] == [1, 2, 3]
     assert [len(rows[b]) for b in (1, 2, 3)] == [1, 2, 3]
@@ -287,7 +288,7 @@ def test_fdl_set_reaches_a_decoder_dataset(trained):
     assert [(i.name, i.num_batches) for i in job.decoder_inputs] == [("twice", 2)]
     metrics = decode_run.run(job).decode
     assert list(metrics) == ["twice"] and metrics["twice"]["num_examples"] == 32
-    assert len(_progression_rows(job_dir / "decoder_out" / "twice_step150.jsonl")) == 32
+    assert len(_progression_rows(job_dir / "decoder_out" / f"twice_step{STEPS}.jsonl")) == 32
 
 
 @pytest.mark.slow
@@ -369,7 +370,7 @@ def test_beam_search_through_decode_run_on_8_devices_writes_the_n_best(trained, 
     the JSONL gains each example's n best with scores, best first, and they equal a
     1-device beam search of the same prompts."""
     job_dir, result = trained
-    shutil.copytree(job_dir / "checkpoints", tmp_path / "checkpoints")  # step 150
+    shutil.copytree(job_dir / "checkpoints", tmp_path / "checkpoints")  # step STEPS
     exp = _experiment(ICI_MESH_SHAPE=(1, 2, 4))
     beams = ["num_beams=3", "num_return_sequences=2", "eos_token_id=7"]
     beams += ["length_norm_alpha=None", "length_penalty=0.5"]  # HF's rules, not praxis'.
@@ -379,7 +380,7 @@ def test_beam_search_through_decode_run_on_8_devices_writes_the_n_best(trained, 
     train_only = [cfg for cfg in datasets if cfg.is_training]
     job = build_job(exp, task_cfg, train_only, tmp_path, decoder_dataset_cfgs=decoders)
     decode_run.run(job)
-    rows = _progression_rows(tmp_path / "decoder_out" / f"{NAME}_step150.jsonl")
+    rows = _progression_rows(tmp_path / "decoder_out" / f"{NAME}_step{STEPS}.jsonl")
     assert len(rows) == 16
 
     one = _job(tmp_path / "one", jax.devices()[:1])

@@ -174,6 +174,7 @@ def _final_params(cls, job_dir, **knobs):
     ids=["fsdp_tensor", "pipeline"],
 )
 def test_accumulation_composes_with_sharding_and_pipelining(tmp_path, cls, knobs):
+    knobs = {**knobs, "NUM_TRAIN_STEPS": 2, "CHECKPOINT_EVERY_N_STEPS": 2}  # Two updates show it.
     one, one_run = _final_params(cls, tmp_path / "one", **knobs)
     four, four_run = _final_params(cls, tmp_path / "four", **knobs, GRAD_ACCUM_STEPS=4)
     for a, b in zip(jax.tree.leaves(four), jax.tree.leaves(one), strict=True):

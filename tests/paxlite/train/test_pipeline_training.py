@@ -1,6 +1,6 @@
-"""A pipelined experiment through main.py (GPipe and circular) checkpoints and resumes, and its
-losses and weights equal the unpipelined model's; bad pipeline knobs get one line, exit 2, and
-nothing written.
+"""A pipelined experiment (GPipe and circular) checkpoints and resumes, and its losses and
+weights equal the unpipelined model's, in one process and through main.py on 2 processes; bad
+pipeline knobs get one line, exit 2, and nothing written.
 """
 
 from __future__ import annotations
@@ -60,28 +60,47 @@ def _unpipelined(tmp_path: pathlib.Path) -> tuple[list[float], dict]:
     return [s["loss"] for _, s in result.history], jax.device_get(result.state.params)
 
 
+def _pipelined(
+    job_dir: pathlib.Path, *, stop_at_step: int | None = None, **knobs
+) -> train_loop.RunResult:
+    """LmSyntheticTinyPipeline with COMMON's knobs, in this process on 2 of its devices (the
+    command line and its processes are the 2-process run's and the bad knobs' tests)."""
+    settings = {
+        "NUM_TRAIN_STEPS": STEPS,
+        "SUMMARY_INTERVAL_STEPS": 1,
+        "CHECKPOINT_EVERY_N_STEPS": 3,
+        "EVAL_INTERVAL_STEPS": 0,
+        "PERCORE_BATCH_SIZE": 2,  # x this process's 8 devices: the 2-device runs' batch of 16.
+        **knobs,
+    }
+    exp = base_experiment.with_overrides(LmSyntheticTinyPipeline, settings)()
+    job = build_job(exp, exp.task(), exp.datasets(), job_dir, devices=jax.devices()[:2])
+    assert job.train_input.batch_size == 16
+    return train_loop.run(job, stop_at_step=stop_at_step, peak_tflops=1.0)  # (No eval, MFU.)
+
+
 @pytest.mark.slow
 def test_pipeline_trains_checkpoints_resumes_and_matches_unpipelined_and_two_processes(
-    tmp_path, unpipelined
+    tmp_path, unpipelined, capsys
 ):
     job = tmp_path / "pipelined"
-    # Stages on the 2 devices of one process; stop (with a checkpoint) at step 3.
-    first = run_main(f"--exp={EXP}", f"--job_log_dir={job}", *COMMON, "--stop_at_step=3", devices=2)
-    assert first.returncode == 0, first.stderr[-3000:]
-    assert "'stage': 2" in first.stdout
+    # Stages on 2 devices of one process; stop (with a checkpoint) at step 3.
+    first = _pipelined(job, stop_at_step=3)
+    assert int(first.state.step) == 3
+    assert "'stage': 2" in capsys.readouterr().out
     assert (job / "checkpoints" / "3").is_dir()
 
-    # The same command resumes from step 3 to the end.
-    resumed = run_main(f"--exp={EXP}", f"--job_log_dir={job}", *COMMON, devices=2)
-    assert resumed.returncode == 0, resumed.stderr[-3000:]
-    assert "Restored checkpoint at step 3" in resumed.stdout
+    # The same job resumes from step 3 to the end.
+    resumed = _pipelined(job)
+    assert int(resumed.state.step) == STEPS
+    assert "Restored checkpoint at step 3" in capsys.readouterr().out
 
     losses = scalar_series(job / "summaries" / "train", "train/loss")
     assert [s for s, _ in losses] == list(range(1, STEPS + 1))
     plain_losses, plain_params = unpipelined
 
-    # The same pipeline with its stages on 2 processes (stage axis over DCN): both read the
-    # same rows of the input, and the losses are the 1-process run's.
+    # The same pipeline through main.py with its stages on 2 processes (stage axis over DCN):
+    # both read the same rows of the input, and the losses are the 1-process run's.
     multi = tmp_path / "two_processes"
     two = _run_two_processes(
         f"--job_log_dir={multi}",
@@ -109,15 +128,15 @@ def test_pipeline_trains_checkpoints_resumes_and_matches_unpipelined_and_two_pro
 
 
 @pytest.mark.slow
-def test_circular_pipeline_trains_checkpoints_and_matches_unpipelined(tmp_path, unpipelined):
+def test_circular_pipeline_trains_checkpoints_and_matches_unpipelined(
+    tmp_path, unpipelined, capsys
+):
     """CIRCULAR_REPEAT=2: 2 devices each run 2 virtual stages of 1 layer (layers s and s + 2 on
     device s), in 4 microbatches; the losses and final weights are the plain stack's."""
     job = tmp_path / "circular"
-    proc = run_main(
-        f"--exp={EXP}", f"--job_log_dir={job}", *COMMON, "--set=CIRCULAR_REPEAT=2", devices=2
-    )
-    assert proc.returncode == 0, proc.stderr[-3000:]
-    assert "'stage': 2" in proc.stdout
+    run = _pipelined(job, CIRCULAR_REPEAT=2)
+    assert int(run.state.step) == STEPS
+    assert "'stage': 2" in capsys.readouterr().out
     assert sorted(int(p.name) for p in (job / "checkpoints").iterdir()) == [3, STEPS]
 
     plain_losses, plain_params = unpipelined

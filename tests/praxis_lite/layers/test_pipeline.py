@@ -165,7 +165,10 @@ def test_initial_weights_are_the_plain_stacks():
     boxed = jax.jit(pipe.init)(jax.random.key(0), x)["params"]["repeat"]["block"]
     leading = ("stages",) if repeat == 1 else (None, "stages")
     assert boxed["self_attention"]["w_q"].names == leading + ("embed", "heads", "head_dim")
-    plain_params, _ = _reference()
+    # The plain stack's init compiled here too (not _reference()'s, which an earlier test may
+    # have compiled without the backend optimizations: other bits).
+    plain = _plain(StackedTransformerRepeated, checkpoint_policy=AutodiffCheckpointType.NONE)
+    plain_params = nn.unbox(jax.jit(plain.init)(jax.random.key(0), x)["params"])["repeat"]["block"]
     ours = _to_plain(nn.unbox(boxed), repeat)
     for a, b in zip(
         jax.tree_util.tree_leaves(ours), jax.tree_util.tree_leaves(plain_params), strict=True

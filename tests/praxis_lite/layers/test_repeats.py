@@ -111,9 +111,8 @@ def test_repeated_equals_loop_outputs_and_gradients(remat, offload=False):
 
 @pytest.mark.slow
 def test_layers_differ_after_init():
-    repeated = instantiate(_stack_config(StackedTransformerRepeated))
-    params = repeated.init(jax.random.key(0), jnp.ones((1, 2, 8)))["params"]
-    w = nn.unbox(params)["repeat"]["block"]["ff_layer"]["ffn_layer1"]["w"]
+    params = _loop_reference()[0]  # The repeated stack's initial weights.
+    w = params["repeat"]["block"]["ff_layer"]["ffn_layer1"]["w"]
     assert w.shape == (NUM_LAYERS, 8, 16)
     assert not np.allclose(w[0], w[1])
 

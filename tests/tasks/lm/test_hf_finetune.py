@@ -100,10 +100,14 @@ def test_each_family_fine_tunes_from_transformers_loss(name, tmp_path):
 
 @pytest.mark.slow
 def test_text_files_tokenized_by_the_models_tokenizer(tmp_path):
-    """llama3 (its "!" is id 0) on a text file through SeqIO: the loss falls."""
+    """llama3 (its "!" is id 0) on a text file through SeqIO: the loss falls. Its batch is
+    shaped as llama3's fixture batch (2 unpacked rows of 16 tokens), so this job's train step
+    is that of test_each_family_fine_tunes_from_transformers_loss[llama3], compiled once in a
+    test run (JAX's persistent cache)."""
     text = tmp_path / "train.txt"
     text.write_text("\n".join(LINES * 20) + "\n")
-    exp = _experiment("llama3", TEXT_DATA_PATH=str(text))
+    batch = dict(PERCORE_BATCH_SIZE=0.25, MAX_SEQ_LEN=16, PACKED_INPUT=False)
+    exp = _experiment("llama3", TEXT_DATA_PATH=str(text), DECODE_PROMPT_LEN=8, **batch)
     losses = [s["loss"] for _, s in _run(exp, tmp_path / "job").history]
     assert len(losses) == 4 and losses[-1] < 0.8 * losses[0], losses
 

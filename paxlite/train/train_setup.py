@@ -154,6 +154,8 @@ def _starting_state(
     if not rules:
         return init_with_shardings(init_fn, shardings, init_key, sample)
 
+    run_params = traverse_util.flatten_dict(abstract.params, sep="/")
+
     def fresh_state(loaded: dict[str, Any]) -> Any:
         if loaded.keys() == run_params.keys():  # The loaded arrays become the state's.
             boxes = jax.eval_shape(init_fn, init_key, sample).params  # Traced, not run.
@@ -162,7 +164,6 @@ def _starting_state(
         fresh = init_with_shardings(init_fn, shardings, init_key, sample)
         return init_from.overlaid(fresh, loaded)
 
-    run_params = traverse_util.flatten_dict(abstract.params, sep="/")
     return init_from.initialise_around(fresh_state, abstract, rules, _layouts(job, rules))
 
 

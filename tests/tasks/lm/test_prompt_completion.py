@@ -186,8 +186,9 @@ def test_knobs_are_checked(knobs, message):
 
 @pytest.mark.slow
 def test_training_lowers_the_completions_loss(tmp_path):
-    """8 steps on one device, from scratch. The job is the fine-tuning test's (model, batch
-    and schedule): a test run compiles their step and init once (JAX's persistent cache)."""
+    """8 steps on one device, from scratch, on the fine-tuning test's model, batch and
+    schedule. (That test compiles optimized, `@pytest.mark.optimized`, so the two no longer
+    share a compiled step: sharing it did not pay, 46.7 against 45.4 CPU-seconds.)"""
     job = _one_device_job(
         LmPromptCompletionTiny,
         tmp_path / "job",

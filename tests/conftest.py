@@ -1,4 +1,6 @@
-"""Test setup (set before jax is imported): 8 fake CPU devices in every test process, and
+"""Test setup (set before jax is imported): 8 fake CPU devices in every test process, XLA's
+cheaper CPU code generation where the jaxlib has it (``tests.CPU_CODEGEN_FLAGS``: the runs
+the tests start get it from ``tests.cpu_xla_flags``), and
 JAX's persistent compilation cache shared by the test processes and the main.py runs they
 start (the same tiny programs compile once per test run instead of once per main.py run).
 
@@ -14,9 +16,14 @@ import tempfile
 
 import pytest
 
+from tests import CPU_CODEGEN_FLAGS
+
 _flags = os.environ.get("XLA_FLAGS", "")
 if "xla_force_host_platform_device_count" not in _flags:
-    os.environ["XLA_FLAGS"] = f"{_flags} --xla_force_host_platform_device_count=8".strip()
+    _flags = f"{_flags} --xla_force_host_platform_device_count=8".strip()
+if CPU_CODEGEN_FLAGS and "xla_cpu_use_fusion_emitters" not in _flags:
+    _flags = f"{_flags} {CPU_CODEGEN_FLAGS}"
+os.environ["XLA_FLAGS"] = _flags
 os.environ.setdefault("JAX_PLATFORMS", "cpu")
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 os.environ.setdefault("CUDA_VISIBLE_DEVICES", "")

@@ -13,7 +13,7 @@ import pytest
 
 from benchmarks import gpu_mfu_run
 from benchmarks.plain_jax_lm import Shape, init_params, loss_fn
-from tests import REPO
+from tests import REPO, cpu_xla_flags
 
 #: Runs the script as a GPU machine would, then lists the modules it must never import.
 _RUN = """
@@ -36,7 +36,7 @@ def report(tmp_path_factory):
     result = subprocess.run(
         [sys.executable, "-c", _RUN, *args],
         cwd=REPO,
-        env={**os.environ, "XLA_FLAGS": "--xla_force_host_platform_device_count=1"},  # One GPU.
+        env={**os.environ, "XLA_FLAGS": cpu_xla_flags(1)},  # One GPU.
         capture_output=True,
         text=True,
         timeout=600,

@@ -12,7 +12,7 @@ import jax
 import numpy as np
 import pytest
 
-from tests import REPO
+from tests import REPO, cpu_xla_flags
 from tests.paxlite.test_main import (
     assert_ended_cleanly,
     restore_params,
@@ -35,7 +35,7 @@ COMMON = [
 
 def _env(devices: int) -> dict[str, str]:
     env = dict(os.environ)
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = cpu_xla_flags(devices)
     env["JAX_PLATFORMS"] = "cpu"
     return env
 

@@ -12,6 +12,7 @@ import jax
 import numpy as np
 import pytest
 
+from tests import cpu_xla_flags
 from tests.paxlite.test_main import (
     EXP,
     REPO,
@@ -181,7 +182,7 @@ def test_a_save_killed_mid_write_is_skipped_and_older_checkpoints_survive(tmp_pa
     ]
     env = dict(
         os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        XLA_FLAGS=cpu_xla_flags(1),
         JAX_PLATFORMS="cpu",
         KILL_AT_SAVE="8",
     )

@@ -16,7 +16,7 @@ from absl import flags
 from tensorboard.backend.event_processing import event_accumulator
 from tensorboard.util import tensor_util
 
-from tests import REPO
+from tests import CPU_CODEGEN_FLAGS, REPO, cpu_xla_flags
 
 pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
 
@@ -54,7 +54,7 @@ def run_main(
     this process the run does not inherit.
     """
     env = {k: v for k, v in os.environ.items() if k not in unset_env}
-    env["XLA_FLAGS"] = f"--xla_force_host_platform_device_count={devices}"
+    env["XLA_FLAGS"] = cpu_xla_flags(devices)
     env["JAX_PLATFORMS"] = "cpu"
     launch = ["-c", REPORT_IMPORTS] if report_imports else ["-m", "paxlite.main"]
     return subprocess.run(
@@ -108,7 +108,7 @@ def run_and_act_at(
     as soon as the run prints a step line containing ``at``, while the run goes on."""
     env = dict(
         os.environ,
-        XLA_FLAGS="--xla_force_host_platform_device_count=1",
+        XLA_FLAGS=cpu_xla_flags(1),
         JAX_PLATFORMS="cpu",
         PYTHONUNBUFFERED="1",
     )
@@ -307,7 +307,7 @@ def test_fiddler_edits_the_task_config():
 )
 def test_compile_dry_run_on_fake_devices_needs_no_data(tmp_path, exp, params):
     env = dict(os.environ, JAX_PLATFORMS="cpu", TFDS_DATA_DIR=str(tmp_path / "no_data"))
-    env.pop("XLA_FLAGS", None)
+    env["XLA_FLAGS"] = CPU_CODEGEN_FLAGS  # No device count: main.py sets its own.
     proc = subprocess.run(
         [sys.executable, "-m", "paxlite.main", f"--exp={exp}", "--mode=compile"],
         cwd=REPO,

@@ -23,6 +23,7 @@ from paxlite.train import prefetch, train_loop
 from praxis_lite.inputs.base_input import InputConfigError
 from praxis_lite.inputs.seqio_input import SeqIOInput
 from tasks.lm.text import LmTextTiny, TextFormat
+from tests import cpu_xla_flags
 from tests.e2e.test_multiprocess import _free_port
 from tests.gcs import BUCKET
 from tests.paxlite.test_main import REPO, assert_ended_cleanly, main_in_process, restore_params
@@ -30,7 +31,6 @@ from tests.praxis_lite.inputs.test_seqio_input import assert_batches_equal
 from tests.tasks.lm.test_text import FAST, write
 
 T = 24
-DEVICES = "--xla_force_host_platform_device_count={}"
 READS = {"documents": 0}  # Documents the counted task's pipeline has read, in this process.
 
 
@@ -249,7 +249,7 @@ def test_two_hosts_save_their_own_positions_and_one_process_cannot_resume_them(t
             env=dict(
                 os.environ,
                 JAX_PLATFORMS="cpu",
-                XLA_FLAGS=DEVICES.format(2),
+                XLA_FLAGS=cpu_xla_flags(2),
                 JAX_DISABLE_MOST_OPTIMIZATIONS="1",
             ),
             stdout=subprocess.PIPE,

@@ -19,6 +19,7 @@ from paxlite.perf import profiling
 from paxlite.runtime.job import build_job
 from paxlite.train import train_loop
 from tasks.lm.synthetic import LmSyntheticTiny
+from tests import cpu_xla_flags
 from tests.gcs import BUCKET
 from tests.paxlite.test_main import EXP, REPO
 
@@ -102,9 +103,7 @@ def test_jax_profiler_port_starts_the_profiler_server(tmp_path):
     with socket.socket() as probe:
         probe.bind(("127.0.0.1", 0))
         port = probe.getsockname()[1]
-    env = dict(
-        os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS="--xla_force_host_platform_device_count=1"
-    )
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=cpu_xla_flags(1))
     command = [sys.executable, "-m", "paxlite.main", f"--exp={EXP}", f"--job_log_dir={tmp_path}"]
     command += [f"--jax_profiler_port={port}", "--set=NUM_TRAIN_STEPS=300", "--peak_tflops=1"]
     proc = subprocess.Popen(

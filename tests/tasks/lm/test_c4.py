@@ -28,6 +28,7 @@ from praxis_lite.optim import optimizers, schedules
 from praxis_lite.py_utils import NestedMap
 from tasks.lm import c4
 from tests import REPO as REPO_PATH
+from tests import cpu_xla_flags
 from tests.praxis_lite.inputs.test_seqio_input import read_all, train_spm
 
 pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
@@ -255,7 +256,7 @@ def test_tiny_c4_experiment_trains_and_evaluates(data, tmp_path):
 def test_main_reports_a_missing_tfds_dir_without_traceback(data, tmp_path):
     empty = tmp_path / "empty_tfds"
     empty.mkdir()
-    env = dict(os.environ, XLA_FLAGS="--xla_force_host_platform_device_count=4")
+    env = dict(os.environ, XLA_FLAGS=cpu_xla_flags(4))
     proc = subprocess.run(
         [
             sys.executable, "-m", "paxlite.main", "--exp=tasks.lm.c4.C4Spmd1BAdam4Replicas",

@@ -31,7 +31,7 @@ from paxlite.pretrained.loading import PretrainedError, from_pretrained
 from paxlite.runtime.mesh import create_mesh
 from praxis_lite import config as config_lib
 from praxis_lite.sharding import FSDP_AND_TENSOR_PARALLEL_RULES, filter_rules_for_mesh
-from tests import FIXTURES
+from tests import FIXTURES, cpu_xla_flags
 
 _HF = FIXTURES / "hf"
 FAMILIES = ["llama2", "llama3", "mistral", "qwen2", "qwen3", "gemma", "gemma2", "gpt2"]
@@ -268,7 +268,7 @@ def test_loading_and_generating_imports_neither_seqio_nor_tensorflow():
     )
     # One device, as on a one-GPU machine (no 8-way partitioning to compile).
     env = {**os.environ, "JAX_PLATFORMS": "cpu"}
-    env["XLA_FLAGS"] = "--xla_force_host_platform_device_count=1"
+    env["XLA_FLAGS"] = cpu_xla_flags(1)
     done = subprocess.run([sys.executable, "-c", code], capture_output=True, text=True, env=env)
     assert done.returncode == 0, done.stderr[-2000:]
 

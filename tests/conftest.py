@@ -55,7 +55,7 @@ if os.environ.get("PAXLITE_TEST_COMPILE_STATS"):  # Opt-in: tests/compile_stats.
 # End-to-end tests (whole training jobs, subprocesses, compiles for TPU slices: more than ~2 s
 # each on the 2-core machine) carry ``@pytest.mark.slow``: ``-m "not slow"`` is the inner loop's
 # tier. The heaviest modules (multi-process runs, storage faults, pipelines: minutes each) carry
-# ``pytestmark = pytest.mark.runs_first``.
+# ``pytestmark = pytest.mark.runs_first`` (a test alone carries it where a module has one long one).
 def pytest_collection_modifyitems(items):
     """The ``runs_first`` modules first, the rest as collected: the two workers end the run on
     short tests and neither waits alone on a long one. (Moving every module with a slow test

@@ -147,6 +147,7 @@ PAX_TPU_MEMORY = REPO / "tests" / "fixtures" / "pax" / "tpu_memory.json"
 
 
 @pytest.mark.slow
+@pytest.mark.runs_first  # The suite's longest compile (~1 min, multi-threaded): not last.
 @pytest.mark.parametrize("name", ["LmCloudSpmd32B", "LmCloudSpmd512B"])
 def test_what_the_compiler_refuses_of_pax_needs_no_more_here(name):
     """Pax's own program for these does not fit its v4 slice (paxml 1.4.0's step, compiled by

@@ -21,7 +21,7 @@ from typing import Any
 import ml_dtypes
 import numpy as np
 from etils import epath
-from safetensors import safe_open
+from safetensors import SafetensorError, safe_open
 from safetensors.numpy import save_file
 
 from paxlite.checkpoints import checkpoint_sources
@@ -100,7 +100,7 @@ class HfSource(LayoutSource):
         """safetensors' lazy slice of tensor ``name`` (its file opened once)."""
         file = self._file_of[name]
         if file not in self._open:
-            self._open[file] = safe_open(os.fspath(self.path / file), framework="numpy")
+            self._open[file] = _safe_open(self.path / file)
         return self._open[file].get_slice(name)
 
     def _read_leaf(self, path: str, stored: list[str], where: hf_layout.Named, target: Any) -> Any:
@@ -149,8 +149,24 @@ def _tensor_files(directory: epath.Path) -> dict[str, str]:
             raise checkpoint_sources.CheckpointSourceError(
                 f"{index} is not a safetensors index ({e!r}); re-save the model."
             ) from None
-    with safe_open(os.fspath(directory / SINGLE_FILE), framework="numpy") as f:
+    with _safe_open(directory / SINGLE_FILE) as f:
         return {name: SINGLE_FILE for name in f.keys()}  # noqa: SIM118 (no __iter__)
+
+
+def _safe_open(file: epath.Path) -> Any:
+    """safetensors' reader of ``file``; one line when it is cut short or not safetensors.
+
+    Raises:
+      CheckpointSourceError: safetensors refuses the file (an interrupted download is the
+        common cause: its header names more bytes than the file holds).
+    """
+    try:
+        return safe_open(os.fspath(file), framework="numpy")
+    except (SafetensorError, OSError) as e:
+        raise checkpoint_sources.CheckpointSourceError(
+            f"{file} is not a readable safetensors file ({e}); an interrupted download leaves "
+            "one cut short: download it again."
+        ) from None
 
 
 def is_hf_model_dir(path: epath.Path) -> bool:
@@ -160,11 +176,42 @@ def is_hf_model_dir(path: epath.Path) -> bool:
     )
 
 
+def _is_hf_config_dir(path: epath.Path) -> bool:
+    """Whether ``path`` has a Hugging Face config.json (its ``model_type``), weights or not."""
+    try:
+        fields = json.loads((path / hf_models.CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return False
+    return isinstance(fields, dict) and "model_type" in fields
+
+
+#: How PyTorch-only downloads hold their weights (transformers' older default).
+_PICKLED_WEIGHTS = ("pytorch_model*.bin", "pytorch_model.bin.index.json", "*.pt", "*.pth")
+
+
+def _without_weights(path: epath.Path) -> checkpoint_sources.CheckpointSourceError:
+    """The error for a model directory whose config.json has no safetensors beside it."""
+    pickled = sorted({f.name for pattern in _PICKLED_WEIGHTS for f in path.glob(pattern)})
+    if pickled:
+        return checkpoint_sources.CheckpointSourceError(
+            f"{path} holds its weights as PyTorch pickles ({', '.join(pickled)}); paxlite reads "
+            f"safetensors: convert them with transformers (AutoModel.from_pretrained(DIR)"
+            f".save_pretrained(DIR) writes {SINGLE_FILE}), then try again."
+        )
+    return checkpoint_sources.CheckpointSourceError(
+        f"{path} has {hf_models.CONFIG_FILE} but no weights ({SINGLE_FILE} or {INDEX_FILE}): a "
+        "download that fetched only the small files? Download the weights; to train from "
+        "random weights, use HfSyntheticLm or set HF_RANDOM_INIT=True."
+    )
+
+
 def _open(path: epath.Path, step: int | None, layout: Any, observer: Any) -> HfSource:
     if step is not None:
         raise checkpoint_sources.CheckpointSourceError(
             f"{path} is a Hugging Face model (one set of weights, no steps); leave the step unset."
         )
+    if not is_hf_model_dir(path):
+        raise _without_weights(path)
     return HfSource(path, observer)
 
 
@@ -172,7 +219,7 @@ checkpoint_sources.register(
     checkpoint_sources.Kind(
         HfSource.kind,
         f"{hf_models.CONFIG_FILE} beside {SINGLE_FILE} or {INDEX_FILE}",
-        is_hf_model_dir,
+        lambda path: is_hf_model_dir(path) or _is_hf_config_dir(path),
         _open,
     )
 )

@@ -152,6 +152,10 @@ def _starting_state(
     abstract, shardings = abstract_and_shardings
     init_fn = pure_steps.make_init_fn(job.task)
     if not rules:
+        summaries.log(
+            f"Every parameter initialised from the seed (SEED={job.experiment.SEED}): no "
+            "checkpoint loads them."
+        )
         return init_with_shardings(init_fn, shardings, init_key, sample)
 
     run_params = traverse_util.flatten_dict(abstract.params, sep="/")

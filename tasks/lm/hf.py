@@ -63,10 +63,14 @@ class HfCausalLm(HfModelKnobs, PromptCompletionKnobs):
       MESSAGES_FIELD: RECORDS=CHAT: the JSON field of each record's conversation (a list
         of {"role", "content"}); each assistant turn is an example, its context (at most
         MAX_PROMPT_LEN tokens: a longer one keeps its end) the prompt.
+      HF_RANDOM_INIT: start from random weights (the seed's), not HF_MODEL's: for a
+        directory holding a config alone. Unset, a directory without weights is refused
+        when training starts (a config alone still sizes a job: --mode=compile).
     """
 
     RECORDS: Records = Records.TEXT
     MESSAGES_FIELD: str = "messages"
+    HF_RANDOM_INIT: bool = False
 
     TEXT_TASK_NAME = "hf_text"
     LEARNING_RATE = 1e-5
@@ -88,6 +92,11 @@ class HfCausalLm(HfModelKnobs, PromptCompletionKnobs):
 
     def validate(self) -> None:
         super().validate()
+        if self.HF_RANDOM_INIT and self.INIT_FROM is not None:
+            raise KnobError(
+                f"{type(self).__qualname__}: HF_RANDOM_INIT=True and INIT_FROM={self.INIT_FROM} "
+                "both say where the weights start; give one."
+            )
         if self.RECORDS is Records.PROMPT_COMPLETION:
             self.check_prompt_completion_knobs()
         elif self.RECORDS is Records.CHAT:
@@ -175,7 +184,7 @@ class HfCausalLm(HfModelKnobs, PromptCompletionKnobs):
                 self.INIT_FROM: CheckpointLoadingRules(),
                 self.HF_MODEL: CheckpointLoadingRules(),
             }
-        elif self.INIT_FROM is None and _has_weights(self.HF_MODEL):
+        elif self.INIT_FROM is None and not self.HF_RANDOM_INIT:  # Weights or one line.
             task.train.init_from_checkpoint_rules = {self.HF_MODEL: CheckpointLoadingRules()}
         if self.RECORDS in (Records.PROMPT_COMPLETION, Records.CHAT):
             task = self.decode_with_every_eval(task)
@@ -221,8 +230,3 @@ class HfCausalLm(HfModelKnobs, PromptCompletionKnobs):
                 "decode_form": DecodeForm.INPUTS_TARGETS,
             }
         return super().prompt_input_fields()
-
-
-def _has_weights(path: str) -> bool:
-    """Whether the directory holds weights (a config alone sizes a job: --mode=compile)."""
-    return hf_checkpoint.is_hf_model_dir(epath.Path(path))

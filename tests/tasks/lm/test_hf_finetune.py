@@ -7,6 +7,7 @@ job it came from (transformers loads it to the same logits: tools/hf_fixtures --
 
 import json
 import pathlib
+import shutil
 
 import jax
 import numpy as np
@@ -157,6 +158,42 @@ def test_knobs_that_disagree_with_config_json_are_one_error(text_file):
     assert (
         "NUM_LAYERS=4 (config.json: 2)" in message and "MODEL_DIMS=32 (config.json: 64)" in message
     )
+
+
+@pytest.mark.slow
+def test_a_model_without_weights_is_refused_unless_random_weights_are_asked(
+    tmp_path, text_file, capsys
+):
+    """A download that fetched config.json and the tokenizer only: HfCausalLm refuses it in
+    one line (exit 2, no checkpoint written); HF_RANDOM_INIT=True trains it, and says so."""
+    no_weights = shutil.copytree(
+        _HF / "llama3", tmp_path / "no_weights", ignore=lambda *_: ("model.safetensors",)
+    )
+    job_dir = tmp_path / "job"
+    code, _, err = run_main_in_process(
+        "--mode=train",
+        f"--job_log_dir={job_dir}",
+        f"--set=HF_MODEL={no_weights}",
+        f"--set=TEXT_DATA_PATH={text_file}",
+        "--set=MAX_SEQ_LEN=32",
+        "--set=ICI_MESH_SHAPE=1,8,1",
+        exp="tasks.lm.hf.HfCausalLm",
+    )
+    assert code == 2 and err.count("paxlite: error:") == 1, err[-2000:]
+    assert f"{no_weights} has config.json but no weights" in err
+    assert not list(job_dir.glob("checkpoints/*"))  # No checkpoint, not even a step 0.
+    knobs = {"HF_MODEL": str(no_weights), "TEXT_DATA_PATH": text_file, "HF_RANDOM_INIT": True}
+    experiment = base_experiment.with_overrides(HfCausalLm, {**FAST, **knobs})()
+    capsys.readouterr()
+    _run(experiment, tmp_path / "random")
+    out = capsys.readouterr().out
+    assert "Every parameter initialised from the seed (SEED=1234): no checkpoint loads them." in out
+    assert "Initialised" not in out.replace("Every parameter initialised", "")
+
+
+def test_random_weights_and_init_from_are_one_error(text_file):
+    with pytest.raises(KnobError, match="HF_RANDOM_INIT=True and INIT_FROM=/ckpt both say"):
+        _experiment("llama3", TEXT_DATA_PATH=text_file, HF_RANDOM_INIT=True, INIT_FROM="/ckpt")
 
 
 @pytest.mark.slow

@@ -107,9 +107,10 @@ def from_pretrained(
         from the job's config.txt; not for a Hugging Face model.
       overrides: ``KNOB=VALUE`` strings, as for ``--set``; for a paxlite job they win over
         the placement knobs read from its config.txt (e.g. ``ICI_MESH_SHAPE=1,1,1``: one
-        device).
-      dtype: a Hugging Face model's weights and compute dtype (e.g. ``jnp.float32``);
-        None: the checkpoint's.
+        device), and only those and FPROP_DTYPE apply (any other is a PretrainedError).
+      dtype: the model's weights and compute dtype (e.g. ``jnp.float32``), whatever the
+        checkpoint; None: the checkpoint's (a paxlite job: as it trained; an override
+        ``FPROP_DTYPE=...`` says the same and must agree).
       adapter: a PEFT LoRA adapter directory put on a Hugging Face model ``path`` (``path``
         may be the adapter itself when its ``base_model_name_or_path`` is a local model).
       merge: fold LoRA adapters (a PEFT adapter's, or a job's trained with LORA_RANK) into
@@ -117,7 +118,8 @@ def from_pretrained(
 
     Raises:
       PretrainedError: a hub id, a paxml checkpoint without ``exp``, a paxlite one whose
-        job has no config files, ``exp``/``overrides`` with a Hugging Face model.
+        job has no config files, ``exp``/``overrides`` with a Hugging Face model, an
+        override a job's model cannot take.
       checkpoint_sources.CheckpointSourceError: nothing loadable at ``path``.
       hf_models.HfConfigError: a config.json paxlite cannot build.
       init_from.InitFromError: the weights are another model's (each difference named).
@@ -145,15 +147,25 @@ def from_pretrained(
         )
     described = kind.describes(path) if exp is None else None
     if described is not None:  # The checkpoint says what it holds (a T5X model dir's gin).
-        return _from_described(path, kind, *described)
-    return _from_checkpoint(path, kind, exp, overrides, merge)
+        if overrides:
+            raise PretrainedError(
+                f"{path} is a {kind.name} whose config says what to build; call "
+                "from_pretrained(path) without overrides= (dtype= sets its dtype)."
+            )
+        return _from_described(path, kind, *described, dtype)
+    return _from_checkpoint(path, kind, exp, overrides, merge, dtype)
 
 
 def _from_described(
-    path: epath.Path, kind: Kind, model_cfg: Any, generation: sampling.DecoderParams
+    path: epath.Path,
+    kind: Kind,
+    model_cfg: Any,
+    generation: sampling.DecoderParams,
+    dtype: Any,
 ) -> Pretrained:
     """A checkpoint that describes its own model, on all devices (its weights split over
-    them, FSDP)."""
+    them, FSDP); in ``dtype`` when given."""
+    _set_dtype(model_cfg, dtype)
     model = config_lib.instantiate(model_cfg)
     mesh, rules = _all_devices_fsdp()
     sources, kinds = {str(path): CheckpointLoadingRules()}, {str(path): kind}
@@ -162,11 +174,18 @@ def _from_described(
 
 
 def _from_checkpoint(
-    path: epath.Path, kind: Kind, exp: str | None, overrides: Sequence[str], merge: bool
+    path: epath.Path,
+    kind: Kind,
+    exp: str | None,
+    overrides: Sequence[str],
+    merge: bool,
+    dtype: Any,
 ) -> Pretrained:
     """A paxlite job's (its config.json's model; frozen weights from where the job started)
-    or a paxml checkpoint's (``exp``'s model) weights, on the experiment's mesh."""
+    or a paxml checkpoint's (``exp``'s model) weights, on the experiment's mesh; in ``dtype``
+    (or an FPROP_DTYPE override) when given."""
     task_cfg, sources = None, {str(path): CheckpointLoadingRules()}
+    given = {o.partition("=")[0].strip() for o in overrides}
     if exp is None:
         job_dir = checkpoint_sources.job_dir_of(path, kind)
         if job_dir is None:
@@ -175,7 +194,7 @@ def _from_checkpoint(
                 "from_pretrained(path, exp='LmCloudSpmd2B')."
             )
         exp, mesh_knobs = _job_experiment(job_dir)
-        given = {o.partition("=")[0].strip() for o in overrides}
+        _check_job_overrides(job_dir, given)
         overrides = [*(k for k in mesh_knobs if k.partition("=")[0] not in given), *overrides]
         task_cfg = config_lib.from_json((job_dir / "config.json").read_text())["task"]
         start = job_record.frozen_start(job_dir)  # Frozen weights: where the job began.
@@ -189,6 +208,9 @@ def _from_checkpoint(
         experiment = _placement_only(
             resolve_experiment_class(exp, list(overrides), DEFAULT_SEARCH_PACKAGES)
         )
+    if "FPROP_DTYPE" in given:
+        dtype = _one_dtype(dtype, experiment.FPROP_DTYPE)
+    _set_dtype(task_cfg.model, dtype)
     mesh, rules = _mesh_and_rules(experiment)
     attention_choice.apply(task_cfg, experiment, list(mesh.devices.flat))  # This platform's.
     task = config_lib.instantiate(task_cfg)
@@ -199,6 +221,35 @@ def _from_checkpoint(
         model_cfg, params = adapters.merged(task_cfg.model, params, settings)
         model = config_lib.instantiate(model_cfg)
     return pretrained_class(model)(model, params, task.decoder_params(), mesh, rules)
+
+
+def _check_job_overrides(job_dir: epath.Path, given: set[str]) -> None:
+    """PretrainedError naming each override a trained job's model cannot take: its
+    config.json is the model, so only placement knobs and FPROP_DTYPE apply."""
+    unused = sorted(given - {*_PLACEMENT_KNOBS, "FPROP_DTYPE"})
+    if unused:
+        raise PretrainedError(
+            f"overrides {', '.join(unused)} cannot apply to {job_dir}'s trained model (its "
+            f"config.json is the model); a job takes {', '.join(_PLACEMENT_KNOBS)} and "
+            "FPROP_DTYPE (or dtype=)."
+        )
+
+
+def _one_dtype(dtype: Any, fprop_dtype: Any) -> Any:
+    """The dtype asked for by ``dtype=`` and an FPROP_DTYPE override, which must agree."""
+    if dtype is not None and jnp.dtype(dtype) != jnp.dtype(fprop_dtype):
+        raise PretrainedError(
+            f"dtype={jnp.dtype(dtype).name} and FPROP_DTYPE={jnp.dtype(fprop_dtype).name} "
+            "disagree; give one."
+        )
+    return fprop_dtype
+
+
+def _set_dtype(model_cfg: Any, dtype: Any) -> None:
+    """``dtype`` (when given) as the model's weights' and computations' dtype, as for a
+    Hugging Face directory; None leaves the checkpoint's run as it was trained."""
+    if dtype is not None:
+        config_lib.set_dtypes(model_cfg, dtype=jnp.dtype(dtype), fprop_dtype=jnp.dtype(dtype))
 
 
 def _placement_only(cls: type) -> Any:

@@ -23,7 +23,7 @@ from paxlite.checkpoints import checkpoint_sources
 from paxlite.experiments import base_experiment, registry
 from paxlite.experiments.base_experiment import KnobError
 from paxlite.pretrained import adapters, export
-from paxlite.pretrained.loading import from_pretrained
+from paxlite.pretrained.loading import PretrainedError, from_pretrained
 from paxlite.runtime import job_config
 from paxlite.runtime.job import build_job
 from paxlite.train import train_loop, train_setup
@@ -122,6 +122,31 @@ def test_peft_adapter_continues_training_from_peft_logits(tmp_path):
         np.testing.assert_array_equal(np.asarray(loaded[path]), np.asarray(value), err_msg=path)
     with pytest.raises(KnobError, match="no local Hugging Face model directory") as e:
         _experiment("llama3_lora", 2, INIT_FROM=str(_HF / "llama3_lora"))  # No HF_MODEL.
+    assert "\n" not in str(e.value)
+
+
+@pytest.mark.slow
+def test_a_bfloat16_jobs_float32_forward_is_pefts_when_asked_either_way(tmp_path):
+    """A LoRA job trained in bfloat16 (HfCausalLm's default) holding PEFT's adapter unchanged
+    (learning rate 0): ``dtype=jnp.float32`` or the override ``FPROP_DTYPE=float32`` computes
+    PEFT's float32 logits of that adapter; unasked, the job computes as it trained."""
+    knobs = dict(HF_MODEL=str(_HF / "llama3"), INIT_FROM=str(_HF / "llama3_lora"))
+    knobs.update(FPROP_DTYPE=jnp.bfloat16, LEARNING_RATE=0.0, NUM_TRAIN_STEPS=1)
+    job = tmp_path / "job"
+    _train(_experiment("llama3_lora", 2, **knobs), job)
+    expected = np.load(_HF / "llama3_lora" / "outputs.npz")
+    ids, theirs = expected["ids"], expected["logits"]
+    scale = np.abs(theirs).max()
+    as_trained = from_pretrained(job).logits(ids)
+    assert np.abs(as_trained - theirs).max() > 1e-3 * scale  # bfloat16's rounding shows.
+    for asked in (dict(dtype=jnp.float32), dict(overrides=["FPROP_DTYPE=float32"])):
+        logits = from_pretrained(job, **asked).logits(ids)
+        np.testing.assert_allclose(logits, theirs, atol=1e-5 * scale, rtol=0, err_msg=str(asked))
+    disagree = dict(dtype=jnp.float32, overrides=["FPROP_DTYPE=bfloat16"])
+    with pytest.raises(PretrainedError, match="dtype=float32 and FPROP_DTYPE=bfloat16 disagree"):
+        from_pretrained(job, **disagree)
+    with pytest.raises(PretrainedError, match="overrides NUM_LAYERS cannot apply to") as e:
+        from_pretrained(job, overrides=["NUM_LAYERS=3"])
     assert "\n" not in str(e.value)
 
 

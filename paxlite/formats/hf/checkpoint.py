@@ -100,7 +100,7 @@ class HfSource(LayoutSource):
         """safetensors' lazy slice of tensor ``name`` (its file opened once)."""
         file = self._file_of[name]
         if file not in self._open:
-            self._open[file] = _safe_open(self.path / file)
+            self._open[file] = open_safetensors(self.path / file)
         return self._open[file].get_slice(name)
 
     def _read_leaf(self, path: str, stored: list[str], where: hf_layout.Named, target: Any) -> Any:
@@ -149,11 +149,11 @@ def _tensor_files(directory: epath.Path) -> dict[str, str]:
             raise checkpoint_sources.CheckpointSourceError(
                 f"{index} is not a safetensors index ({e!r}); re-save the model."
             ) from None
-    with _safe_open(directory / SINGLE_FILE) as f:
+    with open_safetensors(directory / SINGLE_FILE) as f:
         return {name: SINGLE_FILE for name in f.keys()}  # noqa: SIM118 (no __iter__)
 
 
-def _safe_open(file: epath.Path) -> Any:
+def open_safetensors(file: epath.Path) -> Any:
     """safetensors' reader of ``file``; one line when it is cut short or not safetensors.
 
     Raises:

@@ -28,11 +28,11 @@ from typing import Any
 
 import numpy as np
 from etils import epath
-from safetensors import safe_open
 from safetensors.numpy import save_file
 
 from paxlite.checkpoints import checkpoint_sources
 from paxlite.checkpoints.checkpoint_sources import PARAMS, Variable
+from paxlite.formats.hf import checkpoint as hf_checkpoint
 from paxlite.formats.hf import layout as hf_layout
 from paxlite.formats.hf import models as hf_models
 from praxis_lite.layers import lora
@@ -303,7 +303,7 @@ class PeftSource(checkpoint_sources.PartsSource):
     def __init__(self, directory: epath.Path, table: hf_layout.Table | None = None):
         self.path, self.step = directory, 0
         self.config = AdapterConfig.load(directory)
-        self._file = safe_open(os.fspath(directory / WEIGHTS_FILE), framework="numpy")
+        self._file = hf_checkpoint.open_safetensors(directory / WEIGHTS_FILE)
         self._stored = list(self._file.keys())  # noqa: SIM118 (no __iter__)
         self.table = table if table is not None else _table_of(self._stored)
 

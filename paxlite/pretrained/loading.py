@@ -208,8 +208,8 @@ def _from_checkpoint(
         experiment = _placement_only(
             resolve_experiment_class(exp, list(overrides), DEFAULT_SEARCH_PACKAGES)
         )
-    if "FPROP_DTYPE" in given:
-        dtype = _one_dtype(dtype, experiment.FPROP_DTYPE)
+        if "FPROP_DTYPE" in given:  # Not in config.json's model until set here.
+            dtype = _one_dtype(dtype, experiment.FPROP_DTYPE)
     _set_dtype(task_cfg.model, dtype)
     mesh, rules = _mesh_and_rules(experiment)
     attention_choice.apply(task_cfg, experiment, list(mesh.devices.flat))  # This platform's.

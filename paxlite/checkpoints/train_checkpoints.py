@@ -6,6 +6,7 @@ import asyncio
 import contextlib
 import json
 import re
+import threading
 from collections.abc import Iterator
 from typing import Any
 
@@ -13,6 +14,7 @@ import jax
 import orbax.checkpoint as ocp
 from etils import epath
 
+from paxlite.checkpoints import commit_watch
 from paxlite.runtime import storage
 from paxlite.train.train_state import TrainState
 
@@ -22,6 +24,7 @@ _MAX_LISTED = 20  # Mismatched arrays listed in a CheckpointMismatchError.
 _STATUS = re.compile(r"[A-Z_]+: ")  # How tensorstore's errors start: 'DATA_LOSS: ...'.
 _INCOMPLETE = re.compile(r"(\d+)\.orbax-checkpoint-tmp.*")  # A save that never finished.
 _COMMITTED = "commit_success.txt"  # Orbax's mark of a finished save in a bucket.
+_COMMIT_POLL_S = 0.2  # How often a wait for a save looks for a failed background write.
 
 
 class CheckpointMismatchError(ValueError):
@@ -97,7 +100,13 @@ class Checkpointer:
         )
         _save_whole_arrays_on_cpu()
         # Handlers named up front, so the metadata of a step saved by an earlier run is readable.
-        handlers = {STATE: ocp.StandardCheckpointHandler(), INPUT: ocp.JsonCheckpointHandler()}
+        self._commit_watch = commit_watch.CommitWatch()
+        handlers = {
+            STATE: ocp.StandardCheckpointHandler(),
+            INPUT: ocp.JsonCheckpointHandler(),
+        }
+        for handler in handlers.values():
+            commit_watch.watch_commits(handler, self._commit_watch)
         self._manager = ocp.CheckpointManager(
             self.directory, options=options, item_handlers=handlers
         )
@@ -141,8 +150,29 @@ class Checkpointer:
         if step is None:
             return
         with self.writing(step):
-            self._manager.wait_until_finished()
+            self._wait_until_finished()
         self.newest_complete = step
+
+    def _wait_until_finished(self) -> None:
+        """orbax's wait for the pending save, which raises a failed background write the
+        moment it fails (orbax's own wait, in a multi-process job, waits at a barrier until
+        the save's timeout; see ``commit_watch``)."""
+        done, failure = threading.Event(), []
+
+        def wait() -> None:
+            try:
+                self._manager.wait_until_finished()
+            except BaseException as e:  # noqa: BLE001 (re-raised in the caller's thread)
+                failure.append(e)
+            finally:
+                done.set()
+
+        threading.Thread(target=wait, name="paxlite-save-wait", daemon=True).start()
+        while not done.wait(_COMMIT_POLL_S):
+            if (error := self._commit_watch.error) is not None:
+                raise error
+        if failure:
+            raise failure[0]
 
     @contextlib.contextmanager
     def writing(self, step: int) -> Iterator[None]:
@@ -235,8 +265,12 @@ class Checkpointer:
         reported by :meth:`save` or :meth:`finish_pending`, or superseded by the error
         being raised)."""
         self._pending = None
+        # After a failed write in a multi-process job, orbax's threads wait at a barrier
+        # the peers never reach: closing would wait with them. The process exits instead.
+        stuck = self._commit_watch.error is not None and jax.process_count() > 1
         try:
-            self._manager.close()
+            if not stuck:
+                self._manager.close()
         except Exception:  # noqa: BLE001
             pass
         finally:

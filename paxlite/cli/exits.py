@@ -28,19 +28,32 @@ from paxlite.train.periodic_actions import PREEMPTED_EXIT_CODE
 
 BAD_INPUT_EXIT_CODE = 2
 DIVERGED_EXIT_CODE = 3
-STORAGE_EXIT_CODE = 5
+STORAGE_EXIT_CODE = storage.WRITE_FAILED_EXIT_CODE
 _ORDERLY = (0, PREEMPTED_EXIT_CODE)  # 4 is distributed.PEER_LOST_EXIT_CODE.
+
+
+class Failed(SystemExit):
+    """How :func:`fail` ends a run: ``code``, and the message of its line (``message``),
+    which :func:`end_process` sends to the job's other processes."""
+
+    def __init__(self, code: int, message: str):
+        super().__init__(code)
+        self.message = message
 
 
 def fail(message: object, code: int = BAD_INPUT_EXIT_CODE) -> NoReturn:
     """Ends the run with one ``paxlite: error:`` line on stderr."""
     print(f"paxlite: error: {message}", file=sys.stderr)
-    sys.exit(code)
+    raise Failed(code, str(message))
 
 
 def fail_storage(error: storage.StorageWriteError, job_log_dir: epath.Path | None) -> NoReturn:
     """Ends the run with exit code 5: the error's line, naming the file that holds the
-    traceback and what the storage libraries logged (``paxlite.cli.error_report``)."""
+    traceback and what the storage libraries logged (``paxlite.cli.error_report``).
+
+    In a multi-process job where another process failed first, that process's failure is
+    reported instead (``distributed.stop_if_a_peer_failed``): this one's is its echo."""
+    distributed.stop_if_a_peer_failed()
     fail(f"{error}. Details: {error_report.write(error, job_log_dir)}", STORAGE_EXIT_CODE)
 
 
@@ -53,7 +66,8 @@ def report_unwritten() -> None:
 
 def end_process(error: BaseException) -> None:
     """The console entry point's last act, with how ``main`` ended (``SystemExit`` or an
-    error): tells the other processes; then an orderly end closes what still runs
+    error): tells the other processes (the code, and the error line if :func:`fail` printed
+    one); then an orderly end closes what still runs
     (and returns, for the interpreter to exit), a failing one leaves at once.
 
     Leaving at once (``os._exit``, streams flushed) is what a failing process needs:
@@ -62,12 +76,13 @@ def end_process(error: BaseException) -> None:
     """
     code = error.code if isinstance(error, SystemExit) else 1
     number = 0 if code is None else code if isinstance(code, int) else 1
-    distributed.report_exit(number)
+    distributed.report_exit(number, error.message if isinstance(error, Failed) else None)
     if number in _ORDERLY:
         distributed.shutdown()
         storage.close()
         return
     if not isinstance(error, SystemExit):
+        distributed.stop_if_a_peer_failed()  # This error may be a failed peer's echo.
         traceback.print_exception(error)
     elif isinstance(code, str):
         print(code, file=sys.stderr)

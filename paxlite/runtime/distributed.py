@@ -10,6 +10,8 @@ import time
 
 import jax
 
+from paxlite.runtime import storage
+
 # Environment variables that mean "this process is one of several" for a cluster
 # JAX knows how to read (SLURM, Open MPI, TPU pods/multislice, explicit JAX env).
 _CLUSTER_MARKERS = (
@@ -106,10 +108,12 @@ class PeerWatch:
     peer whose counter has not moved for ``timeout_s`` seconds is lost (killed,
     hung, or its host is gone), and a peer that published a failing exit code
     (see :func:`report_exit`) has failed: either way this process prints one
-    line naming it and exits with :data:`PEER_LOST_EXIT_CODE` instead of waiting
-    forever in its next collective. When the coordinator (process 0) itself
-    dies, JAX stops the others at once with its own message ("the leader task
-    was preempted/died").
+    line naming it (with the peer's own error line, if it sent one) and exits with
+    :data:`PEER_LOST_EXIT_CODE` instead of waiting forever in its next collective. A
+    peer's failed checkpoint write is the job's: every process exits with its code
+    (``storage.WRITE_FAILED_EXIT_CODE``), and only process 0 prints the line. When the
+    coordinator (process 0) itself dies, JAX stops the others at once with its own
+    message ("the leader task was preempted/died").
     """
 
     def __init__(self, timeout_s: float, interval_s: float | None = None):
@@ -162,7 +166,7 @@ class PeerWatch:
                 code = self._get(peer, "exit")
                 if code is not None:
                     if int(code) not in _ORDERLY_EXIT_CODES:
-                        self._stop(peer, f"exited with code {code} (see its log)")
+                        self._stop_after_failure(peer, int(code))
                     last_change[peer] = now  # Left in order: nothing more to hear from it.
                     continue
                 beat = self._get(peer, "beat")
@@ -172,32 +176,77 @@ class PeerWatch:
                     self._stop(peer, f"stopped responding: no heartbeat for {self.timeout_s:g} s")
             self._stopped.wait(self.interval_s)
 
+    def stop_if_a_peer_failed(self) -> None:
+        """Stops this process as :meth:`_run` would if a peer has published a failing exit."""
+        for peer in range(self._count):
+            code = None if peer == self._index else self._get(peer, "exit")
+            if code is not None and int(code) not in _ORDERLY_EXIT_CODES:
+                self._stop_after_failure(peer, int(code))
+
+    def _stop_after_failure(self, peer: int, code: int) -> None:
+        """Stops this process after ``peer`` failed with ``code``.
+
+        A failed write of the job's checkpoint (storage's exit code) is the job's failure:
+        every process exits with that code, and process 0 (whose log is the job's) repeats
+        the peer's line, which names the step and the cause. Any other failure stops this
+        process with :data:`PEER_LOST_EXIT_CODE`, naming the peer's line where it sent one.
+        """
+        line = self._get(peer, "error")
+        said = f": {line}" if line else " (see its log)"
+        if code == storage.WRITE_FAILED_EXIT_CODE:
+            if self._index == 0:
+                self._print(f"process {peer} of {self._count} ({self._described(peer)}){said}")
+            os._exit(code)
+        self._stop(peer, f"exited with code {code}{said}")
+
     def _stop(self, peer: int, what: str) -> None:
-        about = self._get(peer, "about") or "host unknown"
-        print(
-            f"paxlite: error: process {peer} of {self._count} ({about}) {what}. Stopping "
+        self._print(
+            f"process {peer} of {self._count} ({self._described(peer)}) {what}. Stopping "
             f"process {self._index} too; once every process can run again, rerun the same "
-            "command to resume from the latest checkpoint.",
-            file=sys.stderr,
-            flush=True,
+            "command to resume from the latest checkpoint."
         )
         os._exit(PEER_LOST_EXIT_CODE)
 
-    def report_exit(self, code: int) -> None:
-        """Publishes this process's exit code, so peers stop if it is a failure."""
+    def _described(self, peer: int) -> str:
+        return self._get(peer, "about") or "host unknown"
+
+    @staticmethod
+    def _print(message: str) -> None:
+        print(f"paxlite: error: {message}", file=sys.stderr, flush=True)
+
+    def report_exit(self, code: int, line: str | None) -> None:
+        """Publishes this process's exit code (and its error line), so peers stop if it
+        is a failure; the line first, so a peer that sees the code finds it."""
+        if line is not None:
+            self._client.key_value_set(
+                _KEY.format(index=self._index, field="error"), line, allow_overwrite=True
+            )
         self._client.key_value_set(
             _KEY.format(index=self._index, field="exit"), str(code), allow_overwrite=True
         )
 
 
-def report_exit(code: int) -> None:
-    """Tells the other processes how this one is exiting (no-op in a one-process job)."""
+def report_exit(code: int, line: str | None = None) -> None:
+    """Tells the other processes how this one is exiting, with its ``paxlite: error:``
+    line's message if it printed one (no-op in a one-process job)."""
     if _peer_watch is None:
         return
     try:
-        _peer_watch.report_exit(code)
+        _peer_watch.report_exit(code, line)
     except Exception:  # The coordinator may already be gone; peers then stop on their own.
         pass
+
+
+def stop_if_a_peer_failed() -> None:
+    """For a process about to fail: if another process of the job failed first, stops this
+    one as the peer watch does (naming that process and its error) instead of letting it
+    report its own error, which is then most likely a consequence (a peer that exits closes
+    the connections this process's collectives use). No-op in a one-process job.
+
+    A failing peer publishes its exit before it exits, so this sees it.
+    """
+    if _peer_watch is not None:
+        _peer_watch.stop_if_a_peer_failed()
 
 
 def shutdown() -> None:

@@ -24,12 +24,15 @@ from __future__ import annotations
 import logging
 import os
 import re
+import uuid
 from typing import Any
 
 from etils import epath
 from etils.epath import gpath
 
 EMULATOR_VARIABLE = "STORAGE_EMULATOR_HOST"
+#: How a run ends when a StorageWriteError stops it; every process of the job exits so.
+WRITE_FAILED_EXIT_CODE = 5
 ANONYMOUS = "anon"
 
 
@@ -41,7 +44,7 @@ class StorageWriteError(RuntimeError):
     """Something the run must keep (a checkpoint, a benchmark report) could not be written.
 
     Its message is the whole story in one line: what, where, the storage's error, and
-    what to do. ``paxlite.main`` ends the run with it and exit code 5.
+    what to do. ``paxlite.main`` ends the run with it and :data:`WRITE_FAILED_EXIT_CODE`.
     """
 
 
@@ -97,8 +100,12 @@ def kvstore(path: epath.Path) -> str:
 
 def check_reachable(path: epath.Path) -> None:
     """Raises StorageError unless a remote job directory's bucket can be written: a probe
-    object is written and removed (local paths: see ``job_config.check_job_dir_writable``)."""
-    probe = path / ".paxlite-write-check"
+    object is written and removed (local paths: see ``job_config.check_job_dir_writable``).
+
+    The probe's name is this process's own: the processes of a multi-host job check the
+    same directory at once, and one removing another's probe would read as a missing bucket.
+    """
+    probe = path / f".paxlite-write-check-{uuid.uuid4().hex}"
     gcsfs_log = logging.getLogger("gcsfs")  # Its retries log tracebacks; the error is enough.
     level = gcsfs_log.level
     gcsfs_log.setLevel(logging.CRITICAL)

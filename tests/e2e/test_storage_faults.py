@@ -5,16 +5,19 @@ with one line and exit code 5, nothing complete is lost, and the same command re
 a run can do without (summaries, profiles, decoder outputs) is reported and the run goes on.
 """
 
+import os
 import pathlib
 import re
 import subprocess
+import sys
 
 import pytest
 from etils import epath
 
 from paxlite.checkpoints import input_positions
 from tasks.lm.text import TextFormat
-from tests.gcs import BUCKET
+from tests import REPO, cpu_xla_flags
+from tests.gcs import BUCKET, free_port
 from tests.paxlite.test_main import (
     assert_ended_cleanly,
     run_and_act_at,
@@ -102,6 +105,72 @@ def test_a_bucket_refusing_a_checkpoint_stops_the_run_and_the_same_command_resum
     assert "step       6/6" in resumed.stdout
     assert sorted(p.name for p in checkpoint_dir.iterdir()) == ["6", "input_positions"]
     assert [p.name for p in (checkpoint_dir / input_positions.DIRNAME).iterdir()] == ["6"]
+
+
+def run_two_processes(command: list[str]) -> list[subprocess.CompletedProcess]:
+    """``command`` (main.py's flags after ``--exp``) as processes 0 and 1 of one job, on 2
+    CPU devices each, with the model axis across the two (each process writes its own
+    shards of the state: with the data axis across them only process 0 writes)."""
+    port = free_port()
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS=cpu_xla_flags(2),
+        JAX_DISABLE_MOST_OPTIMIZATIONS="1",
+    )
+    join = ["--set=ICI_MESH_SHAPE=1,2,1", "--set=DCN_MESH_SHAPE=1,1,2", "--num_processes=2"]
+    join += [f"--coordinator_address=127.0.0.1:{port}", "--distributed_timeout_s=120"]
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "paxlite.main", f"--exp={TEXT}", *command, *join]
+            + [f"--process_id={i}"],
+            cwd=REPO,
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        outputs = [p.communicate(timeout=120) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    return [
+        subprocess.CompletedProcess(p.args, p.returncode, out, err)
+        for p, (out, err) in zip(procs, outputs, strict=True)
+    ]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "what, written_by_process_1",
+    [
+        ("state", r"checkpoints(/|%2F)4(/|%2F)state(/|%2F)ocdbt\.process_1"),
+        ("input position", r"input_positions(/|%2F)4(/|%2F)host_1_of_2"),
+    ],
+    ids=["state", "input_position"],
+)
+def test_a_write_failing_on_process_1_only_stops_every_process_with_5_and_one_line_from_0(
+    faulty_gcs, tmp_path, what, written_by_process_1
+):
+    job = f"gs://{BUCKET}/process_1_{what.replace(' ', '_')}"
+    command = text_run(tmp_path, job, "--set=NUM_TRAIN_STEPS=4", "--set=CHECKPOINT_EVERY_N_STEPS=2")
+    faulty_gcs.refuse_writes(403, matching=written_by_process_1)
+    first, second = run_two_processes(command)
+    assert faulty_gcs.refused > 0  # Process 1 did try to write there.
+    for proc in (first, second):
+        assert proc.returncode == STORAGE_EXIT_CODE, proc.stderr[-3000:]
+    line = the_error(first)  # Process 0's log is the job's: it names process 1's failure.
+    assert line.startswith("paxlite: error: process 1 of 2 (host ")
+    assert f": the checkpoint at step 4 could not be written to {job}/checkpoints: " in line
+    assert "does not have storage.objects.create access" in line
+    assert "the newest complete checkpoint is step 2" in line
+    assert the_error(second).startswith("paxlite: error: the checkpoint at step 4 could not")
+    checkpoint_dir = epath.Path(job) / "checkpoints"
+    assert (checkpoint_dir / "2" / "commit_success.txt").exists()
+    assert not (checkpoint_dir / "4" / "commit_success.txt").exists()
 
 
 @pytest.mark.slow

@@ -109,6 +109,7 @@ def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
     experiment_cls = overrides.resolve_experiment_class(FLAGS.exp, knob_settings, search)
     overrides.check_one_source(FLAGS.exp, knob_settings, FLAGS.fdl_set, search)
     topology, target = cli_flags.compile_topology(), None
+    cli_flags.restore_fallback(mode)  # Refused outside training before anything runs.
     if mode is Mode.COMPILE:  # As many fake CPU devices as the mesh (or TPU target) has.
         target = aot.compile_target(experiment_cls, *topology)
         distributed.use_fake_cpu_devices(aot.devices_needed(experiment_cls, target))
@@ -167,6 +168,7 @@ def _run(job: Job, mode: Mode) -> periodic_actions.RunResult | None:
         stop_at_step=FLAGS.stop_at_step,
         peak_tflops=FLAGS.peak_tflops,
         flops_definition=definition,
+        restore_fallback=FLAGS.restore_fallback,
     )
 
 

@@ -8,13 +8,14 @@ import json
 import re
 import threading
 from collections.abc import Iterator
-from typing import Any
+from typing import Any, NamedTuple
 
 import jax
 import orbax.checkpoint as ocp
 from etils import epath
+from jax.experimental import multihost_utils
 
-from paxlite.checkpoints import commit_watch
+from paxlite.checkpoints import commit_watch, input_positions
 from paxlite.runtime import storage
 from paxlite.train.train_state import TrainState
 
@@ -24,6 +25,7 @@ _MAX_LISTED = 20  # Mismatched arrays listed in a CheckpointMismatchError.
 _STATUS = re.compile(r"[A-Z_]+: ")  # How tensorstore's errors start: 'DATA_LOSS: ...'.
 _INCOMPLETE = re.compile(r"(\d+)\.orbax-checkpoint-tmp.*")  # A save that never finished.
 _COMMITTED = "commit_success.txt"  # Orbax's mark of a finished save in a bucket.
+DAMAGED_DIRNAME = "damaged_checkpoints"  # Beside checkpoints/: where damaged steps are moved.
 _COMMIT_POLL_S = 0.2  # How often a wait for a save looks for a failed background write.
 
 
@@ -32,7 +34,33 @@ class CheckpointMismatchError(ValueError):
 
 
 class CheckpointCorruptError(ValueError):
-    """A checkpoint's files cannot be read (truncated, overwritten or partly deleted)."""
+    """A checkpoint's files cannot be read (truncated, overwritten or partly deleted).
+
+    Attributes:
+      step: the checkpoint; cause: the read error, one line.
+    """
+
+    def __init__(self, message: str, step: int, cause: str):
+        super().__init__(message)
+        self.step, self.cause = step, cause
+
+
+class Restored(NamedTuple):
+    """A restored checkpoint: its ``step``, the ``state`` and the input's JSON state, and
+    the newer checkpoints passed over as damaged (``moved_aside``), newest first."""
+
+    step: int
+    state: TrainState
+    input_state: dict[str, Any]
+    moved_aside: list[MovedAside]
+
+
+class MovedAside(NamedTuple):
+    """A damaged checkpoint, moved from ``checkpoints/<step>`` to ``to``, and why."""
+
+    step: int
+    to: epath.Path
+    cause: str
 
 
 class CheckpointSaveError(storage.StorageWriteError):
@@ -72,7 +100,8 @@ class Checkpointer:
     is complete. A checkpoint holds the
     :class:`TrainState` (sharded arrays) and the training input's position (JSON).
     Saves that a killed process left unfinished are listed in ``interrupted_steps``
-    and removed; they are never restored.
+    and removed; they are never restored. With ``restore_fallback``,
+    :meth:`restore_latest` passes over damaged checkpoints (see there).
 
     A save that fails, in its synchronous part or its background commit, or whose
     commit takes longer than ``timeout_secs``, raises :class:`CheckpointSaveError`
@@ -87,8 +116,10 @@ class Checkpointer:
         max_to_keep: int,
         async_save: bool = True,
         timeout_secs: int = 1200,
+        restore_fallback: bool = False,
     ):
         self.directory = storage.job_path(job_log_dir) / "checkpoints"
+        self._restore_fallback = restore_fallback
         self.interrupted_steps = _interrupted_saves(self.directory)
         self._timeout_secs = timeout_secs
         options = ocp.CheckpointManagerOptions(
@@ -216,7 +247,7 @@ class Checkpointer:
         with self._reading(step):
             saved = self._manager.item_metadata(step)[STATE]
         if saved is None:
-            raise CheckpointCorruptError(self._corrupt_message(step, f"no readable {STATE!r} item"))
+            raise self._corrupt(step, f"no readable {STATE!r} item")
         problems = shape_mismatches(saved, abstract_state)
         if problems:
             shown = problems[:_MAX_LISTED]
@@ -236,6 +267,57 @@ class Checkpointer:
             restored = self._manager.restore(step, args=args)
         return restored[STATE], restored[INPUT]
 
+    def restore_latest(self, abstract_state: TrainState) -> Restored:
+        """The newest checkpoint, restored as :meth:`restore` does.
+
+        With ``restore_fallback``, when its files cannot be read the next older one is
+        tried, and so on; once one reads, the damaged newer ones are moved to
+        ``<job_log_dir>/damaged_checkpoints/<step>`` (their input positions beside, as
+        ``<step>.input_positions``): kept, and out of the way of the steps the run saves
+        again.
+
+        Raises:
+          CheckpointMismatchError: a checkpoint holds a different model.
+          CheckpointCorruptError: the newest checkpoint cannot be read (with the fallback:
+            none can; nothing was moved).
+        """
+        damaged: list[CheckpointCorruptError] = []
+        for step in sorted(self.all_steps(), reverse=True):
+            try:
+                state, input_state = self.restore(step, abstract_state)
+            except CheckpointCorruptError as e:
+                if not self._restore_fallback:
+                    raise
+                damaged.append(e)
+                continue
+            return Restored(step, state, input_state, self._move_aside(damaged))
+        newest = damaged[0]
+        raise CheckpointCorruptError(
+            f"cannot read any checkpoint in {self.directory}: the files of steps "
+            f"{', '.join(str(e.step) for e in damaged)} look damaged (truncated or "
+            f"overwritten). Move them aside to train from scratch, or pass a new "
+            f"--job_log_dir. (Read error of step {newest.step}: {newest.cause})",
+            newest.step,
+            newest.cause,
+        )
+
+    def _move_aside(self, damaged: list[CheckpointCorruptError]) -> list[MovedAside]:
+        """Moves each damaged step (and its input positions) to the damaged directory."""
+        aside = self.directory.parent / DAMAGED_DIRNAME
+        moved = [MovedAside(e.step, _free_name(aside, str(e.step)), e.cause) for e in damaged]
+        if moved and jax.process_index() == 0:
+            aside.mkdir(parents=True, exist_ok=True)
+            for entry in moved:
+                (self.directory / str(entry.step)).rename(entry.to)
+                positions = self.directory / input_positions.DIRNAME / str(entry.step)
+                if positions.exists():
+                    positions.rename(entry.to.with_name(f"{entry.to.name}.input_positions"))
+        if moved:
+            multihost_utils.sync_global_devices("paxlite: damaged checkpoints moved aside")
+            self._manager.reload()
+            self.newest_complete = self.latest_step()
+        return moved
+
     @contextlib.contextmanager
     def _reading(self, step: int) -> Iterator[None]:
         """Turns a failed read of ``step``'s files into a CheckpointCorruptError."""
@@ -245,19 +327,26 @@ class Checkpointer:
         except Exception as e:
             if (cause := _read_error(e)) is None:
                 raise
-            raise CheckpointCorruptError(self._corrupt_message(step, cause)) from e
+            raise self._corrupt(step, cause) from e
 
-    def _corrupt_message(self, step: int, cause: Any) -> str:
+    def _corrupt(self, step: int, cause: Any) -> CheckpointCorruptError:
         step_dir = self.directory / str(step)
         detail = " ".join(str(cause).split())
         if len(detail) > 300:
             detail = detail[:300] + " ..."
         earlier = [s for s in self.all_steps() if s < step]
-        fallback = f"to resume from step {max(earlier)}" if earlier else "to train from scratch"
-        return (
+        fallback = (
+            f"to resume from step {max(earlier)} (or rerun with --restore_fallback, which "
+            "moves it aside)"
+            if earlier
+            else "to train from scratch"
+        )
+        return CheckpointCorruptError(
             f"cannot read the checkpoint at step {step}: the files in {step_dir} look damaged "
             f"(truncated or overwritten). Move or delete {step_dir} {fallback}, or pass a new "
-            f"--job_log_dir. (Read error: {detail})"
+            f"--job_log_dir. (Read error: {detail})",
+            step,
+            detail,
         )
 
     def close(self) -> None:
@@ -277,6 +366,15 @@ class Checkpointer:
             if self._draining is not None:
                 self._draining.close()
                 self._draining = None
+
+
+def _free_name(directory: epath.Path, name: str) -> epath.Path:
+    """``directory/name``, or ``name-2``, ``name-3``... if that is taken."""
+    candidate, n = directory / name, 1
+    while candidate.exists():
+        n += 1
+        candidate = directory / f"{name}-{n}"
+    return candidate
 
 
 def _interrupted_saves(directory: epath.Path) -> list[int]:

@@ -125,6 +125,13 @@ flags.DEFINE_float(
     "In a multi-process job, seconds without a heartbeat from another process after which "
     "every other process stops (exit 4) with a message naming the lost one.",
 )
+flags.DEFINE_bool(
+    "restore_fallback",
+    False,
+    "Training: when the newest checkpoint's files cannot be read, move it to "
+    "<job_log_dir>/damaged_checkpoints/ and resume from the newest one that reads (without "
+    "it, the run stops with an error naming the damaged step).",
+)
 flags.DEFINE_string(
     "tfds_data_dir",
     None,
@@ -150,6 +157,16 @@ def resolved_mode() -> Mode:
         why = REFUSED_MODES[mode]
         raise UsageError(f"--mode={mode.value} (a paxml mode) is not supported by paxlite: {why}.")
     return Mode.DECODE if mode is Mode.DECODE_ONCE else mode
+
+
+def restore_fallback(mode: Mode) -> bool:
+    """``--restore_fallback``; UsageError outside training (only training resumes)."""
+    if FLAGS.restore_fallback and mode not in (Mode.TRAIN, Mode.TRAIN_AND_EVAL):
+        raise UsageError(
+            f"--restore_fallback applies to training, which resumes from its checkpoints; "
+            f"--mode={mode.value} does not (restore a step with --restore_checkpoint_step)."
+        )
+    return FLAGS.restore_fallback
 
 
 def compile_topology() -> tuple[str | None, int | None]:

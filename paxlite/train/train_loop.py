@@ -62,6 +62,7 @@ def run(
     stop_at_step: int | None = None,
     peak_tflops: float | None = None,
     flops_definition: FlopsDefinition | None = None,
+    restore_fallback: bool = False,
 ) -> RunResult:
     """Trains to ``task.num_train_steps`` from the latest checkpoint (or a fresh state).
 
@@ -70,13 +71,16 @@ def run(
     inputs. ``stop_at_step`` ends training early at that step (checkpointed), as if
     the job had been preempted there; running again resumes to ``num_train_steps``.
     ``peak_tflops`` (per device) overrides the peak MFU is measured against;
-    ``flops_definition`` picks the model-FLOPs count.
+    ``flops_definition`` picks the model-FLOPs count. ``restore_fallback``: resume from the
+    newest checkpoint that reads, damaged newer ones moved aside
+    (``Checkpointer.restore_latest``).
 
     Raises:
       DivergenceError: a non-finite loss/gradient (unless the task skips them);
         the checkpoints written before it stay, nothing after it is saved.
       CheckpointSaveError: a checkpoint could not be written (at the latest at the
         next save point); the complete ones before it stay.
+      CheckpointCorruptError: the checkpoint to resume from cannot be read.
     """
     run_start = time.perf_counter()
     task = job.task
@@ -84,7 +88,15 @@ def run(
     result = RunResult()
     last_step = min(task.num_train_steps, stop_at_step or task.num_train_steps)
     with job.scope():
-        loop = _prepare(job, result, evaluate, last_step, run_start, peak, flops_definition)
+        checkpointer = train_checkpoints.Checkpointer(
+            job.job_log_dir,
+            max_to_keep=task.max_to_keep,
+            timeout_secs=task.async_timeout_secs,
+            restore_fallback=restore_fallback,
+        )
+        loop = _prepare(
+            job, result, evaluate, (last_step, run_start), peak, flops_definition, checkpointer
+        )
         state, step = loop.run.state, int(loop.run.state.step)
         try:
             while step < last_step:
@@ -109,16 +121,17 @@ def _prepare(
     job: Job,
     result: RunResult,
     evaluate: bool,
-    last_step: int,
-    run_start: float,
+    last_step_and_start: tuple[int, float],
     peak: mfu.Peak,
     definition: FlopsDefinition | None,
+    checkpointer: train_checkpoints.Checkpointer,
 ) -> _Loop:
-    """State (restored or fresh), the compiled step, its cost and the periodic actions."""
+    """State (restored or fresh), the compiled step, its cost and the periodic actions.
+
+    ``last_step_and_start``: the step this run stops at, and when it started
+    (``time.perf_counter()``)."""
     task = job.task
-    checkpointer = train_checkpoints.Checkpointer(
-        job.job_log_dir, max_to_keep=task.max_to_keep, timeout_secs=task.async_timeout_secs
-    )
+    last_step, run_start = last_step_and_start
     run = train_setup.init_or_restore(job, train_setup.StateSource.LATEST_OR_FRESH, checkpointer)
     train_setup.log_state_sizes(job, run)
     step = int(run.state.step)

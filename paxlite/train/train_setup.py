@@ -9,6 +9,7 @@ from __future__ import annotations
 import contextlib
 import dataclasses
 import enum
+import sys
 import time
 from collections.abc import Iterator
 from typing import Any
@@ -129,9 +130,7 @@ def init_or_restore(
     latest = _latest_step(checkpointer, source)
     rules = {} if source is StateSource.FRESH else init_from.rules_of(job.task, _init_from(job))
     if latest is not None:
-        return _resumed(
-            job, checkpointer, latest, (abstract, shardings), rules, (init_key, key, sample)
-        )
+        return _resumed(job, checkpointer, (abstract, shardings), rules, (init_key, key, sample))
     state = _starting_state(job, (abstract, shardings), init_key, sample, rules)
     if source is StateSource.LATEST_OR_FRESH and trainable.freezes(state.params, job.task.learner):
         if jax.process_index() == 0:  # Where its frozen parameters come from, for good.
@@ -199,19 +198,21 @@ def _is_box(leaf: Any) -> bool:
 def _resumed(
     job: Job,
     checkpointer: train_checkpoints.Checkpointer,
-    latest: int,
     abstract_and_shardings: tuple[Any, Any],
     rules: dict[str, Any],
     keys_and_sample: tuple[Any, Any, NestedMap],
 ) -> RunState:
-    """The run resumed from its checkpoint ``latest``; frozen parameters (never saved) are
-    the starting state's again (the seed's and the loading rules')."""
+    """The run resumed from its newest checkpoint (with the checkpointer's restore
+    fallback, the newest that reads: ``Checkpointer.restore_latest``); frozen parameters
+    (never saved) are the starting state's again (the seed's and the loading rules')."""
     (abstract, shardings), (init_key, key, sample) = abstract_and_shardings, keys_and_sample
     learner = job.task.learner
-    state, input_state = checkpointer.restore(latest, trainable.saved(abstract, learner))
+    restored = checkpointer.restore_latest(trainable.saved(abstract, learner))
+    _report_moved_aside(restored, checkpointer.directory)
+    state, latest = restored.state, restored.step
     replay = input_positions.restore(checkpointer.directory, latest, job.train_input)
     if replay is None:  # No saved reader position: the input re-reads up to its state.
-        job.train_input.set_state(input_state)
+        job.train_input.set_state(restored.input_state)
     how = "its saved batch count" if replay is None else "its saved reader position"
     summaries.log(
         f"Restored checkpoint at step {latest} from {checkpointer.directory} (input: {how})"
@@ -229,6 +230,20 @@ def _resumed(
             "(an initial checkpoint only starts a job that has none)."
         )
     return RunState(state, shardings, sample, key, latest, replay or [])
+
+
+def _report_moved_aside(restored: train_checkpoints.Restored, directory: Any) -> None:
+    """A ``paxlite: warning:`` line (process 0) for each damaged checkpoint passed over."""
+    if jax.process_index() != 0:
+        return
+    for moved in restored.moved_aside:
+        print(
+            f"paxlite: warning: the checkpoint at step {moved.step} in {directory} cannot be "
+            f"read ({moved.cause}); moved it to {moved.to} and resuming from step "
+            f"{restored.step}, the newest that reads (--restore_fallback).",
+            file=sys.stderr,
+            flush=True,
+        )
 
 
 def _init_from(job: Job) -> str | None:

@@ -19,7 +19,7 @@ from paxlite.cli.flags import UsageError
 from paxlite.experiments.base_experiment import KnobError, with_overrides
 from paxlite.runtime.job_config import check_job_dir_writable
 from tasks.lm.synthetic import LmSyntheticTiny
-from tests.paxlite.test_main import run_main
+from tests.paxlite.test_main import restore_params, run_main, run_main_in_process
 
 pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
 
@@ -247,22 +247,91 @@ def test_checkpoint_of_another_model_lists_the_differences_and_keeps_the_files(
 @pytest.mark.slow
 def test_damaged_checkpoint_names_the_step_dir_and_deletes_nothing(trained_job, tmp_path):
     job = _copy(trained_job, tmp_path)
-    data_files = [p for p in (job / "checkpoints/2/state").rglob("d/*") if p.is_file()]
-    assert data_files
-    for path in data_files:
-        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
+    _cut_data_files_in_half(job / "checkpoints" / "2")
     before = snapshot(job)
     proc = run_main(f"--job_log_dir={job}", "--set=NUM_TRAIN_STEPS=4")
     step_dir = job.absolute() / "checkpoints" / "2"
     assert_clean_failure(
         proc,
         "cannot read the checkpoint at step 2",
-        f"Move or delete {step_dir} to resume from step 1",
+        f"Move or delete {step_dir} to resume from step 1 (or rerun with --restore_fallback",
         "--job_log_dir",
     )
     after = snapshot(job)
     assert after.keys() == before.keys()
     assert all(after[n][1] == before[n][1] for n in before)
+
+
+@pytest.mark.slow
+def test_restore_fallback_moves_a_damaged_newest_step_aside_and_resumes_from_the_one_before(
+    trained_job, tmp_path
+):
+    job = _copy(trained_job, tmp_path)
+    damaged = job / "checkpoints" / "2"
+    _cut_data_files_in_half(damaged)
+    damaged_files = snapshot(damaged)
+    proc = run_main(
+        f"--job_log_dir={job}",
+        "--set=NUM_TRAIN_STEPS=2",
+        "--set=CHECKPOINT_EVERY_N_STEPS=1",
+        "--restore_fallback",
+    )
+    assert proc.returncode == 0, proc.stderr[-3000:]
+    aside = job.absolute() / "damaged_checkpoints" / "2"
+    warnings = [line for line in proc.stderr.splitlines() if line.startswith("paxlite: warning:")]
+    assert len(warnings) == 1, proc.stderr[-3000:]
+    assert warnings[0].startswith(
+        f"paxlite: warning: the checkpoint at step 2 in {job.absolute() / 'checkpoints'} "
+        "cannot be read ("
+    )
+    assert f"moved it to {aside} and resuming from step 1, the newest that reads" in warnings[0]
+    assert "Restored checkpoint at step 1 from" in proc.stdout
+    assert snapshot(aside) == damaged_files  # Kept as it was, only renamed.
+    # Step 2 trained again from step 1 is the step 2 the damaged files held.
+    again, original = restore_params(job, 2), restore_params(trained_job, 2)
+    jax.tree_util.tree_map(np.testing.assert_array_equal, again, original)
+
+
+@pytest.mark.slow
+def test_restore_fallback_with_every_checkpoint_damaged_moves_nothing(trained_job, tmp_path):
+    job = _copy(trained_job, tmp_path)
+    for step in ("1", "2"):
+        _cut_data_files_in_half(job / "checkpoints" / step)
+    before = snapshot(job)
+    code, _, err = run_main_in_process(
+        f"--job_log_dir={job}",
+        "--set=NUM_TRAIN_STEPS=3",
+        "--set=ICI_MESH_SHAPE=1,8,1",  # This process has 8 devices.
+        "--restore_fallback",
+    )
+    assert code == 2, err[-3000:]
+    errors = [line for line in err.splitlines() if line.startswith("paxlite: error:")]
+    assert len(errors) == 1 and errors[0].startswith(
+        f"paxlite: error: cannot read any checkpoint in {job.absolute() / 'checkpoints'}: the "
+        "files of steps 2, 1 look damaged"
+    )
+    after = snapshot(job)
+    assert after.keys() == before.keys()
+    assert all(after[n][1] == before[n][1] for n in before)
+
+
+def test_restore_fallback_outside_training_is_refused_in_one_line(tmp_path):
+    code, _, err = run_main_in_process(
+        f"--job_log_dir={tmp_path / 'job'}", "--mode=eval", "--restore_fallback"
+    )
+    assert code == 2 and err.strip().splitlines()[-1] == (
+        "paxlite: error: --restore_fallback applies to training, which resumes from its "
+        "checkpoints; --mode=eval does not (restore a step with --restore_checkpoint_step)."
+    )
+    assert not (tmp_path / "job").exists()
+
+
+def _cut_data_files_in_half(step_dir: pathlib.Path) -> None:
+    """Damages a checkpoint as a disk that filled up mid-copy would: its array files cut."""
+    data_files = [p for p in (step_dir / "state").rglob("d/*") if p.is_file()]
+    assert data_files
+    for path in data_files:
+        path.write_bytes(path.read_bytes()[: path.stat().st_size // 2])
 
 
 def test_shape_mismatches_lists_missing_extra_and_reshaped_arrays():

@@ -8,6 +8,7 @@ The adapters themselves are layer fields (``praxis_lite.layers.lora``); PEFT's f
 
 from __future__ import annotations
 
+import sys
 from typing import Any
 
 import fiddle as fdl
@@ -40,6 +41,24 @@ def base_of(adapter_dir: epath.Path) -> epath.Path:
         f"{adapter_dir} adapts {base!r}, which is no local Hugging Face model directory (a hub "
         "id? paxlite downloads nothing); pass the base: from_pretrained(BASE_DIR, adapter=...)."
     )
+
+
+def check_base(adapter_dir: epath.Path, base_dir: epath.Path) -> None:
+    """Refuses a base model that is not the adapter's; warns (one ``paxlite: warning:``
+    line) when the adapter names a base paxlite cannot open, under another name
+    (``peft_adapter.check_base``).
+
+    Raises:
+      AdapterError: the adapter names a local model directory, and ``base_dir`` is another.
+    """
+    try:
+        warning = peft_adapter.check_base(
+            adapter_dir, peft_adapter.AdapterConfig.load(adapter_dir), base_dir
+        )
+    except peft_adapter.PeftError as e:
+        raise AdapterError(str(e)) from None
+    if warning is not None:
+        print(f"paxlite: warning: {warning}", file=sys.stderr, flush=True)
 
 
 def put_on(model_cfg: Any, family: hf_models.Family, adapter_dir: epath.Path) -> lora.LoraSettings:

@@ -287,7 +287,10 @@ def _from_hf(
         source = hf_checkpoint.HfSource(path, None)
         dtype = max((v.dtype for v in source.variables().values()), key=lambda d: d.itemsize)
     config_lib.set_dtypes(model_cfg, dtype=jnp.dtype(dtype), fprop_dtype=jnp.dtype(dtype))
-    settings = None if adapter is None else adapters.put_on(model_cfg, family, adapter)
+    settings = None
+    if adapter is not None:
+        adapters.check_base(adapter, path)
+        settings = adapters.put_on(model_cfg, family, adapter)
     model = config_lib.instantiate(model_cfg)
     mesh, rules = _all_devices_fsdp()
     sources = {str(p): CheckpointLoadingRules() for p in (adapter, path) if p is not None}

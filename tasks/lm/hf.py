@@ -24,6 +24,7 @@ from __future__ import annotations
 
 import enum
 import json
+import sys
 from typing import Any
 
 from etils import epath
@@ -148,6 +149,8 @@ class HfCausalLm(HfModelKnobs, PromptCompletionKnobs):
                     "set --set HF_MODEL=DIR to the base model."
                 )
             self.HF_MODEL = base
+        else:
+            self._check_adapter_base(adapter)
         theirs = {
             "LORA_RANK": adapter.rank,
             "LORA_ALPHA": adapter.alpha,
@@ -167,6 +170,18 @@ class HfCausalLm(HfModelKnobs, PromptCompletionKnobs):
                 f"{name}: INIT_FROM={self.INIT_FROM} is an adapter these LoRA knobs disagree "
                 f"with: {'; '.join(differ)}; leave them unset to continue the adapter as it is."
             )
+
+    def _check_adapter_base(self, adapter: peft_adapter.AdapterConfig) -> None:
+        """KnobError when HF_MODEL is not the model INIT_FROM's adapter was trained on; a
+        warning when the adapter names a base that cannot be opened, under another name."""
+        try:
+            warning = peft_adapter.check_base(
+                epath.Path(self.INIT_FROM), adapter, epath.Path(self.HF_MODEL)
+            )
+        except peft_adapter.PeftError as e:
+            raise KnobError(f"{type(self).__qualname__}: HF_MODEL: {e}") from None
+        if warning is not None:
+            print(f"paxlite: warning: {warning}", file=sys.stderr, flush=True)
 
     def _check_vocab_path(self) -> None:
         if type(self).VOCAB_PATH not in (None, self.HF_MODEL):

@@ -207,6 +207,65 @@ def is_adapter_dir(path: epath.Path) -> bool:
     return (path / CONFIG_FILE).is_file() and (path / WEIGHTS_FILE).is_file()
 
 
+#: config.json fields whose values make two base models different ones for an adapter.
+_BASE_IDENTITY = (
+    "model_type",
+    "hidden_size",
+    "intermediate_size",
+    "num_hidden_layers",
+    "num_attention_heads",
+    "num_key_value_heads",
+    "head_dim",
+    "vocab_size",
+)
+
+
+def check_base(adapter_dir: epath.Path, adapter: AdapterConfig, base_dir: epath.Path) -> str | None:
+    """Checks the base model ``base_dir`` given for an adapter against the one it records
+    (``base_model_name_or_path``).
+
+    Returns a warning when the recorded base is a name paxlite cannot open (a hub id)
+    unlike ``base_dir``'s name (lower case, letters and digits only), None otherwise.
+
+    Raises:
+      PeftError: the recorded base is a local model directory whose config.json differs
+        from ``base_dir``'s (model type or sizes): another model.
+    """
+    recorded = adapter.base_model_name_or_path
+    if not recorded:
+        return None
+    recorded_dir = epath.Path(recorded)
+    if (recorded_dir / hf_models.CONFIG_FILE).is_file():
+        theirs, ours = _identity(recorded_dir), _identity(base_dir)
+        differ = [  # A field one config leaves out (derived from others) is not compared.
+            f"{k} {theirs[k]} vs {ours[k]}"
+            for k in _BASE_IDENTITY
+            if None not in (theirs[k], ours[k]) and theirs[k] != ours[k]
+        ]
+        if differ:
+            raise PeftError(
+                f"{adapter_dir} adapts {recorded}, but the base model given, {base_dir}, is "
+                f"another model ({'; '.join(differ)}); give the base it was trained on."
+            )
+        return None
+    if _name_key(recorded_dir.name) != _name_key(base_dir.name):
+        return (
+            f"{adapter_dir} was trained on {recorded!r} (its base_model_name_or_path) and is "
+            f"put on {base_dir}: check that they are the same model (paxlite cannot open "
+            f"{recorded!r} to compare)."
+        )
+    return None
+
+
+def _identity(model_dir: epath.Path) -> dict[str, Any]:
+    fields = json.loads((model_dir / hf_models.CONFIG_FILE).read_text())
+    return {k: fields.get(k) for k in _BASE_IDENTITY}
+
+
+def _name_key(name: str) -> str:
+    return re.sub(r"[^a-z0-9]", "", name.lower())
+
+
 # --- our adapters in PEFT's tensors -------------------------------------------------------
 
 

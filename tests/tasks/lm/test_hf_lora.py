@@ -232,6 +232,23 @@ def test_lora_knob_errors_are_one_line(knobs, message):
     assert "\n" not in str(e.value)
 
 
+def test_an_adapter_put_on_another_base_is_refused_naming_both(tmp_path):
+    """llama3_lora's config naming the llama3 fixture as its base; qwen2 has the same sizes
+    and modules (the adapter's tensors fit it): only the bases' configs tell them apart."""
+    adapter = tmp_path / "adapter"
+    adapter.mkdir()
+    for name in ("adapter_config.json", "adapter_model.safetensors"):
+        (adapter / name).write_bytes((_HF / "llama3_lora" / name).read_bytes())
+    fields = json.loads((adapter / "adapter_config.json").read_text())
+    fields["base_model_name_or_path"] = str(_HF / "llama3")
+    (adapter / "adapter_config.json").write_text(json.dumps(fields))
+    expected = f"{adapter} adapts {_HF / 'llama3'}, but the base model given, {_HF / 'qwen2'}"
+    with pytest.raises(KnobError, match=re.escape(f"HF_MODEL: {expected}")):
+        _experiment("llama3", 2, HF_MODEL=str(_HF / "qwen2"), INIT_FROM=str(adapter))
+    with pytest.raises(adapters.AdapterError, match=re.escape(expected)):
+        from_pretrained(_HF / "qwen2", adapter=adapter)
+
+
 def test_our_own_lms_take_praxis_target_names():
     from tasks.lm.synthetic import LmSyntheticTiny
 

@@ -1,6 +1,8 @@
 """PEFT adapter directories that cannot be read (``paxlite.formats.peft.adapter``): one line
 naming the file, as for a Hugging Face model's safetensors."""
 
+import json
+import pathlib
 import shutil
 
 import pytest
@@ -21,3 +23,37 @@ def test_an_adapter_file_cut_short_is_one_line_naming_it(tmp_path):
     assert "\n" not in message
     assert f"{weights} is not a readable safetensors file" in message
     assert "download it again" in message
+
+
+def _adapter_naming(base: str, tmp_path) -> pathlib.Path:
+    """llama3_lora (trained on the llama3 fixture), its config naming ``base`` as its base."""
+    adapter = shutil.copytree(FIXTURES / "hf" / "llama3_lora", tmp_path / "adapter")
+    config = adapter / peft_adapter.CONFIG_FILE
+    fields = json.loads(config.read_text())
+    config.write_text(json.dumps({**fields, "base_model_name_or_path": base}))
+    return adapter
+
+
+def test_a_base_other_than_the_local_one_an_adapter_names_is_refused_naming_both(tmp_path):
+    adapter = _adapter_naming(str(FIXTURES / "hf" / "llama3"), tmp_path)
+    config = peft_adapter.AdapterConfig.load(adapter)
+    qwen2 = FIXTURES / "hf" / "qwen2"  # Same sizes and modules; another model.
+    with pytest.raises(peft_adapter.PeftError) as error:
+        peft_adapter.check_base(adapter, config, qwen2)
+    assert str(error.value) == (
+        f"{adapter} adapts {FIXTURES / 'hf' / 'llama3'}, but the base model given, {qwen2}, is "
+        "another model (model_type llama vs qwen2); give the base it was trained on."
+    )
+    llama2 = FIXTURES / "hf" / "llama2"  # Same family, another vocabulary.
+    with pytest.raises(peft_adapter.PeftError, match="vocab_size 320 vs 352"):
+        peft_adapter.check_base(adapter, config, llama2)
+    assert peft_adapter.check_base(adapter, config, FIXTURES / "hf" / "llama3") is None
+
+
+def test_a_base_unlike_the_hub_id_an_adapter_names_is_warned_about(tmp_path):
+    adapter = _adapter_naming("meta-llama/Llama-3.2-1B", tmp_path)
+    config = peft_adapter.AdapterConfig.load(adapter)
+    warning = peft_adapter.check_base(adapter, config, tmp_path / "qwen2.5-0.5b")
+    assert warning is not None and "'meta-llama/Llama-3.2-1B'" in warning
+    assert f"is put on {tmp_path / 'qwen2.5-0.5b'}: check that they are the same" in warning
+    assert peft_adapter.check_base(adapter, config, tmp_path / "llama_3.2_1b") is None

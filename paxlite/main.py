@@ -25,35 +25,18 @@ from paxlite.checkpoints.train_checkpoints import (  # noqa: E402
     CheckpointCorruptError,
     CheckpointMismatchError,
 )
-from paxlite.cli import error_report, exits, overrides  # noqa: E402
+from paxlite.cli import error_report, exits, overrides, refusals  # noqa: E402
 from paxlite.cli import flags as cli_flags  # noqa: E402
 from paxlite.cli.exits import fail  # noqa: E402
 from paxlite.cli.flags import FLAGS, Mode, UsageError  # noqa: E402
 from paxlite.cli.pax_flags import apply_jax_flags, distributed_args, restore_checkpoint  # noqa: E402
 from paxlite.evaluation import decode_run, eval_run  # noqa: E402
 from paxlite.experiments import registry  # noqa: E402
-from paxlite.experiments.base_experiment import KnobError  # noqa: E402
-from paxlite.experiments.registry import ExperimentRegistryError  # noqa: E402
 from paxlite.perf import aot, bench  # noqa: E402
 from paxlite.runtime import distributed, job_config, storage  # noqa: E402
 from paxlite.runtime.job import Job, build_job  # noqa: E402
-from paxlite.runtime.mesh import MeshShapeError  # noqa: E402
-from paxlite.train import periodic_actions, train_loop, trainable  # noqa: E402
+from paxlite.train import periodic_actions, train_loop  # noqa: E402
 from praxis_lite.flops import FlopsDefinition  # noqa: E402
-from praxis_lite.inputs.base_input import InputConfigError, InputDataError  # noqa: E402
-from praxis_lite.layers.attentions import AttentionImplError  # noqa: E402
-
-#: Errors of the command line or the experiment found before anything runs (exit 2).
-SETUP_ERRORS = (
-    UsageError,
-    KnobError,
-    ExperimentRegistryError,
-    MeshShapeError,
-    distributed.DistributedSetupError,
-    AttributeError,
-    TypeError,
-    ValueError,
-)
 
 
 def main(argv: Sequence[str]) -> None:
@@ -72,12 +55,12 @@ def main(argv: Sequence[str]) -> None:
     try:
         mode = cli_flags.resolved_mode()
         job, configs = _setup(mode)
-    except SETUP_ERRORS as e:
+    except refusals.SETUP_ERRORS as e:
         fail(overrides.unproxied(e))
     if job is None:  # --print_config or --mode=compile: done.
         return
     job_log_dir = job.job_log_dir
-    previous_config = job_config.read_config_files(job_log_dir)
+    before = job_config.read_before(job_log_dir)
     try:
         if jax.process_index() == 0:
             job_config.write_config(job_log_dir, *configs)
@@ -89,12 +72,10 @@ def main(argv: Sequence[str]) -> None:
         exits.fail_storage(e, job_log_dir)
     except periodic_actions.DivergenceError as e:
         fail(e, code=exits.DIVERGED_EXIT_CODE)
-    except (CheckpointMismatchError, CheckpointCorruptError, trainable.FreezeError) as e:
-        if jax.process_index() == 0:  # Nothing ran: keep the config its checkpoints came from.
-            job_config.restore_config_files(job_log_dir, previous_config)
+    except (CheckpointMismatchError, CheckpointCorruptError, *refusals.AT_START) as e:
+        if jax.process_index() == 0:  # Nothing is left of a refused start.
+            job_config.undo_refused_start(job_log_dir, before)
         fail(e)
-    except (FileNotFoundError, InputDataError, InputConfigError, AttentionImplError) as e:
-        fail(e)  # Found while reading, or (attention) when the step is traced.
     exits.report_unwritten()
     if result is not None and result.preempted:
         sys.exit(periodic_actions.PREEMPTED_EXIT_CODE)

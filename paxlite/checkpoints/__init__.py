@@ -1,4 +1,5 @@
-"""Checkpoints: orbax saves and restores of the train state (train_checkpoints), each
+"""Checkpoints: orbax saves and restores of the train state (train_checkpoints; failed
+background writes seen as they fail: commit_watch), each
 host's input position (input_positions), the registry of checkpoint kinds a run can read
 parameters from (checkpoint_sources), and Pax's loading rules (init_from).
 

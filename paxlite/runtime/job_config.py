@@ -2,6 +2,7 @@
 
 from __future__ import annotations
 
+import dataclasses
 import os
 import pathlib
 import re
@@ -105,16 +106,55 @@ def check_job_dir_writable(job_log_dir: epath.Path) -> None:
         ) from None
 
 
-def read_config_files(job_log_dir: epath.Path) -> dict[epath.Path, bytes]:
-    """The bytes of the config files already in the job dir (from an earlier run)."""
+@dataclasses.dataclass(frozen=True)
+class JobDirBefore:
+    """What a job dir held before a run wrote its config into it: enough to undo a start
+    that is then refused (:func:`undo_refused_start`).
+
+    Attributes:
+      existed: whether the directory existed; entries: the names in it;
+      config_files: the bytes of its config files; steps: the names in its checkpoints/.
+    """
+
+    existed: bool
+    entries: frozenset[str]
+    config_files: dict[epath.Path, bytes]
+    steps: frozenset[str]
+
+
+def read_before(job_log_dir: epath.Path) -> JobDirBefore:
+    """The job dir as it is before this run writes to it."""
     paths = (job_log_dir / "config.txt", job_log_dir / "config.json")
-    return {p: p.read_bytes() for p in paths if p.is_file()}
+    return JobDirBefore(
+        existed=job_log_dir.is_dir(),
+        entries=_names(job_log_dir),
+        config_files={p: p.read_bytes() for p in paths if p.is_file()},
+        steps=_names(job_log_dir / "checkpoints"),
+    )
 
 
-def restore_config_files(job_log_dir: epath.Path, saved: dict[epath.Path, bytes]) -> None:
-    """Puts back the config files of :func:`read_config_files` (or removes new ones)."""
+def undo_refused_start(job_log_dir: epath.Path, before: JobDirBefore) -> None:
+    """After a start refused with one line (exit 2): the config files as they were, and
+    what the run added to the job dir (its config, the files the experiment keeps with it,
+    an empty checkpoints/) removed; a job dir the run created is removed whole.
+
+    A run that saved a checkpoint trained before it was stopped: then nothing is removed.
+    """
+    new_steps = _names(job_log_dir / "checkpoints") - before.steps
+    if any(name.isdigit() for name in new_steps):
+        return
     for path in (job_log_dir / "config.txt", job_log_dir / "config.json"):
-        if path in saved:
-            path.write_bytes(saved[path])
+        if path in before.config_files:
+            path.write_bytes(before.config_files[path])
+    for name in _names(job_log_dir) - before.entries:
+        added = job_log_dir / name
+        if added.is_dir():
+            added.rmtree()
         else:
-            path.unlink(missing_ok=True)
+            added.unlink()
+    if not before.existed and job_log_dir.is_dir() and not _names(job_log_dir):
+        job_log_dir.rmdir()
+
+
+def _names(directory: epath.Path) -> frozenset[str]:
+    return frozenset(p.name for p in directory.iterdir()) if directory.is_dir() else frozenset()

@@ -79,23 +79,47 @@ class PaxSource(checkpoint_sources.PartsSource):
             recipe = recipes[path]
             names = [_RUN_PREFIX + n for n in recipe.pax_names]
             stores = {n[len(_RUN_PREFIX) :]: self._store(assigned[n]) for n in names}
-            out[path] = self._read_leaf(path, recipe, recipe.view(stores), run_params[path])
+            dirs = [self._dirs[assigned[n]] for n in names]
+            view = recipe.view(stores)
+            out[path] = self._read_leaf(path, recipe, (view, dirs), run_params[path])
         return out
 
     def _recipes(self, run_params: Mapping[str, Any]) -> dict[str, pax_layout.Recipe]:
         return pax_layout.recipes(run_params, *self.layout)
 
     def _store(self, name: str) -> ts.TensorStore:
+        """The opened zarr array ``name`` (opened once).
+
+        Raises:
+          CheckpointSourceError: its metadata cannot be read (one line naming its directory).
+        """
         if name not in self._stores:
             spec = {"driver": "zarr", "kvstore": storage.kvstore(self._dirs[name])}
-            self._stores[name] = ts.open(spec, read=True).result()
+            try:
+                self._stores[name] = ts.open(spec, read=True).result()
+            except Exception as e:  # noqa: BLE001 (tensorstore raises ValueError and more)
+                raise _damaged([self._dirs[name]], "opened", e) from None
         return self._stores[name]
 
-    def _read_leaf(self, path: str, recipe: Any, view: ts.TensorStore, target: Any) -> Any:
-        """The leaf on ``target``'s sharding: each distinct device slice read once."""
+    def _read_leaf(
+        self,
+        path: str,
+        recipe: Any,
+        view_and_dirs: tuple[ts.TensorStore, list[epath.Path]],
+        target: Any,
+    ) -> Any:
+        """The leaf on ``target``'s sharding: each distinct device slice read once.
+
+        ``view_and_dirs``: the leaf's elements in the Pax arrays, and the arrays'
+        directories (for the one line when one cannot be read).
+        """
+        view, dirs = view_and_dirs
 
         def read(index: tuple[slice, ...]) -> np.ndarray:
-            values = np.asarray(view[index].read().result(), np.float32)
+            try:
+                values = np.asarray(view[index].read().result(), np.float32)
+            except Exception as e:  # noqa: BLE001 (tensorstore raises ValueError and more)
+                raise _damaged(dirs, "read", e) from None
             if recipe.scale_offset:  # praxis stores a LayerNorm scale minus 1.
                 values = values + 1.0
             if self._observer is not None:
@@ -103,6 +127,17 @@ class PaxSource(checkpoint_sources.PartsSource):
             return values.astype(target.dtype)
 
         return checkpoint_sources.sharded_array(target, read)
+
+
+def _damaged(
+    dirs: list[epath.Path], what: str, error: Exception
+) -> checkpoint_sources.CheckpointSourceError:
+    """One line naming the Pax arrays (their directories) that cannot be opened or read."""
+    names = ", ".join(d.name for d in dirs)
+    where = dirs[0] if len(dirs) == 1 else dirs[0].parent
+    return checkpoint_sources.CheckpointSourceError(
+        f"{where}: paxml array {names} cannot be {what} ({storage.one_line(error)})."
+    )
 
 
 def _is_pax_step(path: epath.Path) -> bool:

@@ -165,7 +165,7 @@ def test_a_model_without_weights_is_refused_unless_random_weights_are_asked(
     tmp_path, text_file, capsys
 ):
     """A download that fetched config.json and the tokenizer only: HfCausalLm refuses it in
-    one line (exit 2, no checkpoint written); HF_RANDOM_INIT=True trains it, and says so."""
+    one line (exit 2, the job dir it made removed); HF_RANDOM_INIT=True trains it, and says so."""
     no_weights = shutil.copytree(
         _HF / "llama3", tmp_path / "no_weights", ignore=lambda *_: ("model.safetensors",)
     )
@@ -181,7 +181,7 @@ def test_a_model_without_weights_is_refused_unless_random_weights_are_asked(
     )
     assert code == 2 and err.count("paxlite: error:") == 1, err[-2000:]
     assert f"{no_weights} has config.json but no weights" in err
-    assert not list(job_dir.glob("checkpoints/*"))  # No checkpoint, not even a step 0.
+    assert not job_dir.exists()  # Nothing of the refused start: no config, model files, step 0.
     knobs = {"HF_MODEL": str(no_weights), "TEXT_DATA_PATH": text_file, "HF_RANDOM_INIT": True}
     experiment = base_experiment.with_overrides(HfCausalLm, {**FAST, **knobs})()
     capsys.readouterr()

@@ -8,6 +8,7 @@ name with the same knobs.
 """
 
 import pathlib
+import shutil
 
 import flax.linen as nn
 import jax
@@ -119,3 +120,19 @@ def test_a_directory_that_is_not_a_pax_step_says_so(tmp_path):
         checkpoint_sources.identify(tmp_path)
     assert "holds no checkpoint paxlite can read" in str(e.value)
     assert "state/mdl_vars.params.*" in str(e.value) and "\n" not in str(e.value)
+
+
+def test_a_damaged_or_missing_array_is_one_line_naming_its_directory(tmp_path):
+    _, model, batch, _ = _model_and_batch("TinyLmCloudSpmd")
+    step = shutil.copytree(_step_dir("TinyLmCloudSpmd"), tmp_path / "checkpoint_00000003")
+    state = step / "state"
+    final_ln = state / "mdl_vars.params.lm.final_ln.scale"
+    (final_ln / "0").write_bytes(b"not a chunk")  # Overwritten.
+    with pytest.raises(checkpoint_sources.CheckpointSourceError) as e:
+        _read_pax(step, model, batch)
+    assert str(e.value).startswith(f"{final_ln}: paxml array mdl_vars.params.lm.final_ln.scale ")
+    assert "cannot be read (" in str(e.value) and "\n" not in str(e.value)
+    (final_ln / ".zarray").write_text("{not json")  # Its metadata.
+    with pytest.raises(checkpoint_sources.CheckpointSourceError, match="cannot be opened") as e:
+        _read_pax(step, model, batch)
+    assert str(e.value).startswith(f"{final_ln}: paxml array") and "\n" not in str(e.value)

@@ -73,7 +73,8 @@ class HfSource(LayoutSource):
         out = {}
         for name, stored in self._name_of.items():
             tensor = self._tensor(stored)
-            out[name] = Variable(tuple(tensor.get_shape()), _dtype(tensor.get_dtype()))
+            dtype = _dtype(tensor.get_dtype(), stored, self.path / self._file_of[stored])
+            out[name] = Variable(tuple(tensor.get_shape()), dtype)
         return out
 
     def read(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> dict[str, Any]:
@@ -131,10 +132,15 @@ def _variable_name(name: str) -> str:
     return PARAMS + name.replace(".", "/")
 
 
-def _dtype(name: str) -> np.dtype:
+def _dtype(name: str, tensor: str = "", file: epath.Path | None = None) -> np.dtype:
+    """numpy's dtype of safetensors' dtype ``name`` (of ``tensor`` in ``file``, for the
+    message when paxlite cannot hold it: quantized or 8-bit weights)."""
     if name not in _DTYPES:
+        where = f"{file}: tensor {tensor} is stored as " if file is not None else ""
         raise checkpoint_sources.CheckpointSourceError(
-            f"safetensors dtype {name} is not supported (supported: {', '.join(_DTYPES)})."
+            f"{where}safetensors dtype {name}, which paxlite does not read (it reads "
+            f"{', '.join(_DTYPES)}); save the model unquantized in one of those, e.g. "
+            "transformers' save_pretrained after loading it with torch_dtype=torch.bfloat16."
         )
     return _DTYPES[name]
 

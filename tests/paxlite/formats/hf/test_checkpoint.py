@@ -86,3 +86,21 @@ def test_a_directory_of_neither_kind_still_lists_what_was_looked_for(tmp_path):
     with pytest.raises(CheckpointSourceError) as error:
         checkpoint_sources.open_source(tmp_path)
     assert "holds no checkpoint paxlite can read: looked for" in _one_line(error)
+
+
+def test_a_tensor_in_a_dtype_paxlite_cannot_hold_is_one_line_naming_it(tmp_path):
+    """An 8-bit quantized download: one weight stored as I8."""
+    from safetensors.numpy import load_file, save_file
+
+    model = _copy("llama3", tmp_path)
+    weights = model / hf_checkpoint.SINGLE_FILE
+    tensors = load_file(weights)
+    name = "model.layers.0.mlp.down_proj.weight"
+    tensors[name] = tensors[name].astype("int8")
+    save_file(tensors, weights, metadata={"format": "pt"})
+    with pytest.raises(CheckpointSourceError) as error:
+        checkpoint_sources.open_source(model).variables()
+    assert _one_line(error).startswith(
+        f"{weights}: tensor {name} is stored as safetensors dtype I8, which paxlite does not read"
+    )
+    assert "save the model unquantized" in str(error.value)

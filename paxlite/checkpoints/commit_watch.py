@@ -51,6 +51,9 @@ class _WatchedFuture:
             self._watch.record(e)
             raise
 
+    def __getattr__(self, name: str) -> Any:  # Anything else orbax asks of its future.
+        return getattr(self._future, name)
+
 
 def watch_commits(handler: Any, watch: CommitWatch) -> Any:
     """``handler`` (an orbax checkpoint handler), its saves' commit futures watched by

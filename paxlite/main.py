@@ -74,7 +74,7 @@ def main(argv: Sequence[str]) -> None:
         fail(e, code=exits.DIVERGED_EXIT_CODE)
     except (CheckpointMismatchError, CheckpointCorruptError, *refusals.AT_START) as e:
         if jax.process_index() == 0:  # Nothing is left of a refused start.
-            job_config.undo_refused_start(job_log_dir, before)
+            job_config.undo_refused_start(job_log_dir, before, configs[0])
         fail(e)
     exits.report_unwritten()
     if result is not None and result.preempted:
@@ -97,6 +97,7 @@ def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
     else:
         timeouts = (FLAGS.distributed_timeout_s, FLAGS.peer_timeout_s)
         distributed.initialize(*distributed_args(), *timeouts)
+        cli_flags.restore_fallback(mode, processes=jax.process_count())
     experiment = experiment_cls()  # Validation may ask JAX for the devices: set up by now.
     task_cfg, dataset_cfgs, decoder_cfgs = overrides.resolve_configs(
         experiment, FLAGS.fdl_set, FLAGS.fiddler

@@ -13,7 +13,6 @@ from typing import Any, NamedTuple
 import jax
 import orbax.checkpoint as ocp
 from etils import epath
-from jax.experimental import multihost_utils
 
 from paxlite.checkpoints import commit_watch, input_positions
 from paxlite.runtime import storage
@@ -37,12 +36,14 @@ class CheckpointCorruptError(ValueError):
     """A checkpoint's files cannot be read (truncated, overwritten or partly deleted).
 
     Attributes:
-      step: the checkpoint; cause: the read error, one line.
+      step: the checkpoint; cause: the read error, one line; damaged: whether the files
+        themselves are bad (False: the storage refused or failed the read, e.g. a
+        permission or a network error: the checkpoint may be fine).
     """
 
-    def __init__(self, message: str, step: int, cause: str):
+    def __init__(self, message: str, step: int, cause: str, damaged: bool = True):
         super().__init__(message)
-        self.step, self.cause = step, cause
+        self.step, self.cause, self.damaged = step, cause, damaged
 
 
 class Restored(NamedTuple):
@@ -286,7 +287,7 @@ class Checkpointer:
             try:
                 state, input_state = self.restore(step, abstract_state)
             except CheckpointCorruptError as e:
-                if not self._restore_fallback:
+                if not (self._restore_fallback and e.damaged):
                     raise
                 damaged.append(e)
                 continue
@@ -302,18 +303,30 @@ class Checkpointer:
         )
 
     def _move_aside(self, damaged: list[CheckpointCorruptError]) -> list[MovedAside]:
-        """Moves each damaged step (and its input positions) to the damaged directory."""
+        """Moves each damaged step (and its input positions) to the damaged directory.
+
+        One process only (``--restore_fallback`` is refused in a multi-process job: its
+        processes could see a step's damage differently).
+        """
         aside = self.directory.parent / DAMAGED_DIRNAME
-        moved = [MovedAside(e.step, _free_name(aside, str(e.step)), e.cause) for e in damaged]
-        if moved and jax.process_index() == 0:
-            aside.mkdir(parents=True, exist_ok=True)
-            for entry in moved:
-                (self.directory / str(entry.step)).rename(entry.to)
-                positions = self.directory / input_positions.DIRNAME / str(entry.step)
+        moved = []
+        for e in damaged:
+            entry = MovedAside(e.step, _free_name(aside, str(e.step)), e.cause)
+            positions = self.directory / input_positions.DIRNAME / str(e.step)
+            try:
+                storage.move_tree(self.directory / str(e.step), entry.to)
                 if positions.exists():
-                    positions.rename(entry.to.with_name(f"{entry.to.name}.input_positions"))
+                    aside_positions = entry.to.with_name(f"{entry.to.name}.input_positions")
+                    storage.move_tree(positions, aside_positions)
+            except Exception as error:  # noqa: BLE001 (local disks and buckets fail variously)
+                raise storage.StorageWriteError(
+                    f"the damaged checkpoint at step {e.step} could not be moved from "
+                    f"{self.directory / str(e.step)} to {entry.to}: "
+                    f"{storage.one_line(_root_cause(error))}; nothing was deleted (move it "
+                    "yourself, or rerun once the storage works)"
+                ) from error
+            moved.append(entry)
         if moved:
-            multihost_utils.sync_global_devices("paxlite: damaged checkpoints moved aside")
             self._manager.reload()
             self.newest_complete = self.latest_step()
         return moved
@@ -327,9 +340,9 @@ class Checkpointer:
         except Exception as e:
             if (cause := _read_error(e)) is None:
                 raise
-            raise self._corrupt(step, cause) from e
+            raise self._corrupt(step, cause, damaged=_is_damage(cause)) from e
 
-    def _corrupt(self, step: int, cause: Any) -> CheckpointCorruptError:
+    def _corrupt(self, step: int, cause: Any, damaged: bool = True) -> CheckpointCorruptError:
         step_dir = self.directory / str(step)
         detail = " ".join(str(cause).split())
         if len(detail) > 300:
@@ -347,6 +360,7 @@ class Checkpointer:
             f"--job_log_dir. (Read error: {detail})",
             step,
             detail,
+            damaged,
         )
 
     def close(self) -> None:
@@ -422,6 +436,22 @@ def _read_error(error: BaseException) -> BaseException | None:
             return cause
         cause = cause.__cause__ or cause.__context__
     return None
+
+
+#: tensorstore statuses of a read the storage refused or could not serve (the files may
+#: be fine): never a reason to pass a checkpoint over.
+_NOT_DAMAGE = re.compile(
+    r"(PERMISSION_DENIED|UNAUTHENTICATED|UNAVAILABLE|DEADLINE_EXCEEDED|RESOURCE_EXHAUSTED|"
+    r"ABORTED|CANCELLED): "
+)
+
+
+def _is_damage(cause: BaseException) -> bool:
+    """Whether a failed read (:func:`_read_error`) says the files are bad: unreadable data
+    or metadata, or a file missing; not a refused or failed access."""
+    if isinstance(cause, OSError):
+        return isinstance(cause, FileNotFoundError)
+    return not _NOT_DAMAGE.match(str(cause))
 
 
 class _DrainingLoopPolicy(asyncio.AbstractEventLoopPolicy):

@@ -40,6 +40,9 @@ class Failed(SystemExit):
         super().__init__(code)
         self.message = message
 
+    def __reduce__(self) -> tuple[type, tuple[int, str]]:
+        return type(self), (self.code, self.message)
+
 
 def fail(message: object, code: int = BAD_INPUT_EXIT_CODE) -> NoReturn:
     """Ends the run with one ``paxlite: error:`` line on stderr."""
@@ -76,16 +79,16 @@ def end_process(error: BaseException) -> None:
     """
     code = error.code if isinstance(error, SystemExit) else 1
     number = 0 if code is None else code if isinstance(code, int) else 1
+    if not isinstance(error, SystemExit):
+        traceback.print_exception(error)
+        distributed.stop_if_a_peer_failed()  # This error may be a failed peer's echo.
+    elif isinstance(code, str):
+        print(code, file=sys.stderr)
     distributed.report_exit(number, error.message if isinstance(error, Failed) else None)
     if number in _ORDERLY:
         distributed.shutdown()
         storage.close()
         return
-    if not isinstance(error, SystemExit):
-        distributed.stop_if_a_peer_failed()  # This error may be a failed peer's echo.
-        traceback.print_exception(error)
-    elif isinstance(code, str):
-        print(code, file=sys.stderr)
     sys.stdout.flush()
     sys.stderr.flush()
     os._exit(number)

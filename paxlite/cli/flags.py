@@ -159,14 +159,24 @@ def resolved_mode() -> Mode:
     return Mode.DECODE if mode is Mode.DECODE_ONCE else mode
 
 
-def restore_fallback(mode: Mode) -> bool:
-    """``--restore_fallback``; UsageError outside training (only training resumes)."""
-    if FLAGS.restore_fallback and mode not in (Mode.TRAIN, Mode.TRAIN_AND_EVAL):
+def restore_fallback(mode: Mode, processes: int = 1) -> bool:
+    """``--restore_fallback``; UsageError outside training (only training resumes) and in a
+    job of several ``processes`` (each could see a step's damage differently, and they
+    would resume from different steps or wait for each other)."""
+    if not FLAGS.restore_fallback:
+        return False
+    if mode not in (Mode.TRAIN, Mode.TRAIN_AND_EVAL):
         raise UsageError(
             f"--restore_fallback applies to training, which resumes from its checkpoints; "
             f"--mode={mode.value} does not (restore a step with --restore_checkpoint_step)."
         )
-    return FLAGS.restore_fallback
+    if processes > 1:
+        raise UsageError(
+            f"--restore_fallback is for one-process runs; this job has {processes} processes, "
+            "which could see a step's damage differently. Move the damaged step directory "
+            "(the error without it names it) out of checkpoints/ and rerun."
+        )
+    return True
 
 
 def compile_topology() -> tuple[str | None, int | None]:

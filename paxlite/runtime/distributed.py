@@ -7,6 +7,7 @@ import socket
 import sys
 import threading
 import time
+from typing import NoReturn
 
 import jax
 
@@ -97,6 +98,9 @@ PEER_LOST_EXIT_CODE = 4  # Another process of the job died or failed; this one s
 # Exit codes of a peer that are not failures: done, or preempted with a checkpoint.
 _ORDERLY_EXIT_CODES = (0, 143)
 _KEY = "paxlite/peer/{index}/{field}"
+# How long a failing process 0 waits for the others to learn of it before it exits (and
+# the coordination service it hosts goes with it).
+_LEADER_GRACE_S = 10.0
 _peer_watch: PeerWatch | None = None
 
 
@@ -124,6 +128,7 @@ class PeerWatch:
         self.timeout_s = timeout_s
         self.interval_s = interval_s or min(1.0, timeout_s / 4)
         self._beats = 0
+        self._exit_claim = threading.RLock()  # Held by the thread that stops this process.
         self._about: dict[int, str] = {}
         self._client.key_value_set(
             _KEY.format(index=self._index, field="about"),
@@ -191,21 +196,55 @@ class PeerWatch:
         the peer's line, which names the step and the cause. Any other failure stops this
         process with :data:`PEER_LOST_EXIT_CODE`, naming the peer's line where it sent one.
         """
+        self._claim_exit()
         line = self._get(peer, "error")
         said = f": {line}" if line else " (see its log)"
         if code == storage.WRITE_FAILED_EXIT_CODE:
             if self._index == 0:
                 self._print(f"process {peer} of {self._count} ({self._described(peer)}){said}")
-            os._exit(code)
+            self._leave(code)
         self._stop(peer, f"exited with code {code}{said}")
 
     def _stop(self, peer: int, what: str) -> None:
+        self._claim_exit()
         self._print(
             f"process {peer} of {self._count} ({self._described(peer)}) {what}. Stopping "
             f"process {self._index} too; once every process can run again, rerun the same "
             "command to resume from the latest checkpoint."
         )
-        os._exit(PEER_LOST_EXIT_CODE)
+        self._leave(PEER_LOST_EXIT_CODE, lost=peer)
+
+    def _claim_exit(self) -> None:
+        """Returns in the first thread to stop this process (the watch's, or the main
+        thread's in :func:`stop_if_a_peer_failed`); any other waits for its exit."""
+        if not self._exit_claim.acquire(blocking=False):
+            threading.Event().wait()
+
+    def _leave(self, code: int, lost: int | None = None) -> NoReturn:
+        """Exits with ``code`` at once, once the other processes (but a ``lost`` one) can
+        know it."""
+        try:
+            self.report_exit(code, None)
+            if self._index == 0:
+                self.wait_for_peers_to_exit(_LEADER_GRACE_S, lost)
+        except Exception:  # noqa: BLE001 (the coordinator is gone: nobody is left to tell)
+            pass
+        sys.stdout.flush()
+        sys.stderr.flush()
+        os._exit(code)
+
+    def wait_for_peers_to_exit(self, grace_s: float, lost: int | None = None) -> None:
+        """Waits (at most ``grace_s``) until every other process (but a ``lost`` one, which
+        never will) has published its exit.
+
+        For process 0 as it fails: it hosts the coordination service, and a peer that loses
+        it is aborted by JAX ("the leader task died") before it can see why.
+        """
+        deadline = time.monotonic() + grace_s
+        waiting = [i for i in range(self._count) if i not in (self._index, lost)]
+        while waiting and time.monotonic() < deadline:
+            waiting = [peer for peer in waiting if self._get(peer, "exit") is None]
+            time.sleep(0.05)
 
     def _described(self, peer: int) -> str:
         return self._get(peer, "about") or "host unknown"
@@ -234,7 +273,9 @@ def report_exit(code: int, line: str | None = None) -> None:
     try:
         _peer_watch.report_exit(code, line)
     except Exception:  # The coordinator may already be gone; peers then stop on their own.
-        pass
+        return
+    if code not in _ORDERLY_EXIT_CODES and jax.process_index() == 0:
+        _peer_watch.wait_for_peers_to_exit(_LEADER_GRACE_S)
 
 
 def stop_if_a_peer_failed() -> None:

@@ -113,13 +113,12 @@ class JobDirBefore:
 
     Attributes:
       existed: whether the directory existed; entries: the names in it;
-      config_files: the bytes of its config files; steps: the names in its checkpoints/.
+      config_files: the bytes of its config files.
     """
 
     existed: bool
     entries: frozenset[str]
     config_files: dict[epath.Path, bytes]
-    steps: frozenset[str]
 
 
 def read_before(job_log_dir: epath.Path) -> JobDirBefore:
@@ -129,31 +128,46 @@ def read_before(job_log_dir: epath.Path) -> JobDirBefore:
         existed=job_log_dir.is_dir(),
         entries=_names(job_log_dir),
         config_files={p: p.read_bytes() for p in paths if p.is_file()},
-        steps=_names(job_log_dir / "checkpoints"),
     )
 
 
-def undo_refused_start(job_log_dir: epath.Path, before: JobDirBefore) -> None:
-    """After a start refused with one line (exit 2): the config files as they were, and
-    what the run added to the job dir (its config, the files the experiment keeps with it,
-    an empty checkpoints/) removed; a job dir the run created is removed whole.
+def undo_refused_start(job_log_dir: epath.Path, before: JobDirBefore, experiment: Any) -> None:
+    """After a start refused with one line (exit 2): what :func:`write_config` wrote put back
+    (config files as they were; the files the experiment keeps with the job, where new,
+    removed), and a new, empty checkpoints/ removed; a job dir the run created is
+    removed once empty. Anything else (summaries of steps a run took before data it read
+    was found bad, moved-aside damaged checkpoints) stays.
 
-    A run that saved a checkpoint trained before it was stopped: then nothing is removed.
+    Best effort: the refusal's line matters more than a file left behind.
     """
-    new_steps = _names(job_log_dir / "checkpoints") - before.steps
-    if any(name.isdigit() for name in new_steps):
-        return
-    for path in (job_log_dir / "config.txt", job_log_dir / "config.json"):
-        if path in before.config_files:
-            path.write_bytes(before.config_files[path])
-    for name in _names(job_log_dir) - before.entries:
-        added = job_log_dir / name
-        if added.is_dir():
-            added.rmtree()
-        else:
-            added.unlink()
-    if not before.existed and job_log_dir.is_dir() and not _names(job_log_dir):
-        job_log_dir.rmdir()
+    kept_with_job = {pathlib.PurePosixPath(r).parts[0] for r in _job_file_names(experiment)}
+    try:
+        for path in (job_log_dir / "config.txt", job_log_dir / "config.json"):
+            if path in before.config_files:
+                path.write_bytes(before.config_files[path])
+            else:
+                path.unlink(missing_ok=True)
+        for name in kept_with_job - before.entries:
+            _remove(job_log_dir / name)
+        checkpoints = job_log_dir / "checkpoints"
+        if "checkpoints" not in before.entries and not _names(checkpoints):
+            _remove(checkpoints)  # As orbax makes it, before any save.
+        if not before.existed and job_log_dir.is_dir() and not _names(job_log_dir):
+            job_log_dir.rmdir()
+    except OSError:
+        pass
+
+
+def _job_file_names(experiment: Any) -> list[str]:
+    """The job-dir-relative paths of the files the experiment keeps with the job."""
+    return [*experiment.job_files(), *experiment.job_texts()]
+
+
+def _remove(path: epath.Path) -> None:
+    if path.is_dir():
+        path.rmtree()
+    elif path.exists():
+        path.unlink()
 
 
 def _names(directory: epath.Path) -> frozenset[str]:

@@ -122,6 +122,23 @@ def check_reachable(path: epath.Path) -> None:
         gcsfs_log.setLevel(level)
 
 
+def move_tree(source: epath.Path, target: epath.Path) -> None:
+    """Moves the directory ``source`` to ``target`` (whose parent may not exist yet): a
+    rename on a local disk; in a bucket, which has no directories to rename, each file is
+    copied, then ``source`` removed (a failure part way leaves ``source`` whole)."""
+    if not is_remote(source):
+        target.parent.mkdir(parents=True, exist_ok=True)
+        source.rename(target)
+        return
+    import fsspec
+
+    fs, root = fsspec.core.url_to_fs(os.fspath(source))
+    for file in fs.find(root):  # Every object under the prefix (epath's rglob refuses GCS).
+        relative = file[len(root) :].lstrip("/")
+        (source / relative).copy(target / relative)
+    source.rmtree()
+
+
 def one_line(error: BaseException) -> str:
     """A storage library's error as one line: its type and message, without tensorstore's
     spec and response body, at most ~300 characters."""

@@ -94,9 +94,14 @@ def run(
             timeout_secs=task.async_timeout_secs,
             restore_fallback=restore_fallback,
         )
-        loop = _prepare(
-            job, result, evaluate, (last_step, run_start), peak, flops_definition, checkpointer
-        )
+        try:
+            loop = _prepare(
+                job, result, evaluate, (last_step, run_start), peak, flops_definition, checkpointer
+            )
+        except BaseException:
+            checkpointer.close()  # Its orbax manager (and a save it may have started).
+            raise
+
         state, step = loop.run.state, int(loop.run.state.step)
         try:
             while step < last_step:

@@ -24,7 +24,6 @@ from __future__ import annotations
 
 import enum
 import json
-import sys
 from typing import Any
 
 from etils import epath
@@ -34,7 +33,7 @@ from paxlite.experiments.base_experiment import KnobError
 from paxlite.experiments.tasks_lib import CheckpointLoadingRules
 from paxlite.formats.hf import checkpoint as hf_checkpoint
 from paxlite.formats.peft import adapter as peft_adapter
-from paxlite.pretrained import export, loading
+from paxlite.pretrained import adapters, export, loading
 from praxis_lite.inputs.seqio_input import DecodeForm
 from praxis_lite.tokenizers.hf_chat import ChatTemplate, ChatTemplateError
 from tasks.lm.chat import register_chat_task
@@ -150,7 +149,7 @@ class HfCausalLm(HfModelKnobs, PromptCompletionKnobs):
                 )
             self.HF_MODEL = base
         else:
-            self._check_adapter_base(adapter)
+            self._check_adapter_base()
         theirs = {
             "LORA_RANK": adapter.rank,
             "LORA_ALPHA": adapter.alpha,
@@ -171,17 +170,13 @@ class HfCausalLm(HfModelKnobs, PromptCompletionKnobs):
                 f"with: {'; '.join(differ)}; leave them unset to continue the adapter as it is."
             )
 
-    def _check_adapter_base(self, adapter: peft_adapter.AdapterConfig) -> None:
+    def _check_adapter_base(self) -> None:
         """KnobError when HF_MODEL is not the model INIT_FROM's adapter was trained on; a
         warning when the adapter names a base that cannot be opened, under another name."""
         try:
-            warning = peft_adapter.check_base(
-                epath.Path(self.INIT_FROM), adapter, epath.Path(self.HF_MODEL)
-            )
-        except peft_adapter.PeftError as e:
+            adapters.check_base(epath.Path(self.INIT_FROM), epath.Path(self.HF_MODEL))
+        except adapters.AdapterError as e:
             raise KnobError(f"{type(self).__qualname__}: HF_MODEL: {e}") from None
-        if warning is not None:
-            print(f"paxlite: warning: {warning}", file=sys.stderr, flush=True)
 
     def _check_vocab_path(self) -> None:
         if type(self).VOCAB_PATH not in (None, self.HF_MODEL):

@@ -15,7 +15,8 @@ import numpy as np
 import pytest
 
 from paxlite.checkpoints import train_checkpoints
-from paxlite.cli.flags import UsageError
+from paxlite.cli import flags as cli_flags
+from paxlite.cli.flags import Mode, UsageError
 from paxlite.experiments.base_experiment import KnobError, with_overrides
 from paxlite.runtime.job_config import check_job_dir_writable
 from tasks.lm.synthetic import LmSyntheticTiny
@@ -324,6 +325,15 @@ def test_restore_fallback_outside_training_is_refused_in_one_line(tmp_path):
         "checkpoints; --mode=eval does not (restore a step with --restore_checkpoint_step)."
     )
     assert not (tmp_path / "job").exists()
+    # Nor in a job of several processes, which could see a step's damage differently
+    # (main.py asks once they have joined).
+    cli_flags.FLAGS(["paxlite", "--restore_fallback"])
+    try:
+        assert cli_flags.restore_fallback(Mode.TRAIN, processes=1)
+        with pytest.raises(UsageError, match="is for one-process runs; this job has 2 processes"):
+            cli_flags.restore_fallback(Mode.TRAIN, processes=2)
+    finally:
+        cli_flags.FLAGS.unparse_flags()
 
 
 def _cut_data_files_in_half(step_dir: pathlib.Path) -> None:

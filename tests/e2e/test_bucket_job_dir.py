@@ -9,6 +9,7 @@ import pathlib
 import subprocess
 import threading
 
+import fsspec
 import jax
 import numpy as np
 import pytest
@@ -107,6 +108,21 @@ def test_a_missing_bucket_is_one_line(emulator, tmp_path):
     assert last.startswith("paxlite: error: --job_log_dir gs://no-such-bucket/run cannot be ")
     assert "the bucket does not exist" in last and "Traceback" not in result.stderr
     assert not list(tmp_path.iterdir())
+
+
+def test_a_directory_moves_within_a_bucket_whole(emulator):
+    """A bucket has no directories to rename: each file is copied, then the source removed
+    (how --restore_fallback moves a damaged step aside)."""
+    source = epath.Path(f"gs://{BUCKET}/moves/checkpoints/8")
+    files = {"state/d/abc": b"array bytes", "state/manifest.ocdbt": b"m", "_METADATA": b"{}"}
+    for relative, data in files.items():
+        (source / relative).write_bytes(data)
+    target = epath.Path(f"gs://{BUCKET}/moves/damaged_checkpoints/8")
+    storage.move_tree(source, target)
+    assert not source.exists()
+    fs, root = fsspec.core.url_to_fs(str(target))
+    moved = {f[len(root) + 1 :]: fs.cat_file(f) for f in fs.find(root)}
+    assert moved == files
 
 
 class _RefusesAnonymousCallers(http.server.BaseHTTPRequestHandler):

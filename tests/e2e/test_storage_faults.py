@@ -145,29 +145,34 @@ def run_two_processes(command: list[str]) -> list[subprocess.CompletedProcess]:
 
 @pytest.mark.slow
 @pytest.mark.parametrize(
-    "what, written_by_process_1",
+    "what, failing, written_there",
     [
-        ("state", r"checkpoints(/|%2F)4(/|%2F)state(/|%2F)ocdbt\.process_1"),
-        ("input position", r"input_positions(/|%2F)4(/|%2F)host_1_of_2"),
+        ("state", 1, r"checkpoints(/|%2F)4(/|%2F)state(/|%2F)ocdbt\.process_1"),
+        ("input position", 1, r"input_positions(/|%2F)4(/|%2F)host_1_of_2"),
+        ("state", 0, r"checkpoints(/|%2F)4(/|%2F)state(/|%2F)ocdbt\.process_0"),
     ],
-    ids=["state", "input_position"],
+    ids=["state_on_1", "input_position_on_1", "state_on_0"],
 )
-def test_a_write_failing_on_process_1_only_stops_every_process_with_5_and_one_line_from_0(
-    faulty_gcs, tmp_path, what, written_by_process_1
+def test_a_write_failing_on_one_process_stops_every_process_with_5_and_one_line_from_0(
+    faulty_gcs, tmp_path, what, failing, written_there
 ):
-    job = f"gs://{BUCKET}/process_1_{what.replace(' ', '_')}"
+    """Process 0 hosts the job's coordination service: failing, it waits for the others to
+    learn why before it exits (else JAX aborts them: "the leader task died")."""
+    job = f"gs://{BUCKET}/process_{failing}_{what.replace(' ', '_')}"
     command = text_run(tmp_path, job, "--set=NUM_TRAIN_STEPS=4", "--set=CHECKPOINT_EVERY_N_STEPS=2")
-    faulty_gcs.refuse_writes(403, matching=written_by_process_1)
-    first, second = run_two_processes(command)
-    assert faulty_gcs.refused > 0  # Process 1 did try to write there.
-    for proc in (first, second):
+    faulty_gcs.refuse_writes(403, matching=written_there)
+    procs = run_two_processes(command)
+    assert faulty_gcs.refused > 0  # The failing process did try to write there.
+    for proc in procs:
         assert proc.returncode == STORAGE_EXIT_CODE, proc.stderr[-3000:]
-    line = the_error(first)  # Process 0's log is the job's: it names process 1's failure.
-    assert line.startswith("paxlite: error: process 1 of 2 (host ")
-    assert f": the checkpoint at step 4 could not be written to {job}/checkpoints: " in line
+    own = f"paxlite: error: the checkpoint at step 4 could not be written to {job}/checkpoints: "
+    assert the_error(procs[failing]).startswith(own)
+    line = the_error(procs[0])  # Process 0's log is the job's: it names the failure.
+    if failing == 1:
+        assert line.startswith("paxlite: error: process 1 of 2 (host ")
+        assert own.removeprefix("paxlite: error:") in line
     assert "does not have storage.objects.create access" in line
     assert "the newest complete checkpoint is step 2" in line
-    assert the_error(second).startswith("paxlite: error: the checkpoint at step 4 could not")
     checkpoint_dir = epath.Path(job) / "checkpoints"
     assert (checkpoint_dir / "2" / "commit_success.txt").exists()
     assert not (checkpoint_dir / "4" / "commit_success.txt").exists()

@@ -110,7 +110,8 @@ class HfSource(LayoutSource):
 
         def read_layer(layer: int) -> hf_layout.SliceReader:
             tensor = self._tensor(stored[layer])
-            itemsize = _dtype(tensor.get_dtype()).itemsize
+            file = self.path / self._file_of[stored[layer]]
+            itemsize = _dtype(tensor.get_dtype(), stored[layer], file).itemsize
 
             def read(index: tuple[slice, ...]) -> np.ndarray:
                 values = tensor[index]
@@ -132,13 +133,13 @@ def _variable_name(name: str) -> str:
     return PARAMS + name.replace(".", "/")
 
 
-def _dtype(name: str, tensor: str = "", file: epath.Path | None = None) -> np.dtype:
+def _dtype(name: str, tensor: str, file: epath.Path) -> np.dtype:
     """numpy's dtype of safetensors' dtype ``name`` (of ``tensor`` in ``file``, for the
     message when paxlite cannot hold it: quantized or 8-bit weights)."""
     if name not in _DTYPES:
-        where = f"{file}: tensor {tensor} is stored as " if file is not None else ""
         raise checkpoint_sources.CheckpointSourceError(
-            f"{where}safetensors dtype {name}, which paxlite does not read (it reads "
+            f"{file}: tensor {tensor} is stored as safetensors dtype {name}, which paxlite "
+            f"does not read (it reads "
             f"{', '.join(_DTYPES)}); save the model unquantized in one of those, e.g. "
             "transformers' save_pretrained after loading it with torch_dtype=torch.bfloat16."
         )

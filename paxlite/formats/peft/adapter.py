@@ -235,6 +235,8 @@ def check_base(adapter_dir: epath.Path, adapter: AdapterConfig, base_dir: epath.
     if not recorded:
         return None
     recorded_dir = epath.Path(recorded)
+    if not (base_dir / hf_models.CONFIG_FILE).is_file():
+        return None  # Not a model directory: whatever opens it says so.
     if (recorded_dir / hf_models.CONFIG_FILE).is_file():
         theirs, ours = _identity(recorded_dir), _identity(base_dir)
         differ = [  # A field one config leaves out (derived from others) is not compared.
@@ -258,8 +260,11 @@ def check_base(adapter_dir: epath.Path, adapter: AdapterConfig, base_dir: epath.
 
 
 def _identity(model_dir: epath.Path) -> dict[str, Any]:
-    fields = json.loads((model_dir / hf_models.CONFIG_FILE).read_text())
-    return {k: fields.get(k) for k in _BASE_IDENTITY}
+    try:
+        fields = json.loads((model_dir / hf_models.CONFIG_FILE).read_text())
+    except (OSError, ValueError):
+        return dict.fromkeys(_BASE_IDENTITY)  # Unreadable: nothing to compare.
+    return {k: fields.get(k) for k in _BASE_IDENTITY} if isinstance(fields, dict) else {}
 
 
 def _name_key(name: str) -> str:

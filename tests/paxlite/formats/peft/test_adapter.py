@@ -53,7 +53,12 @@ def test_a_base_other_than_the_local_one_an_adapter_names_is_refused_naming_both
 def test_a_base_unlike_the_hub_id_an_adapter_names_is_warned_about(tmp_path):
     adapter = _adapter_naming("meta-llama/Llama-3.2-1B", tmp_path)
     config = peft_adapter.AdapterConfig.load(adapter)
-    warning = peft_adapter.check_base(adapter, config, tmp_path / "qwen2.5-0.5b")
+    other, same = tmp_path / "qwen2.5-0.5b", tmp_path / "llama_3.2_1b"  # Local copies.
+    for base in (other, same):
+        shutil.copytree(FIXTURES / "hf" / "llama3", base)
+    warning = peft_adapter.check_base(adapter, config, other)
     assert warning is not None and "'meta-llama/Llama-3.2-1B'" in warning
-    assert f"is put on {tmp_path / 'qwen2.5-0.5b'}: check that they are the same" in warning
-    assert peft_adapter.check_base(adapter, config, tmp_path / "llama_3.2_1b") is None
+    assert f"is put on {other}: check that they are the same" in warning
+    assert peft_adapter.check_base(adapter, config, same) is None
+    # A base that is no model directory is for whatever opens it to refuse.
+    assert peft_adapter.check_base(adapter, config, tmp_path / "no_such_dir") is None

@@ -7,6 +7,7 @@ Exit codes (2 bad input, 3 divergence, 4 a lost peer, 5 storage, 143 preempted):
 
 from __future__ import annotations
 
+import functools
 import os
 import pathlib
 import sys
@@ -25,7 +26,7 @@ from paxlite.checkpoints.train_checkpoints import (  # noqa: E402
     CheckpointCorruptError,
     CheckpointMismatchError,
 )
-from paxlite.cli import error_report, exits, overrides, refusals  # noqa: E402
+from paxlite.cli import command_line, error_report, exits, overrides, refusals  # noqa: E402
 from paxlite.cli import flags as cli_flags  # noqa: E402
 from paxlite.cli.exits import fail  # noqa: E402
 from paxlite.cli.flags import FLAGS, Mode, UsageError  # noqa: E402
@@ -44,10 +45,8 @@ def main(argv: Sequence[str]) -> None:
         logging.set_verbosity(logging.WARNING)
         error_report.hold_library_logs()  # Storage libraries' records: for error reports.
     storage.configure()  # Before any file system or tensorstore use.
-    if len(argv) > 1:
-        raise app.UsageError(f"Unexpected arguments: {argv[1:]}")
     if not FLAGS.exp:
-        raise app.UsageError(f"--exp is required (e.g. --exp={registry.EXAMPLE_EXPERIMENT}).")
+        fail(f"--exp is required (e.g. --exp={registry.EXAMPLE_EXPERIMENT}); paxlite --help.")
     if FLAGS.tfds_data_dir:  # Before datasets() registers tasks; seqio is imported only here.
         import seqio
 
@@ -157,10 +156,17 @@ def _run(job: Job, mode: Mode) -> periodic_actions.RunResult | None:
 def run() -> None:
     """Console-script entry point: the run, then how it ended (``exits.end_process``)."""
     try:
-        app.run(main)
+        app.run(main, flags_parser=functools.partial(command_line.parse, init_from_reads=_kinds))
     except BaseException as e:
         exits.end_process(e)
         raise
+
+
+def _kinds() -> str:
+    """The checkpoint kinds --init_from reads, for --help (each format registers its own)."""
+    from paxlite.checkpoints import checkpoint_sources, init_from  # noqa: F401 (registers them)
+
+    return "; ".join(kind.name for kind in checkpoint_sources.KINDS)
 
 
 def run_benchmark_cli() -> None:

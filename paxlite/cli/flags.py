@@ -93,8 +93,9 @@ flags.DEFINE_string(
     "init_from",
     None,
     "Start from this checkpoint's parameters when --job_log_dir has no checkpoint (the knob "
-    "INIT_FROM): a paxlite job, checkpoints or step dir, or a paxml checkpoint step; the "
-    "optimizer state and step start fresh. Once the run has saved it resumes from its own.",
+    "INIT_FROM): a paxlite job, checkpoints or step dir, a paxml checkpoint step, a Hugging "
+    "Face model directory, a T5X checkpoint or a PEFT adapter; the optimizer state and step "
+    "start fresh. Once the run has saved it resumes from its own.",
 )
 flags.DEFINE_string(
     "init_from_exp",
@@ -103,6 +104,11 @@ flags.DEFINE_string(
     "default: this run's.",
 )
 flags.DEFINE_bool("print_config", False, "Print the resolved configuration and exit.")
+flags.DEFINE_bool(
+    "help_knobs",
+    False,
+    "With --exp=NAME: list the experiment's knobs (type, value, what each does) and exit.",
+)
 flags.DEFINE_bool(
     "xla_gpu_defaults",
     True,

@@ -371,7 +371,8 @@ def with_overrides(cls: type[_E], overrides: Mapping[str, Any]) -> type[_E]:
         if name not in declared:
             raise KnobError(
                 f"{cls.__qualname__} has no knob {name!r}{_did_you_mean(name.upper(), declared)}; "
-                f"use one of the declared knobs: {', '.join(declared)}."
+                f"paxlite --help_knobs --exp={cls.__module__}.{cls.__qualname__} lists its "
+                f"{len(declared)} knobs."
             )
         tp = declared[name]
         if isinstance(raw, str):
@@ -459,7 +460,7 @@ def _type_mismatch(cls: type, name: str, value: Any, tp: Any) -> str:
 def _did_you_mean(name: str, candidates: Mapping[str, Any]) -> str:
     if name in RENAMED_KNOBS:
         return f" (it was renamed: {RENAMED_KNOBS[name]}; see CHANGELOG.md)"
-    close = difflib.get_close_matches(name, list(candidates), n=3, cutoff=0.6)
+    close = difflib.get_close_matches(name, list(candidates), n=5, cutoff=0.6)
     return f" (did you mean {' or '.join(close)}?)" if close else ""
 
 

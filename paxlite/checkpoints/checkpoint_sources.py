@@ -181,9 +181,12 @@ def identify(path: epath.PathLike) -> Kind:
     """The first registered kind that recognises ``path``.
 
     Raises:
-      CheckpointSourceError: none does (the message lists what each looks for).
+      CheckpointSourceError: ``path`` does not exist, or no kind recognises it (the
+        message lists what each looks for).
     """
     path = storage.job_path(path)
+    if not path.exists():
+        raise CheckpointSourceError(f"{path} does not exist: no checkpoint to read there.")
     for kind in KINDS:
         if kind.recognises(path):
             return kind

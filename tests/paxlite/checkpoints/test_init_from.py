@@ -408,3 +408,16 @@ def test_eval_and_decode_read_a_chosen_checkpoint_and_write_into_their_own_job(
         f"--job_log_dir={job}", "--mode=eval", f"--restore_checkpoint_dir={tmp_path}", *knobs
     )
     assert code == 2 and "holds no checkpoint paxlite can read" in err and err.count("\n") == 1
+
+
+def test_an_init_from_that_does_not_exist_says_so_first_and_leaves_no_job_dir(tmp_path):
+    job = tmp_path / "job"
+    code, err = main_in_process(
+        f"--job_log_dir={job}",
+        f"--init_from={tmp_path / 'no_such_dir'}",
+        "--set=NUM_TRAIN_STEPS=2",
+        "--set=ICI_MESH_SHAPE=1,8,1",  # This process has 8 devices.
+    )
+    assert code == 2 and err.count("\n") == 1, err
+    assert err.startswith(f"paxlite: error: {tmp_path / 'no_such_dir'} does not exist")
+    assert not job.exists()  # No config files, no checkpoints/.

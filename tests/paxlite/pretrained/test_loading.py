@@ -110,3 +110,9 @@ def test_a_pax_checkpoint_without_its_experiment_or_an_empty_dir_is_one_line(tmp
     assert "\n" not in str(e.value)
     with pytest.raises(CheckpointSourceError, match="holds no checkpoint paxlite can read"):
         from_pretrained(tmp_path)
+    with pytest.raises(CheckpointSourceError) as e:  # Said in its first words.
+        from_pretrained(tmp_path / "no_such_job")
+    assert (
+        str(e.value) == f"{tmp_path / 'no_such_job'} does not exist: no checkpoint to read there."
+    )
+    assert e.value.__cause__ is None and e.value.__context__ is None

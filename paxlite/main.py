@@ -26,7 +26,7 @@ from paxlite.checkpoints.train_checkpoints import (  # noqa: E402
     CheckpointCorruptError,
     CheckpointMismatchError,
 )
-from paxlite.cli import command_line, error_report, exits, overrides, refusals  # noqa: E402
+from paxlite.cli import command_line, config_print, error_report, exits, overrides, refusals  # noqa: E402
 from paxlite.cli import flags as cli_flags  # noqa: E402
 from paxlite.cli.exits import fail  # noqa: E402
 from paxlite.cli.flags import FLAGS, Mode, UsageError  # noqa: E402
@@ -97,14 +97,14 @@ def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
         timeouts = (FLAGS.distributed_timeout_s, FLAGS.peer_timeout_s)
         distributed.initialize(*distributed_args(), *timeouts)
         cli_flags.restore_fallback(mode, processes=jax.process_count())
+    if FLAGS.print_config:  # Also before the required knobs are set.
+        print(config_print.config_text(experiment_cls, FLAGS.fdl_set, FLAGS.fiddler))
+        return None, ()
     experiment = experiment_cls()  # Validation may ask JAX for the devices: set up by now.
     task_cfg, dataset_cfgs, decoder_cfgs = overrides.resolve_configs(
         experiment, FLAGS.fdl_set, FLAGS.fiddler
     )
     configs = (experiment, task_cfg, dataset_cfgs, decoder_cfgs)
-    if FLAGS.print_config:
-        print(job_config.format_config(*configs))
-        return None, configs
     if mode is Mode.COMPILE:
         print(aot.run(experiment, task_cfg, dataset_cfgs, FLAGS.exp, target))
         return None, configs

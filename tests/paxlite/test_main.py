@@ -329,3 +329,19 @@ def test_partial_distributed_flags_fail_clearly(tmp_path):
     code, stderr = main_in_process(f"--job_log_dir={tmp_path / 'job'}", "--num_processes=2")
     assert code == 2
     assert "go together" in stderr and stderr.startswith("paxlite: error: ")
+
+
+def test_print_config_works_before_the_required_knobs_are_set():
+    """A newcomer discovers the knobs with --print_config: a required data path prints as
+    <required> inside the whole config; a model that needs its directory prints its knobs."""
+    code, out, err = run_main_in_process("--print_config", exp="tasks.lm.text.LmTextTiny")
+    assert code == 0, err[-2000:]
+    assert "TEXT_DATA_PATH: str = '<required>'" in out.splitlines()
+    assert "## Task (Fiddle paths)" in out and "## datasets[0]" in out
+    code, out, err = run_main_in_process("--print_config", exp="tasks.lm.hf.HfCausalLm")
+    assert code == 0, err[-2000:]
+    assert "HF_MODEL: str | None = None" in out.splitlines()
+    assert out.rstrip().splitlines()[-1].startswith(
+        "## Task and datasets: printed once the experiment can be built (HfCausalLm: HF_MODEL "
+        "is unset"
+    )

@@ -34,7 +34,7 @@ from paxlite.cli.pax_flags import apply_jax_flags, distributed_args, restore_che
 from paxlite.evaluation import decode_run, eval_run  # noqa: E402
 from paxlite.experiments import registry  # noqa: E402
 from paxlite.perf import aot, bench  # noqa: E402
-from paxlite.runtime import distributed, job_config, storage  # noqa: E402
+from paxlite.runtime import distributed, job_config, platforms, storage  # noqa: E402
 from paxlite.runtime.job import Job, build_job  # noqa: E402
 from paxlite.train import periodic_actions, train_loop  # noqa: E402
 from praxis_lite.flops import FlopsDefinition  # noqa: E402
@@ -45,6 +45,8 @@ def main(argv: Sequence[str]) -> None:
         logging.set_verbosity(logging.WARNING)
         error_report.hold_library_logs()  # Storage libraries' records: for error reports.
     storage.configure()  # Before any file system or tensorstore use.
+    if (chosen := platforms.choose()) is not None:  # Before JAX starts its backends.
+        print(platforms.describe(chosen), flush=True)
     if not FLAGS.exp:
         fail(f"--exp is required (e.g. --exp={registry.EXAMPLE_EXPERIMENT}); paxlite --help.")
     if FLAGS.tfds_data_dir:  # Before datasets() registers tasks; seqio is imported only here.

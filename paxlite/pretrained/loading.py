@@ -65,7 +65,7 @@ from paxlite.pretrained.pretrained_models import (  # Re-exported: callers impor
     PretrainedSeq2Seq,
     pretrained_class,
 )
-from paxlite.runtime import attention_choice, job_record, storage
+from paxlite.runtime import attention_choice, job_record, platforms, storage
 from paxlite.runtime.mesh import create_mesh, mesh_size
 from paxlite.train import trainable
 from praxis_lite import config as config_lib
@@ -125,6 +125,7 @@ def from_pretrained(
       init_from.InitFromError: the weights are another model's (each difference named).
     """
     storage.configure()
+    platforms.choose()  # When it is the first to touch JAX: no TPU probing on a host without.
     _refuse_hub_id(path)
     path = storage.job_path(path)  # A local path or gs://...
     kind = checkpoint_sources.identify(path)

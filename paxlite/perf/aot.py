@@ -17,7 +17,7 @@ import jax
 from etils import epath
 
 from paxlite.experiments.base_experiment import BaseExperiment
-from paxlite.perf import flops
+from paxlite.perf import flops, phases
 from paxlite.runtime import partitioning, tpu_topology
 from paxlite.runtime.job import Job, build_job
 from paxlite.runtime.mesh import ALL_REMAINING, mesh_size
@@ -123,7 +123,8 @@ def compile_train_step(job: Job, target: TpuTarget | None = None) -> dict[str, A
         figures["target"] = target.describe()
         figures["hbm_bytes_per_chip"] = tpu_topology.hbm_bytes_per_chip(target)
     with job.scope():
-        run_state = train_setup.init_or_restore(job, train_setup.StateSource.ABSTRACT)
+        with phases.phase("Abstract train state (shapes and shardings, no arrays)"):
+            run_state = train_setup.init_or_restore(job, train_setup.StateSource.ABSTRACT)
         params, opt_state = run_state.state.params, run_state.state.opt_state
         global_batch = int(jax.tree_util.tree_leaves(run_state.sample)[0].shape[0])
         figures.update(
@@ -160,10 +161,13 @@ def _compile(
     """``(compiled step, seconds, HBM bytes per chip the TPU compiler assigned)``; the last
     is None on fake CPU devices."""
     if target is None:
-        return (*train_setup.compile_train_step(job, run_state), None)
+        with phases.phase(f"Compiling the train step for {job.mesh.size} fake CPU devices"):
+            return (*train_setup.compile_train_step(job, run_state), None)
     start = time.perf_counter()
-    lowered = train_setup.lower_train_step(job, run_state)
-    compiled, assigned = tpu_topology.compile_with_hbm_report(lowered)
+    with phases.phase("Lowering the train step"):
+        lowered = train_setup.lower_train_step(job, run_state)
+    with phases.phase(f"Compiling for {target.describe()} (XLA's TPU compiler; memory analysis)"):
+        compiled, assigned = tpu_topology.compile_with_hbm_report(lowered)
     return compiled, time.perf_counter() - start, assigned
 
 

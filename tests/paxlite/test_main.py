@@ -341,7 +341,11 @@ def test_print_config_works_before_the_required_knobs_are_set():
     code, out, err = run_main_in_process("--print_config", exp="tasks.lm.hf.HfCausalLm")
     assert code == 0, err[-2000:]
     assert "HF_MODEL: str | None = None" in out.splitlines()
-    assert out.rstrip().splitlines()[-1].startswith(
-        "## Task and datasets: printed once the experiment can be built (HfCausalLm: HF_MODEL "
-        "is unset"
+    assert (
+        out.rstrip()
+        .splitlines()[-1]
+        .startswith(
+            "## Task and datasets: printed once the experiment can be built (HfCausalLm: HF_MODEL "
+            "is unset"
+        )
     )

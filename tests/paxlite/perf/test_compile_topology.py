@@ -43,6 +43,11 @@ def test_a_v4_slice_gets_the_batch_of_its_chips_and_a_fits_line(topology, ici, c
     )
     assert result.returncode == 0, result.stderr
     report = result.stdout
+    # Each phase says when it starts and how long it took (a large model's compile: minutes).
+    for phase in ("Abstract train state", "Lowering the train step", f"Compiling for {topology}"):
+        (started,) = [x for x in report.splitlines() if x.startswith(phase) and x.endswith(" ...")]
+        ended = report.index(started) + len(started)
+        assert re.search(rf"\n{re.escape(started[:-4])}: \d+\.\d s\n", report[ended:])
     assert f"for {topology} ({chips} TPU v4 chips), mesh {{'replica': 1, 'data': {chips}," in report
     # The batch follows the target's chips (all its hosts), not the 1 CPU device this process
     # started with.

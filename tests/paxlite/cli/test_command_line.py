@@ -98,3 +98,28 @@ def test_the_entry_point_parses_with_paxlites_parser():
         "--help lists the flags."
     ]
     assert "FATAL" not in proc.stderr
+
+
+def test_a_knob_typo_names_the_closest_knobs_and_where_the_rest_are_listed():
+    from paxlite.experiments.base_experiment import KnobError, apply_knob_overrides
+    from tasks.lm.synthetic import LmSyntheticTiny
+
+    with pytest.raises(KnobError) as e:
+        apply_knob_overrides(LmSyntheticTiny, ["NUM_TRAIN_STEP=600"])
+    assert str(e.value) == (
+        "LmSyntheticTiny has no knob 'NUM_TRAIN_STEP' (did you mean NUM_TRAIN_STEPS?); "
+        "paxlite --help_knobs --exp=tasks.lm.synthetic.LmSyntheticTiny lists its "
+        f"{len(LmSyntheticTiny._knob_types)} knobs."
+    )
+
+
+def test_decoding_a_job_without_a_checkpoint_leaves_no_job_dir(tmp_path):
+    from tests.paxlite.test_main import run_main_in_process
+
+    job = tmp_path / "job"
+    code, _, err = run_main_in_process(
+        f"--job_log_dir={job}", "--mode=decode", "--set=ICI_MESH_SHAPE=1,8,1"
+    )
+    assert code == 2 and err.count("paxlite: error:") == 1, err[-2000:]
+    assert f"--mode=decode needs a checkpoint, but {job}/checkpoints has none" in err
+    assert not job.exists()

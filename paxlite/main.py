@@ -45,7 +45,8 @@ def main(argv: Sequence[str]) -> None:
         logging.set_verbosity(logging.WARNING)
         error_report.hold_library_logs()  # Storage libraries' records: for error reports.
     storage.configure()  # Before any file system or tensorstore use.
-    if (chosen := platforms.choose()) is not None:  # Before JAX starts its backends.
+    chosen = platforms.choose()  # Before JAX starts its backends.
+    if chosen is not None and not FLAGS.print_config:  # Its stdout is the config alone.
         print(platforms.describe(chosen), flush=True)
     if not FLAGS.exp:
         fail(f"--exp is required (e.g. --exp={registry.EXAMPLE_EXPERIMENT}); paxlite --help.")
@@ -100,7 +101,7 @@ def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
         distributed.initialize(*distributed_args(), *timeouts)
         cli_flags.restore_fallback(mode, processes=jax.process_count())
     if FLAGS.print_config:  # Also before the required knobs are set.
-        print(config_print.config_text(experiment_cls, FLAGS.fdl_set, FLAGS.fiddler))
+        print(config_print.config_text(experiment_cls, knob_settings, FLAGS.fdl_set, FLAGS.fiddler))
         return None, ()
     experiment = experiment_cls()  # Validation may ask JAX for the devices: set up by now.
     task_cfg, dataset_cfgs, decoder_cfgs = overrides.resolve_configs(

@@ -20,7 +20,8 @@ from paxlite.cli.flags import FLAGS, UsageError
 from paxlite.experiments.registry import ExperimentRegistryError
 
 _BAD_VALUE = re.compile(r"flag --(\w+)=(.*?): (.*)", re.DOTALL)
-_HELP = ("--help", "-h", "-help", "--h", "-?")
+_HELP = ("--help", "-h", "-help", "--h", "-?", "--helpshort", "-helpshort")
+_HELP_TRUE = ("--help=true", "--help=1", "-help=true", "--helpshort=true")
 
 
 def parse(argv: Sequence[str], init_from_reads: Callable[[], str] = str) -> list[str]:
@@ -31,7 +32,7 @@ def parse(argv: Sequence[str], init_from_reads: Callable[[], str] = str) -> list
     ``--helpfull`` is absl's, every flag of every library.
     """
     args = list(argv)
-    if any(arg in _HELP for arg in args[1:]):
+    if _asks_for_help(args[1:]):
         print(help_text.flags_help(init_from_reads()))
         raise SystemExit(0)
     try:
@@ -49,6 +50,22 @@ def parse(argv: Sequence[str], init_from_reads: Callable[[], str] = str) -> list
     if len(remaining) > 1:
         fail(_stray_words(remaining[1:]))
     return remaining
+
+
+def _asks_for_help(words: Sequence[str]) -> bool:
+    """Whether a word of the command line is a help flag (``--help``, ``--helpshort``,
+    ``--help=true``): not a flag's value (``--set --help``), not after ``--``."""
+    value_next = False
+    for word in words:
+        if word == "--":
+            return False
+        if not value_next and (word in _HELP or word.lower() in _HELP_TRUE):
+            return True
+        name = word.lstrip("-")
+        value_next = (
+            word.startswith("-") and "=" not in word and name in FLAGS and not FLAGS[name].boolean
+        )
+    return False
 
 
 def _unknown_flag(name: str) -> str:
@@ -71,8 +88,10 @@ def _bad_value(message: str) -> str:
         close = difflib.get_close_matches(value.lower(), choices, n=3, cutoff=0.5)
         hint = f" (did you mean {' or '.join(close)}?)" if close else ""
         return f"--{name}={value} is not one of its choices{hint}: {', '.join(choices)}."
-    about = flag.help if flag is not None else "paxlite --help lists the flags"
-    return f"--{name}={value}: {' '.join(why.split())} ({about})."
+    if flag is not None and flag.boolean:
+        return f"--{name}={value}: a yes/no flag takes true or false (or --{name}, --no{name})."
+    about = help_text.first_sentence(" ".join(flag.help.split())) if flag is not None else "--help"
+    return f"--{name}={value}: {' '.join(why.split())} ({about.rstrip('.')})."
 
 
 def _choices(flag: flags.Flag | None) -> list[str]:

@@ -88,7 +88,9 @@ flags.DEFINE_integer(
 )
 flags.DEFINE_integer("bench_steps", 20, "--mode=benchmark: timed steps.")
 flags.DEFINE_integer("bench_warmup", 3, "--mode=benchmark: untimed warm-up steps first.")
-flags.DEFINE_multi_string("set", [], "KNOB=VALUE override of an UPPERCASE experiment knob.")
+flags.DEFINE_multi_string(
+    "set", [], "KNOB=VALUE: override of an UPPERCASE experiment knob, one per --set."
+)
 flags.DEFINE_string(
     "init_from",
     None,

@@ -91,9 +91,9 @@ def _flag_line(name: str, init_from_reads: str) -> str:
     text = _REPEATABLE.sub(" (repeatable)", " ".join(flag.help.split()))
     choices = _CHOICES.match(text)
     if choices:  # absl puts an enum's choices first: keep them, then one sentence.
-        text = f"{_first_sentence(text[choices.end() :])} One of: {choices.group(1)}."
+        text = f"{first_sentence(text[choices.end() :])} One of: {choices.group(1)}."
     else:
-        text = _first_sentence(text)
+        text = first_sentence(text)
     if name == "init_from" and init_from_reads:
         text += f" Reads: {init_from_reads}."
     return f"  --{name}{default}  {text}"
@@ -151,13 +151,12 @@ def attribute_docs(cls: type) -> dict[str, str]:
             continue
         for name in names:
             docs[name] = text
-    return {name: _first_sentence(text) for name, text in docs.items()}
+    return {name: first_sentence(text) for name, text in docs.items()}
 
 
-def _first_sentence(text: str) -> str:
+def first_sentence(text: str) -> str:
     """``text`` up to its first full stop outside parentheses (not an ``e.g.``'s), a ``;``
     ending it as one."""
-    depth = 0
     for end in _SENTENCE_END.finditer(text):
         depth = text.count("(", 0, end.start()) - text.count(")", 0, end.start())
         if depth <= 0:

@@ -369,10 +369,12 @@ def with_overrides(cls: type[_E], overrides: Mapping[str, Any]) -> type[_E]:
     values: dict[str, Any] = {}
     for name, raw in overrides.items():
         if name not in declared:
+            hint = _did_you_mean(name.upper(), declared)
+            listed = "" if hint else f": {', '.join(declared)}"
             raise KnobError(
-                f"{cls.__qualname__} has no knob {name!r}{_did_you_mean(name.upper(), declared)}; "
-                f"paxlite --help_knobs --exp={cls.__module__}.{cls.__qualname__} lists its "
-                f"{len(declared)} knobs."
+                f"{cls.__qualname__} has no knob {name!r}{hint}; paxlite --help_knobs "
+                f"--exp={cls.__module__}.{cls.__qualname__} lists its {len(declared)} knobs"
+                f"{listed}."
             )
         tp = declared[name]
         if isinstance(raw, str):

@@ -11,6 +11,7 @@ import os
 import pathlib
 import shutil
 import socket
+import sys
 import tempfile
 import time
 import weakref
@@ -210,7 +211,8 @@ def rates(
 
 def log(message: str) -> None:
     """A progress message on the console (process 0 only) and in the absl log file."""
-    if jax.process_index() == 0:
-        print(message, flush=True)
+    if jax.process_index() == 0:  # One write: lines of two threads never interleave.
+        sys.stdout.write(message + "\n")
+        sys.stdout.flush()
     if logging.get_absl_handler().use_absl_log_file:
         logging.info(message)

@@ -341,11 +341,11 @@ def test_print_config_works_before_the_required_knobs_are_set():
     code, out, err = run_main_in_process("--print_config", exp="tasks.lm.hf.HfCausalLm")
     assert code == 0, err[-2000:]
     assert "HF_MODEL: str | None = None" in out.splitlines()
-    assert (
-        out.rstrip()
-        .splitlines()[-1]
-        .startswith(
-            "## Task and datasets: printed once the experiment can be built (HfCausalLm: HF_MODEL "
-            "is unset"
-        )
+    last = out.rstrip().splitlines()[-1]
+    assert last.startswith("## Task and datasets: printed once the experiment can be built")
+    assert "(HfCausalLm: HF_MODEL is unset" in last
+    # A knob the user gave that the experiment refuses is still an error.
+    code, _, err = run_main_in_process(
+        "--print_config", "--set=ICI_MESH_SHAPE=1,1", exp="tasks.lm.text.LmTextTiny"
     )
+    assert code == 2 and "ICI_MESH_SHAPE" in err and err.count("paxlite: error:") == 1

@@ -45,8 +45,25 @@ def _parse(capsys, *args: str) -> tuple[int, str, str]:
         (["--peak_tflops=fast"], "--peak_tflops=fast: could not convert string to float: "),
         (["train"], "unexpected argument 'train': paxlite takes only flags (--name=value; "),
         (["--help_knobs"], "--help_knobs lists an experiment's knobs: add --exp=NAME."),
+        (
+            ["--print_config=maybe"],
+            "--print_config=maybe: a yes/no flag takes true or false (or --print_config, "
+            "--noprint_config).",
+        ),
+        (["--restore_checkpoint_step=last"], "--restore_checkpoint_step=last: "),
+        (["--", "--help"], "unexpected argument '--help': "),  # After --: no flag.
     ],
-    ids=["unknown_flag", "bad_choice", "set_without_equals", "wrong_type", "a_word", "no_exp"],
+    ids=[
+        "unknown_flag",
+        "bad_choice",
+        "set_without_equals",
+        "wrong_type",
+        "a_word",
+        "no_exp",
+        "not_yes_or_no",
+        "repeatable_flag",
+        "after_double_dash",
+    ],
 )
 def test_a_command_line_mistake_is_one_line_and_exit_2(capsys, args, line):
     code, _, err = _parse(capsys, *args)
@@ -57,6 +74,9 @@ def test_a_command_line_mistake_is_one_line_and_exit_2(capsys, args, line):
 def test_help_lists_paxlites_flags_by_group_one_line_each(capsys):
     code, out, _ = _parse(capsys, "--help")
     assert code == 0
+    for also in (["--helpshort"], ["--help=true"], ["--exp=x", "-h"]):
+        assert _parse(capsys, *also)[:2] == (0, out)
+    assert command_line.parse(["paxlite", "--set", "--help"]) == ["paxlite"]  # A value.
     for title, _ in help_text.GROUPS:
         assert f"\n{title}:\n" in out
     lines = out.splitlines()

@@ -255,7 +255,10 @@ class PeerWatch:
 
     def report_exit(self, code: int, line: str | None) -> None:
         """Publishes this process's exit code (and its error line), so peers stop if it
-        is a failure; the line first, so a peer that sees the code finds it."""
+        is a failure; the line first, so a peer that sees the code finds it. A failing
+        process's watch then reports no peer: what they do next follows this failure."""
+        if code not in _ORDERLY_EXIT_CODES:
+            self._claim_exit()
         if line is not None:
             self._client.key_value_set(
                 _KEY.format(index=self._index, field="error"), line, allow_overwrite=True

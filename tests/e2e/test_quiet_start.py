@@ -56,7 +56,8 @@ def test_the_first_command_and_from_pretrained_start_quietly_on_a_host_without_a
     )
     assert run.returncode == 0, run.stderr[-3000:]
     assert run.stdout.splitlines()[0] == (
-        "Platform: cpu (no TPU attached: no /dev/accel* or /dev/vfio; set JAX_PLATFORMS to choose)."
+        "Platform: cpu (no TPU attached: no /dev/accel* or /dev/vfio device; set JAX_PLATFORMS "
+        "to choose)."
     )
     assert not _PROBING.search(run.stderr), run.stderr[-3000:]
     loaded = _as_a_newcomer_runs(

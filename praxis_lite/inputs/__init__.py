@@ -4,3 +4,7 @@ and seq2seq, their data checks, LM task registration and T5's span corruption.
 May import: `praxis_lite.decoding` (stop strings), `praxis_lite.tokenizers` and the top-level
 praxis_lite modules.
 """
+
+from praxis_lite import tensorflow_logs
+
+tensorflow_logs.quiet()  # Before any input module imports TensorFlow.

@@ -54,7 +54,7 @@ GROUPS: tuple[tuple[str, tuple[str, ...]], ...] = (
         ("peak_tflops", "mfu_definition", "bench_steps", "bench_warmup", "jax_profiler_port"),
     ),
 )
-_ATTRIBUTE = re.compile(r"^ {6}([A-Z][A-Z0-9_]*(?:, [A-Z][A-Z0-9_]*)*): (.*)$")
+_ATTRIBUTE = re.compile(r"^ {2}([A-Z][A-Z0-9_]*(?:, [A-Z][A-Z0-9_]*)*): (.*)$")
 _SENTENCE_END = re.compile(r"(?<!e\.g)(?<!i\.e)(?<!etc)[.;](\s|$)")
 _REPEATABLE = re.compile(r"\.?; repeat this option to specify a list of values")
 _CHOICES = re.compile(r"<([^>]*)>: ")
@@ -139,12 +139,13 @@ def attribute_docs(cls: type) -> dict[str, str]:
     ``cls``'s own docstring (an entry may name several knobs: ``A, B: ...``)."""
     docs: dict[str, str] = {}
     names: list[str] = []
-    for line in (cls.__doc__ or "").splitlines():
+    # cleandoc: Python 3.13 dedents docstrings itself, earlier ones keep the source's indent.
+    for line in inspect.cleandoc(cls.__doc__ or "").splitlines():
         found = _ATTRIBUTE.match(line)
         if found:
             names = found.group(1).split(", ")
             text = found.group(2)
-        elif names and line.startswith(" " * 8) and line.strip():
+        elif names and line.startswith(" " * 4) and line.strip():
             text = docs[names[0]] + " " + line.strip()
         else:
             names = []

@@ -114,7 +114,7 @@ class Checkpointer:
         self,
         job_log_dir: epath.PathLike,
         *,
-        max_to_keep: int,
+        max_to_keep: int | None,
         async_save: bool = True,
         timeout_secs: int = 1200,
         restore_fallback: bool = False,

@@ -119,7 +119,7 @@ class SingleTask:
       save_interval_steps: checkpoint every this many steps (and at the end).
       summary_interval_steps: write TensorBoard scalars and a console line.
       eval_interval_steps: run the eval inputs every this many steps (0 = only at end).
-      max_to_keep: checkpoints kept on disk (oldest deleted first).
+      max_to_keep: checkpoints kept on disk (oldest deleted first); None: all.
       async_timeout_secs: a checkpoint whose asynchronous commit takes longer than this
         (seconds; Pax's ``--async_timeout_secs``, orbax's ``AsyncOptions.timeout_secs``)
         has failed: the run stops with exit code 5.
@@ -151,7 +151,7 @@ class SingleTask:
     save_interval_steps: int = 100
     summary_interval_steps: int = 10
     eval_interval_steps: int = 0
-    max_to_keep: int = 3
+    max_to_keep: int | None = 3
     async_timeout_secs: int = 1200
     skip_nonfinite_updates: bool = False
     decode_interval_steps: int = 0
@@ -168,7 +168,7 @@ class SingleTask:
         for name in (*positive, "async_timeout_secs"):
             if getattr(self, name) <= 0:
                 raise ValueError(f"SingleTask.{name} must be > 0, got {getattr(self, name)}.")
-        if self.eval_interval_steps < 0 or self.max_to_keep <= 0:
+        if self.eval_interval_steps < 0 or (self.max_to_keep is not None and self.max_to_keep <= 0):
             raise ValueError("SingleTask.eval_interval_steps must be >= 0 and max_to_keep > 0.")
         if self.decode_interval_steps < 0:
             raise ValueError(

@@ -174,6 +174,8 @@ class SeqIOInput(BaseInput):
       num_batches_to_skip: the stream starts after this many batches (Pax's
         ``num_batches_to_skip``: e.g. to step past data that made a run diverge);
         a resumed input skips these plus the batches it had read.
+      use_cached: read the task's offline cache (seqio's ``cache_tasks_main``), as T5X's
+        ``DatasetConfig.use_cached``; the task must have been cached.
       data_flag: how a user points this input at other data, named by data errors
         (e.g. '--set=TEXT_DATA_PATH=PATH', '--tfds_data_dir=DIR'); empty: the
         path the task was registered with.
@@ -191,6 +193,7 @@ class SeqIOInput(BaseInput):
     decode_form: DecodeForm | None = None
     prompt_len: int = 0
     num_batches_to_skip: int = 0
+    use_cached: bool = False
     data_flag: str = ""
 
     def __post_init__(self) -> None:
@@ -534,6 +537,8 @@ class SeqIOInput(BaseInput):
             ),
             num_epochs=num_epochs,
         )
+        if self.use_cached:  # A task cached by seqio's cache_tasks_main (T5X's use_cached).
+            kwargs["use_cached"] = True
         if self.shuffle_buffer_size is not None and self.shuffles:
             kwargs["shuffle_buffer_size"] = self.shuffle_buffer_size
         return self._provider.get_dataset(**kwargs)

@@ -272,3 +272,88 @@ class Piecewise(BaseSchedule):
 
     def make(self) -> optax.Schedule:
         return optax.join_schedules([s.make() for s in self.schedules], self.boundaries)
+
+
+#: T5X's ``create_learning_rate_scheduler`` factor names.
+T5X_FACTORS = (
+    "constant",
+    "linear_warmup",
+    "linear_decay",
+    "rsqrt_decay",
+    "rsqrt_normalized_decay",
+    "decay_every",
+    "cosine_decay",
+)
+
+
+@dataclasses.dataclass(frozen=True)
+class T5xFactors(BaseSchedule):
+    """T5X's ``utils.create_learning_rate_scheduler``: a product of named factors, floored at
+    ``min_learning_rate``. It is the whole learning rate (its ``constant`` factor is
+    ``base_learning_rate``): use it with the optimizer's ``learning_rate`` 1.0.
+
+    With ``s = max(0, step - step_offset)`` and ``w = warmup_steps``: ``constant`` is
+    ``base_learning_rate``; ``linear_warmup`` ``min(1, s / w)``; ``linear_decay``
+    ``base_learning_rate * min(s / w, 1 + decay_factor * (w - s))``; ``rsqrt_decay``
+    ``1 / sqrt(max(s, w))``; ``rsqrt_normalized_decay`` ``sqrt(w) / sqrt(max(s, w))``;
+    ``decay_every`` ``decay_factor ** (s // steps_per_decay)``; ``cosine_decay``
+    ``max(0, (1 + cos(pi * frac(max(0, s - w) / steps_per_cycle))) / 2)``.
+
+    Attributes:
+      factors: the names, as T5X writes them (``'constant * rsqrt_decay'``).
+      base_learning_rate, warmup_steps (steps), decay_factor, steps_per_decay (steps),
+      steps_per_cycle (steps), step_offset (steps), min_learning_rate: T5X's arguments.
+    """
+
+    factors: str = "constant * linear_warmup * rsqrt_decay"
+    base_learning_rate: float = 0.5
+    warmup_steps: int = 1000
+    decay_factor: float = 0.5
+    steps_per_decay: int = 20000
+    steps_per_cycle: int = 100000
+    step_offset: int = 0
+    min_learning_rate: float = 1e-8
+
+    def __post_init__(self) -> None:
+        unknown = [name for name in self.names() if name not in T5X_FACTORS]
+        if unknown:
+            raise ValueError(
+                f"T5xFactors: unknown factor(s) {unknown} in {self.factors!r}; T5X's are "
+                f"{', '.join(T5X_FACTORS)}."
+            )
+        for name in ("warmup_steps", "steps_per_decay", "steps_per_cycle"):
+            if getattr(self, name) < 1:
+                raise ValueError(f"T5xFactors: {name} must be >= 1, got {getattr(self, name)}.")
+
+    def names(self) -> list[str]:
+        """The factors' names, in order."""
+        return [name.strip() for name in self.factors.split("*")]
+
+    def make(self) -> optax.Schedule:
+        names = self.names()
+
+        def schedule(step: jax.typing.ArrayLike) -> jax.Array:
+            s = jnp.maximum(0.0, jnp.asarray(step, jnp.float32) - self.step_offset)
+            value = jnp.asarray(1.0, jnp.float32)
+            for name in names:
+                value = value * self._factor(name, s)
+            return jnp.maximum(value, self.min_learning_rate)
+
+        return schedule
+
+    def _factor(self, name: str, s: jax.Array) -> jax.Array:
+        w = float(self.warmup_steps)
+        if name == "constant":
+            return jnp.asarray(self.base_learning_rate, jnp.float32)
+        if name == "linear_warmup":
+            return jnp.minimum(1.0, s / w)
+        if name == "linear_decay":
+            return self.base_learning_rate * jnp.minimum(s / w, 1.0 + self.decay_factor * (w - s))
+        if name == "rsqrt_decay":
+            return jax.lax.rsqrt(jnp.maximum(s, w))
+        if name == "rsqrt_normalized_decay":
+            return jnp.sqrt(w) * jax.lax.rsqrt(jnp.maximum(s, w))
+        if name == "decay_every":
+            return jnp.asarray(self.decay_factor, jnp.float32) ** jnp.floor(s / self.steps_per_decay)
+        progress = jnp.maximum(0.0, (s - w) / self.steps_per_cycle)  # cosine_decay
+        return jnp.maximum(0.0, 0.5 * (1.0 + jnp.cos(jnp.pi * (progress % 1.0))))

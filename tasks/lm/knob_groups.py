@@ -188,8 +188,8 @@ class LoopKnobs(BaseExperiment):
     """The training loop's knobs (Pax's names) and the ``SingleTask`` built from them.
 
     NUM_TRAIN_STEPS: train until this step. CHECKPOINT_EVERY_N_STEPS: save every
-    this many steps (and at the end). CHECKPOINT_MAX_TO_KEEP: checkpoints kept.
-    CHECKPOINT_ASYNC_TIMEOUT_SECS: a save whose asynchronous commit takes longer has
+    this many steps (and at the end). CHECKPOINT_MAX_TO_KEEP: checkpoints kept (None:
+    all, as T5X's ``keep = None``). CHECKPOINT_ASYNC_TIMEOUT_SECS: a save whose asynchronous commit takes longer has
     failed (Pax's --async_timeout_secs; the run stops with exit code 5).
     SUMMARY_INTERVAL_STEPS: TensorBoard scalars and a console line.
     EVAL_INTERVAL_STEPS: eval every this many steps (0: at the end only).
@@ -208,7 +208,7 @@ class LoopKnobs(BaseExperiment):
 
     NUM_TRAIN_STEPS: int = 500_000
     CHECKPOINT_EVERY_N_STEPS: int = 5000
-    CHECKPOINT_MAX_TO_KEEP: int = 10
+    CHECKPOINT_MAX_TO_KEEP: int | None = 10
     CHECKPOINT_ASYNC_TIMEOUT_SECS: int = 1200
     SUMMARY_INTERVAL_STEPS: int = 100
     EVAL_INTERVAL_STEPS: int = 0
@@ -226,7 +226,6 @@ class LoopKnobs(BaseExperiment):
             1,
             "CHECKPOINT_EVERY_N_STEPS",
             "SUMMARY_INTERVAL_STEPS",
-            "CHECKPOINT_MAX_TO_KEEP",
             "CHECKPOINT_ASYNC_TIMEOUT_SECS",
             "PROFILER_NUM_STEPS",
             "GRAD_ACCUM_STEPS",
@@ -234,6 +233,8 @@ class LoopKnobs(BaseExperiment):
         check_at_least(
             self, 0, "NUM_TRAIN_STEPS", "EVAL_INTERVAL_STEPS", "PROFILER_MIN_DURATION_SEC"
         )
+        if self.CHECKPOINT_MAX_TO_KEEP is not None:
+            check_at_least(self, 1, "CHECKPOINT_MAX_TO_KEEP")
         if self.PROFILER_CAPTURE_STEP is not None:
             check_at_least(self, 0, "PROFILER_CAPTURE_STEP")
         if self.PROFILER_MAX_NUM_HOSTS is not None:

@@ -43,7 +43,7 @@ class GinConfigError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class _Reference:
+class Reference:
     """``@name`` / ``@name()`` in a binding's value."""
 
     name: str
@@ -51,20 +51,20 @@ class _Reference:
 
 
 @dataclasses.dataclass(frozen=True)
-class _Macro:
+class Macro:
     """``%NAME`` in a binding's value."""
 
     name: str
 
 
-class _Delegate(config_parser.ParserDelegate):
+class ValueDelegate(config_parser.ParserDelegate):
     """Keeps references and macros as values (gin's registry is never asked)."""
 
-    def configurable_reference(self, scoped_configurable_name: str, evaluate: bool) -> _Reference:
-        return _Reference(scoped_configurable_name, evaluate)
+    def configurable_reference(self, scoped_configurable_name: str, evaluate: bool) -> Reference:
+        return Reference(scoped_configurable_name, evaluate)
 
-    def macro(self, macro_name: str) -> _Macro:
-        return _Macro(macro_name)
+    def macro(self, macro_name: str) -> Macro:
+        return Macro(macro_name)
 
 
 def find(path: epath.PathLike) -> epath.Path | None:
@@ -85,7 +85,7 @@ def bindings(text: str, where: str = CONFIG_GIN) -> dict[str, Any]:
     """
     values, macros = {}, {}
     try:
-        for statement in config_parser.ConfigParser(text, _Delegate()):
+        for statement in config_parser.ConfigParser(text, ValueDelegate()):
             if not isinstance(statement, config_parser.BindingStatement) or statement.scope:
                 continue
             if statement.arg_name:
@@ -101,7 +101,7 @@ def bindings(text: str, where: str = CONFIG_GIN) -> dict[str, Any]:
 
 def _resolved(value: Any, macros: dict[str, Any], where: str) -> Any:
     seen = set()
-    while isinstance(value, _Macro):
+    while isinstance(value, Macro):
         if value.name not in macros or value.name in seen:
             raise GinConfigError(f"{where}: macro %{value.name} is not bound.")
         seen.add(value.name)

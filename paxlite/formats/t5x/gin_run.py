@@ -1,0 +1,194 @@
+"""T5X's gin files read as T5X reads them, into the call of its train script.
+
+:func:`read_train_call` checks the files (:mod:`gin_sources`), then lets gin-config parse
+them with T5X's module names answered by paxlite's (:mod:`t5x_modules`) and calls
+``train_script.train`` as T5X's ``main`` does: gin supplies its arguments (scopes, macros,
+references, overrides) and the stand-ins record them. Every failure is a
+:class:`GinRunError` of one line naming the file and line, the configurable or the macro.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import dataclasses
+import difflib
+import importlib
+import logging
+import re
+from collections.abc import Iterator, Sequence
+from typing import Any
+
+import gin
+
+from paxlite.formats.t5x import gin_sources, t5x_modules
+from paxlite.formats.t5x.api.train_script import TrainCall
+
+_TRAIN = "train_script.train"
+_IN_FILE = re.compile(r'In file "([^"]+)", line (\d+)')
+
+
+class GinRunError(ValueError):
+    """A T5X gin configuration paxlite cannot run (one line: where and the fix)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class GinRun:
+    """What T5X's gin files ask for: the train call, where each binding is set, and the
+    config text T5X writes to ``MODEL_DIR/config.gin``."""
+
+    call: TrainCall
+    sources: gin_sources.GinSources
+    config_text: str
+
+
+def rewrite_gin_args(argv: Sequence[str]) -> list[str]:
+    """T5X's ``--gin.NAME=VALUE`` flags as ``--gin_bindings=NAME = VALUE`` (T5X's rewrite)."""
+    out = []
+    for arg in argv:
+        if arg.startswith("--gin.") and "=" in arg:
+            name, value = arg[len("--gin.") :].split("=", 1)
+            out.append(f"--gin_bindings={name} = {value}")
+        else:
+            out.append(arg)
+    return out
+
+
+def read_train_call(
+    gin_files: Sequence[str],
+    bindings: Sequence[str],
+    search_paths: Sequence[str],
+    own_packages: Sequence[str] = (),
+) -> GinRun:
+    """The train call of ``gin_files`` with ``bindings`` (``--gin_bindings``) applied
+    (``own_packages``: see ``t5x_modules.t5x_names``).
+
+    Raises:
+      GinRunError: a missing file or include, a syntax error, an unknown configurable or
+        parameter, an unset ``%gin.REQUIRED`` macro, a module that fails to import.
+    """
+    if not gin_files:
+        raise GinRunError(
+            "give --gin_file (repeatable), e.g. --gin_file=t5x/examples/t5/t5_1_1/tiny.gin "
+            "--gin_file=t5x/configs/runs/finetune.gin (paxlite has both)."
+        )
+    flagged = [(f"--gin.{b.split('=')[0].strip()}", b) for b in bindings]
+    try:
+        sources = gin_sources.read_sources(gin_files, flagged, search_paths)
+    except gin_sources.GinFileError as e:
+        raise GinRunError(str(e)) from None
+    with _gin_parsing(search_paths, own_packages):
+        try:
+            gin.parse_config_files_and_bindings(
+                list(gin_files), list(bindings), finalize_config=False
+            )
+            call = _called(sources)
+            _import_task_modules(call)
+            return GinRun(call, sources, gin.config_str())
+        except GinRunError:
+            raise
+        except Exception as e:  # gin's and the user's modules' errors: one line each.
+            raise GinRunError(_one_line(e, sources)) from None
+
+
+@contextlib.contextmanager
+def _gin_parsing(search_paths: Sequence[str], own_packages: Sequence[str]) -> Iterator[None]:
+    """A fresh gin config with T5X's names and search paths; gin's own log lines hidden."""
+    root = logging.getLogger()
+    level = root.level
+    root.setLevel(logging.CRITICAL)  # gin logs each path it tries ('Path not found').
+    gin.clear_config(clear_constants=True)
+    for path in search_paths:
+        gin.add_config_file_search_path(path)
+    try:
+        with t5x_modules.t5x_names(own_packages):
+            yield
+    finally:
+        root.setLevel(level)
+
+
+def _called(sources: gin_sources.GinSources) -> TrainCall:
+    """``train_script.train`` called with gin's bindings, as T5X's main calls it."""
+    missing = sources.unset_required()
+    if missing:
+        first = missing[0]
+        raise GinRunError(
+            f"{first.value} is %gin.REQUIRED ({first.where}) and not set; set it with "
+            f"--gin.{first.value}=... (strings quoted: --gin.{first.value}=\\\"...\\\")."
+        )
+    try:
+        train = gin.get_configurable(_TRAIN)
+    except KeyError:
+        raise GinRunError(
+            "no gin file binds train_script.train; include t5x/configs/runs/pretrain.gin or "
+            "finetune.gin (as T5X's train command needs)."
+        ) from None
+    return train()
+
+
+def _import_task_modules(call: TrainCall) -> None:
+    """Imports the datasets' ``module`` (T5X's MIXTURE_OR_TASK_MODULE), under T5X's names."""
+    for config in (call.train_dataset_cfg, call.train_eval_dataset_cfg, call.infer_eval_dataset_cfg):
+        if config is not None and config.module:
+            try:
+                importlib.import_module(config.module)
+            except Exception as e:
+                raise GinRunError(
+                    f"the task module {config.module!r} (DatasetConfig.module) failed to import: "
+                    f"{type(e).__name__}: {_first_line(e)}; fix it (python -c 'import "
+                    f"{config.module}' shows where) or put it on PYTHONPATH."
+                ) from None
+
+
+def _first_line(e: BaseException) -> str:
+    return (str(e).strip().splitlines() or [""])[0]
+
+
+def _one_line(e: Exception, sources: gin_sources.GinSources) -> str:
+    """gin's error (message, then 'In file ..., line N') as one line with a hint."""
+    text = str(e)
+    found = _IN_FILE.search(text)
+    where = f"{found.group(1)}:{found.group(2)}: " if found else ""
+    message = _first_line(e)
+    if isinstance(e, ModuleNotFoundError):
+        return f"{where}{message}; install it, or put it on PYTHONPATH (T5X's user directories: PYTHONPATH=DIR)."
+    hint = _did_you_mean(message)
+    return f"{where}{message}{hint}"
+
+
+def _did_you_mean(message: str) -> str:
+    """' Did you mean X?' for gin's unknown configurable or parameter messages."""
+    unknown_parameter = re.search(r"Configurable '([\w.]+)' doesn't have a parameter named '(\w+)'", message)
+    if unknown_parameter:
+        configurable, name = unknown_parameter.groups()
+        candidates = _parameters(configurable)
+        close = difflib.get_close_matches(name, candidates, n=3)
+        return f"; did you mean {', '.join(close)}?" if close else f"; its parameters: {', '.join(candidates)}."
+    unknown = re.search(r"(?:No configurable matching|resolve selector) '?([\w.]+)", message)
+    if unknown:
+        selector = unknown.group(1)
+        module_name, _, name = selector.rpartition(".")
+        candidates = _attributes(module_name)
+        close = difflib.get_close_matches(name, candidates, n=3)
+        if close:
+            return f"; did you mean {module_name}.{close[0]}?"
+    return ""
+
+
+def _parameters(configurable: str) -> list[str]:
+    try:
+        fn = gin.get_configurable(configurable)
+    except (KeyError, ValueError):
+        return []
+    import inspect
+
+    target = getattr(fn, "__wrapped__", fn)
+    return [p for p in inspect.signature(target).parameters if p != "self"]
+
+
+def _attributes(module_name: str) -> list[str]:
+    module = {
+        name.rsplit(".", 1)[-1]: target for name, target in t5x_modules.T5X_MODULES.items()
+    }.get(module_name.rsplit(".", 1)[-1])
+    if module is None:
+        return []
+    return [n for n in dir(importlib.import_module(module)) if not n.startswith("_")]

@@ -1,0 +1,143 @@
+"""T5X's module names, served by paxlite's stand-ins while a T5X command reads gin files.
+
+Gin imports the modules a gin file names (``from t5x import utils``, ``import __main__ as
+train_script``, ``import t5.data.mixtures``). Inside :func:`t5x_names`, an import hook
+answers ``t5x.*`` with ``paxlite.formats.t5x.api`` (T5X's example network
+``t5x.examples.t5.network`` included), ``__main__`` with the train script's stand-in (also
+under pytest), and, only when the real ``t5`` package is not installed, ``t5.*`` with the
+subset in ``paxlite.formats.t5x.t5_subset``. Any other ``t5x`` or ``t5`` module is a
+``MissingModule`` error naming it and what exists.
+"""
+
+from __future__ import annotations
+
+import contextlib
+import importlib
+import importlib.abc
+import importlib.machinery
+import importlib.util
+import pathlib
+import sys
+import types
+from collections.abc import Iterator, Sequence
+
+_API = "paxlite.formats.t5x.api"
+_SUBSET = "paxlite.formats.t5x.t5_subset"
+
+#: T5X's module -> ours (None: an empty package on the way to one).
+T5X_MODULES: dict[str, str | None] = {
+    "t5x": _API,
+    **{f"t5x.{name}": f"{_API}.{name}" for name in (
+        "utils", "models", "adafactor", "optimizers", "partitioning", "trainer", "gin_utils",
+        "decoding",
+    )},
+    "t5x.examples": None,
+    "t5x.examples.t5": None,
+    "t5x.examples.t5.network": f"{_API}.network",
+}
+
+#: T5's modules that T5X's gin files and users' task modules import -> ours.
+T5_MODULES: dict[str, str | None] = {
+    "t5": _SUBSET,
+    "t5.data": f"{_SUBSET}.data",
+    "t5.data.mixtures": f"{_SUBSET}.mixtures",
+    "t5.data.tasks": f"{_SUBSET}.tasks",
+    "t5.data.preprocessors": f"{_SUBSET}.preprocessors",
+    "t5.data.utils": f"{_SUBSET}.data",
+    "t5.evaluation": None,
+    "t5.evaluation.metrics": f"{_SUBSET}.metrics",
+}
+
+
+class MissingModule(ModuleNotFoundError):
+    """A ``t5x`` or ``t5`` module paxlite does not provide (its name and what exists)."""
+
+
+class _AliasLoader(importlib.abc.Loader):
+    def __init__(self, target: str | None):
+        self._target = target
+
+    def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
+        if self._target is None:
+            module = types.ModuleType(spec.name)
+        else:
+            module = importlib.import_module(self._target)
+        if not hasattr(module, "__path__"):  # Submodules may be imported under it.
+            module.__path__ = []
+        return module
+
+    def exec_module(self, module: types.ModuleType) -> None:
+        """Nothing to run: the module is ours, already imported."""
+
+
+class _AliasFinder(importlib.abc.MetaPathFinder):
+    """Answers the names in ``aliases``; refuses other modules under their roots."""
+
+    def __init__(self, aliases: dict[str, str | None]):
+        self._aliases = aliases
+        self._roots = {name.split(".")[0] for name in aliases}
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: ANN001, ANN201 (importlib's)
+        if fullname in self._aliases:
+            loader = _AliasLoader(self._aliases[fullname])
+            return importlib.util.spec_from_loader(fullname, loader, is_package=True)
+        root = fullname.split(".")[0]
+        if root in self._roots:
+            known = sorted(name for name in self._aliases if name.startswith(root))
+            raise MissingModule(
+                f"{fullname} is not part of what paxlite runs of {root} (it has: "
+                f"{', '.join(known)})",
+                name=fullname,
+            )
+        return None
+
+
+def real_t5_installed() -> bool:
+    """Whether the ``t5`` package itself is importable (then it is used, not our subset)."""
+    return importlib.util.find_spec("t5") is not None
+
+
+class _UsersFirstFinder(importlib.abc.MetaPathFinder):
+    """Finds a user's top-level module that has the name of one of paxlite's packages
+    (T5X's README names its user module ``tasks``) anywhere on sys.path but where paxlite's is."""
+
+    def __init__(self, names: dict[str, pathlib.Path]):
+        self._names = names  # name -> the folder that holds paxlite's package of that name
+
+    def find_spec(self, fullname, path=None, target=None):  # noqa: ANN001, ANN201 (importlib's)
+        ours = self._names.get(fullname)
+        if ours is None:
+            return None
+        elsewhere = [p for p in sys.path if pathlib.Path(p or ".").resolve() != ours]
+        return importlib.machinery.PathFinder.find_spec(fullname, elsewhere)
+
+
+@contextlib.contextmanager
+def t5x_names(own_packages: Sequence[str] = ()) -> Iterator[None]:
+    """T5X's (and, without the real ``t5``, T5's) module names answered by paxlite's, and
+    ``__main__`` by the train script's stand-in, until the block ends.
+
+    ``own_packages``: paxlite's top-level packages whose names a user's module may also have
+    (imported already): inside the block the user's module answers the name; after it,
+    paxlite's again (the user's module has run: its SeqIO tasks are registered).
+    """
+    aliases = dict(T5X_MODULES)
+    if not real_t5_installed():
+        aliases.update(T5_MODULES)
+    main_before = sys.modules.get("__main__")
+    shadowed = {name: sys.modules.pop(name) for name in aliases if name in sys.modules}
+    own = {name: sys.modules.pop(name) for name in own_packages if name in sys.modules}
+    roots = {name: pathlib.Path(module.__file__).resolve().parents[1] for name, module in own.items()}
+    finders = [_AliasFinder(aliases), _UsersFirstFinder(roots)]
+    sys.meta_path[:0] = finders
+    sys.modules["__main__"] = importlib.import_module(f"{_API}.train_script")
+    try:
+        yield
+    finally:
+        for finder in finders:
+            sys.meta_path.remove(finder)
+        sys.modules["__main__"] = main_before
+        for name in aliases:
+            sys.modules.pop(name, None)
+        sys.modules.update(shadowed)
+        sys.modules.update(own)

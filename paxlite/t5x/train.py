@@ -1,0 +1,117 @@
+"""``python -m paxlite.t5x.train``: T5X's ``t5x/train.py`` command, run by paxlite.
+
+A T5X user replaces ``python3 ${T5X_DIR}/t5x/train.py`` by ``python -m paxlite.t5x.train``
+and keeps the rest::
+
+    python -m paxlite.t5x.train --gin_file=USER_DIR/my_run.gin \\
+      --gin_search_paths=USER_DIR --gin.MODEL_DIR=\\"/tmp/model_dir\\" \\
+      --tfds_data_dir=/data/tfds
+
+T5X's flags: ``--gin_file`` (repeatable), ``--gin_search_paths`` (comma list; paxlite's
+copies of T5X's standard gin files come last), ``--gin.NAME=VALUE`` and ``--gin_bindings``
+(gin syntax; ``--gin.NAME=VALUE`` wins over the files), ``--tfds_data_dir``, ``--seqio_additional_cache_dirs``, and for multi-host
+jobs ``--coordinator_address --process_count --process_index --initialization_timeout``
+(``--multiprocess_gpu`` on GPU clusters). The gin files become the knobs of the
+``T5xGin`` experiment; MODEL_DIR is the job directory and gets T5X's ``config.gin``.
+docs/t5x.md shows T5X's README commands side by side with these.
+"""
+
+from __future__ import annotations
+
+import functools
+import os
+import sys
+from collections.abc import Sequence
+
+os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
+
+import orbax.checkpoint as ocp  # noqa: E402
+from absl import app, flags  # noqa: E402
+from etils import epath  # noqa: E402
+
+from paxlite import main as paxlite_main  # noqa: E402
+from paxlite.cli import command_line, exits  # noqa: E402
+from paxlite.cli.exits import fail  # noqa: E402
+from paxlite.cli.flags import FLAGS, Mode  # noqa: E402
+from paxlite.experiments import registry  # noqa: E402
+from paxlite.formats.t5x import gin_files, gin_run, translation  # noqa: E402
+
+flags.DEFINE_multi_string("gin_file", [], "T5X: a gin file to read (repeatable, in order).")
+flags.DEFINE_list(
+    "gin_search_paths", [], "T5X: folders gin files and includes are looked up in, in order."
+)
+flags.DEFINE_multi_string(
+    "gin_bindings", [], "T5X: a gin binding, e.g. 'MODEL_DIR = \"/tmp/m\"' (--gin.NAME=VALUE too)."
+)
+flags.DEFINE_list("seqio_additional_cache_dirs", [], "T5X: more folders of cached SeqIO tasks.")
+flags.DEFINE_integer("process_count", None, "T5X: processes in a multi-host job.")
+flags.DEFINE_integer("process_index", None, "T5X: this process's index in [0, process_count).")
+flags.DEFINE_integer(
+    "initialization_timeout", None, "T5X: seconds to wait for all processes to join."
+)
+
+
+def main(argv: Sequence[str]) -> None:
+    """Reads the gin files into ``T5xGin``'s knobs, then runs paxlite's main with them."""
+    if FLAGS.tfds_data_dir or FLAGS.seqio_additional_cache_dirs:
+        import seqio  # Before the gin files' task modules register tasks.
+
+        if FLAGS.tfds_data_dir:
+            seqio.set_tfds_data_dir_override(FLAGS.tfds_data_dir)
+        if FLAGS.seqio_additional_cache_dirs:
+            seqio.add_global_cache_dirs(FLAGS.seqio_additional_cache_dirs)
+    search_paths = [*FLAGS.gin_search_paths, str(gin_files.GIN_ROOT)]
+    registry.get(translation.EXPERIMENT, registry.DEFAULT_SEARCH_PACKAGES)  # Before users' modules.
+    try:
+        run = gin_run.read_train_call(
+            FLAGS.gin_file, FLAGS.gin_bindings, search_paths, registry.DEFAULT_SEARCH_PACKAGES
+        )
+        latest = _latest_step(str(run.call.model_dir))
+        knobs = translation.knobs(run.call, run.sources, run.config_text, latest)
+    except (gin_run.GinRunError, translation.UnsupportedBinding) as e:
+        fail(e)
+    _join_flags()
+    FLAGS.exp = translation.EXPERIMENT
+    FLAGS.job_log_dir = str(run.call.model_dir)
+    FLAGS.mode = Mode.TRAIN_AND_EVAL if knobs.get("DECODE_VALIDATION") else Mode.TRAIN
+    FLAGS.set = [f"{name}={translation.knob_text(value)}" for name, value in knobs.items()]
+    paxlite_main.main(argv)
+
+
+def _latest_step(model_dir: str) -> int | None:
+    """MODEL_DIR's newest complete checkpoint step (for T5X's ``relative_steps``), or None."""
+    checkpoints = epath.Path(model_dir) / "checkpoints"
+    if not checkpoints.is_dir():
+        return None
+    return max(ocp.utils.checkpoint_steps(checkpoints), default=None)
+
+
+def _join_flags() -> None:
+    """T5X's multi-host flags as paxlite's (``--coordinator_address`` is the same flag)."""
+    if FLAGS.process_count is not None:
+        FLAGS.num_processes = FLAGS.process_count
+    if FLAGS.process_index is not None:
+        FLAGS.process_id = FLAGS.process_index
+    if FLAGS.initialization_timeout is not None:
+        FLAGS.distributed_timeout_s = FLAGS.initialization_timeout
+
+
+def parse(argv: Sequence[str]) -> list[str]:
+    """T5X's ``--gin.NAME=VALUE`` rewritten, then paxlite's flag parsing (one-line errors)."""
+    if any(arg in ("--help", "-h", "--helpshort") for arg in argv[1:]):
+        print(__doc__)
+        raise SystemExit(0)
+    return command_line.parse(gin_run.rewrite_gin_args(argv))
+
+
+def run() -> None:
+    """Console-script entry point (``paxlite-t5x-train``) and ``python -m``."""
+    try:
+        app.run(main, flags_parser=functools.partial(parse))
+    except BaseException as e:
+        exits.end_process(e)
+        raise
+
+
+if __name__ == "__main__":
+    sys.exit(run())

@@ -1,0 +1,175 @@
+"""The experiment a T5X run becomes: ``python -m paxlite.t5x.train --gin_file=...``.
+
+``paxlite.formats.t5x.translation`` sets these knobs from what T5X's gin files bind (the
+model, Adafactor, the learning-rate factors, the datasets, checkpoints and partitioner);
+the same run is ``paxlite --exp=T5xGin --set KNOB=VALUE ...``. The model directory gets
+T5X's ``config.gin`` (the gin config, as T5X writes it) with the job's other files.
+"""
+
+from __future__ import annotations
+
+from fractions import Fraction
+from typing import Any
+
+from paxlite.experiments import registry
+from paxlite.experiments.base_experiment import KnobError
+from praxis_lite import config as config_lib
+from praxis_lite.inputs.seqio_input import DecodeForm
+from praxis_lite.optim import schedules
+from tasks.lm.knob_groups import LoopKnobs, check_at_least, knob_group
+from tasks.t5.t5_base import T5Knobs, check_t5_mesh, with_t5x_beam_rules
+from tasks.t5.t5x_setup import T5xDataKnobs, T5xTrainKnobs
+
+#: T5's SentencePiece EOS id.
+_EOS = 1
+#: T5X's ``config.gin``, written into the model directory.
+CONFIG_GIN = "config.gin"
+
+
+@knob_group
+class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
+    """T5X's settings that paxlite's T5 experiments have no knob for.
+
+    BATCH_SIZE: T5X's global batch (examples per step over all devices; PERCORE_BATCH_SIZE
+    follows from it). LR_FACTORS and LR_DECAY_FACTOR, LR_STEPS_PER_DECAY,
+    LR_STEPS_PER_CYCLE, LR_STEP_OFFSET, LR_MIN: ``create_learning_rate_scheduler``'s
+    ``factors`` and arguments (LEARNING_RATE is its ``base_learning_rate``, LR_WARMUP_STEPS
+    its ``warmup_steps``). USE_CACHED_TASKS: read the tasks' offline caches. DATA_SEED:
+    the training data's shuffle seed (None: SEED). TRAIN_SPLIT, EVAL_SPLIT (None: no
+    eval), EVAL_DATA_SEED, DECODE_SPLIT, DECODE_BATCH_SIZE: the datasets'. NUM_DECODES:
+    beams (or samples with SAMPLED_DECODING) per decoded input. T5X_CONFIG_GIN: the text
+    written as the model directory's config.gin.
+    """
+
+    BATCH_SIZE: int = 128
+    LR_FACTORS: str = "constant * rsqrt_decay"
+    LR_DECAY_FACTOR: float = 0.5
+    LR_STEPS_PER_DECAY: int = 20000
+    LR_STEPS_PER_CYCLE: int = 100000
+    LR_STEP_OFFSET: int = 0
+    LR_MIN: float = 1e-8
+    USE_CACHED_TASKS: bool = False
+    DATA_SEED: int | None = None
+    TRAIN_SPLIT: str = "train"
+    EVAL_SPLIT: str | None = "validation"
+    EVAL_DATA_SEED: int | None = 42
+    DECODE_SPLIT: str = "validation"
+    DECODE_BATCH_SIZE: int | None = None
+    NUM_DECODES: int = 1
+    SAMPLED_DECODING: bool = False
+    T5X_CONFIG_GIN: str | None = None
+
+
+@registry.register
+class T5xGin(T5xGinKnobs):
+    """A T5X run's model, learner, data and loop (set by ``python -m paxlite.t5x.train``)."""
+
+    NUM_ENCODER_LAYERS = 2
+    NUM_DECODER_LAYERS = 2
+    MODEL_DIMS = 8
+    HIDDEN_DIMS = 16
+    NUM_HEADS = 4
+    DIMS_PER_HEAD = 3
+    VOCAB_SIZE = 32128
+    PERCORE_BATCH_SIZE = 0  # Unused: BATCH_SIZE is the global batch.
+    ICI_MESH_SHAPE = (1, -1, 1)
+    NUM_TRAIN_STEPS = 1000
+
+    def validate(self) -> None:
+        super().validate()
+        check_at_least(self, 1, "BATCH_SIZE", "NUM_DECODES")
+        check_t5_mesh(self)
+        if self.SAMPLED_DECODING and self.NUM_DECODES > 1:
+            raise KnobError(
+                f"{type(self).__qualname__}: NUM_DECODES={self.NUM_DECODES} with SAMPLED_DECODING: "
+                "paxlite samples one decode per input; set NUM_DECODES=1 (or decode by beams)."
+            )
+        try:
+            self.t5x_lr_schedule()
+        except ValueError as e:
+            raise KnobError(f"{type(self).__qualname__}.LR_FACTORS: {e}") from None
+
+    def _batch_sizes(self, num_devices: int, num_hosts: int, percore: float | None) -> Any:
+        """T5X's global batch BATCH_SIZE over the devices (or ``percore`` where asked)."""
+        if percore is None or percore == self.PERCORE_BATCH_SIZE:
+            percore = Fraction(self.BATCH_SIZE, num_devices)
+        return super()._batch_sizes(num_devices, num_hosts, percore)
+
+    def t5x_lr_schedule(self) -> config_lib.Config:
+        """T5X's whole learning rate (the optimizer's LEARNING_RATE factor is 1)."""
+        schedule = config_lib.Config(
+            schedules.T5xFactors,
+            factors=self.LR_FACTORS,
+            base_learning_rate=self.LEARNING_RATE,
+            warmup_steps=self.LR_WARMUP_STEPS,
+            decay_factor=self.LR_DECAY_FACTOR,
+            steps_per_decay=self.LR_STEPS_PER_DECAY,
+            steps_per_cycle=self.LR_STEPS_PER_CYCLE,
+            step_offset=self.LR_STEP_OFFSET,
+            min_learning_rate=self.LR_MIN,
+        )
+        config_lib.instantiate(schedule)  # Checks the factors.
+        return schedule
+
+    def learner(self) -> config_lib.Config:
+        learner = super().learner()
+        learner.optimizer.learning_rate = 1.0  # The schedule is the whole rate (T5X's).
+        return learner
+
+    def task(self) -> Any:
+        task = self.single_task(self.model(), self.learner())
+        task = with_t5x_beam_rules(task)
+        task.decoder.eos_token_id = _EOS
+        task.decoder.do_sample = self.SAMPLED_DECODING
+        task.decoder.num_beams = 1 if self.SAMPLED_DECODING else self.NUM_DECODES
+        task.decode_interval_steps = self.EVAL_INTERVAL_STEPS if self.DECODE_VALIDATION else 0
+        return task
+
+    def job_texts(self) -> dict[str, str]:
+        texts = super().job_texts()
+        if self.T5X_CONFIG_GIN is not None:
+            texts[CONFIG_GIN] = self.T5X_CONFIG_GIN
+        return texts
+
+    def _seqio(self, **fields: Any) -> config_lib.Config:
+        config = super()._seqio(**fields)
+        config.use_cached = self.USE_CACHED_TASKS
+        return config
+
+    def datasets(self) -> list[Any]:
+        """T5X's train dataset and, with EVAL_SPLIT, EVAL_STEPS batches of train_eval."""
+        train = self._seqio(
+            split_name=self.TRAIN_SPLIT,
+            feature_converter_pack=self.PACKED_INPUT,
+            shuffle=self.SHUFFLE_TRAIN_EXAMPLES,
+            seed=self.SEED if self.DATA_SEED is None else self.DATA_SEED,
+        )
+        if self.EVAL_SPLIT is None:
+            return [train]
+        evaluation = self._seqio(
+            name="validation",
+            split_name=self.EVAL_SPLIT,
+            is_training=False,
+            feature_converter_pack=self.PACKED_INPUT,
+            eval_loop_num_batches=self.EVAL_STEPS,
+            repeat=True,
+            seed=self.SEED if self.EVAL_DATA_SEED is None else self.EVAL_DATA_SEED,
+        )
+        return [train, evaluation]
+
+    def decoder_datasets(self) -> list[Any]:
+        """With DECODE_VALIDATION: DECODE_SPLIT decoded (one epoch), DECODE_BATCH_SIZE a step."""
+        if not self.DECODE_VALIDATION:
+            return []
+        import jax
+
+        batch = self.DECODE_BATCH_SIZE or self.BATCH_SIZE
+        decode = self._seqio(
+            name="validation_decode",
+            split_name=self.DECODE_SPLIT,
+            is_training=False,
+            reset_for_eval=True,
+            decode_form=DecodeForm.INPUTS_TARGETS,
+        )
+        decode.batch_size = self.infeed_batch_size(Fraction(batch, jax.device_count()))
+        return [decode]

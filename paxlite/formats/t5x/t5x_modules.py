@@ -83,7 +83,7 @@ class _AliasFinder(importlib.abc.MetaPathFinder):
             return importlib.util.spec_from_loader(fullname, loader, is_package=True)
         root = fullname.split(".")[0]
         if root in self._roots:
-            known = sorted(name for name in self._aliases if name.startswith(root))
+            known = sorted(n for n in self._aliases if n == root or n.startswith(root + "."))
             raise MissingModule(
                 f"{fullname} is not part of what paxlite runs of {root} (it has: "
                 f"{', '.join(known)})",

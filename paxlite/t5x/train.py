@@ -9,17 +9,19 @@ and keeps the rest::
 
 T5X's flags: ``--gin_file`` (repeatable), ``--gin_search_paths`` (comma list; paxlite's
 copies of T5X's standard gin files come last), ``--gin.NAME=VALUE`` and ``--gin_bindings``
-(gin syntax; ``--gin.NAME=VALUE`` wins over the files), ``--tfds_data_dir``, ``--seqio_additional_cache_dirs``, and for multi-host
-jobs ``--coordinator_address --process_count --process_index --initialization_timeout``
-(``--multiprocess_gpu`` on GPU clusters). The gin files become the knobs of the
-``T5xGin`` experiment; MODEL_DIR is the job directory and gets T5X's ``config.gin``.
+(gin syntax; they win over the files), ``--tfds_data_dir``, ``--seqio_additional_cache_dirs``,
+and for multi-host jobs ``--coordinator_address --process_count --process_index
+--initialization_timeout`` (``--multiprocess_gpu`` on GPU clusters). One flag is
+paxlite's: ``--t5_spm_path=FILE``, a local copy of the SentencePiece model of the tasks
+T5X's example gin files name (default: its gs:// path). The gin files become the knobs of
+the ``T5xGin`` experiment; MODEL_DIR is the job directory and gets T5X's ``config.gin``.
 docs/t5x.md shows T5X's README commands side by side with these.
 """
 
 from __future__ import annotations
 
-import functools
 import os
+import pathlib
 import sys
 from collections.abc import Sequence
 
@@ -29,12 +31,13 @@ import orbax.checkpoint as ocp  # noqa: E402
 from absl import app, flags  # noqa: E402
 from etils import epath  # noqa: E402
 
-from paxlite import main as paxlite_main  # noqa: E402
+import paxlite.main as paxlite_main  # noqa: E402
 from paxlite.cli import command_line, exits  # noqa: E402
 from paxlite.cli.exits import fail  # noqa: E402
 from paxlite.cli.flags import FLAGS, Mode  # noqa: E402
 from paxlite.experiments import registry  # noqa: E402
-from paxlite.formats.t5x import gin_files, gin_run, translation  # noqa: E402
+from paxlite.formats.t5x import gin_files, gin_run, t5x_modules, translation  # noqa: E402
+from paxlite.formats.t5x.t5_subset import data as t5_data  # noqa: E402
 
 flags.DEFINE_multi_string("gin_file", [], "T5X: a gin file to read (repeatable, in order).")
 flags.DEFINE_list(
@@ -44,6 +47,7 @@ flags.DEFINE_multi_string(
     "gin_bindings", [], "T5X: a gin binding, e.g. 'MODEL_DIR = \"/tmp/m\"' (--gin.NAME=VALUE too)."
 )
 flags.DEFINE_list("seqio_additional_cache_dirs", [], "T5X: more folders of cached SeqIO tasks.")
+flags.DEFINE_string("t5_spm_path", None, t5_data.SPM_PATH_HELP)
 flags.DEFINE_integer("process_count", None, "T5X: processes in a multi-host job.")
 flags.DEFINE_integer("process_index", None, "T5X: this process's index in [0, process_count).")
 flags.DEFINE_integer(
@@ -61,10 +65,12 @@ def main(argv: Sequence[str]) -> None:
         if FLAGS.seqio_additional_cache_dirs:
             seqio.add_global_cache_dirs(FLAGS.seqio_additional_cache_dirs)
     search_paths = [*FLAGS.gin_search_paths, str(gin_files.GIN_ROOT)]
-    registry.get(translation.EXPERIMENT, registry.DEFAULT_SEARCH_PACKAGES)  # Before users' modules.
+    own = registry.DEFAULT_SEARCH_PACKAGES  # A user's tasks.py may have their name (T5X's README).
+    t5x_modules.import_own_packages(own, pathlib.Path(paxlite_main.__file__).resolve().parents[1])
+    registry.get(translation.EXPERIMENT, own)
     try:
         run = gin_run.read_train_call(
-            FLAGS.gin_file, FLAGS.gin_bindings, search_paths, registry.DEFAULT_SEARCH_PACKAGES
+            FLAGS.gin_file, FLAGS.gin_bindings, search_paths, own, FLAGS.t5_spm_path
         )
         latest = _latest_step(str(run.call.model_dir))
         knobs = translation.knobs(run.call, run.sources, run.config_text, latest)
@@ -107,7 +113,7 @@ def parse(argv: Sequence[str]) -> list[str]:
 def run() -> None:
     """Console-script entry point (``paxlite-t5x-train``) and ``python -m``."""
     try:
-        app.run(main, flags_parser=functools.partial(parse))
+        app.run(main, flags_parser=parse)
     except BaseException as e:
         exits.end_process(e)
         raise

@@ -182,7 +182,8 @@ def split_files(task: seqio.Task, split: str) -> list[str]:
 
 _VOCAB_FIX = (
     "point the task at a SentencePiece .model file or a Hugging Face model directory; the LM "
-    "experiments take it from their VOCAB_PATH knob (--set VOCAB_PATH=/path/to/spm.model)"
+    "experiments take it from their VOCAB_PATH knob (--set VOCAB_PATH=/path/to/spm.model), "
+    "T5's tasks under python -m paxlite.t5x.train from --t5_spm_path=/path/to/spm.model"
 )
 
 

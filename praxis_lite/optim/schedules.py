@@ -354,6 +354,8 @@ class T5xFactors(BaseSchedule):
         if name == "rsqrt_normalized_decay":
             return jnp.sqrt(w) * jax.lax.rsqrt(jnp.maximum(s, w))
         if name == "decay_every":
-            return jnp.asarray(self.decay_factor, jnp.float32) ** jnp.floor(s / self.steps_per_decay)
+            return jnp.asarray(self.decay_factor, jnp.float32) ** jnp.floor(
+                s / self.steps_per_decay
+            )
         progress = jnp.maximum(0.0, (s - w) / self.steps_per_cycle)  # cosine_decay
         return jnp.maximum(0.0, 0.5 * (1.0 + jnp.cos(jnp.pi * (progress % 1.0))))

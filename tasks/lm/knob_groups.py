@@ -189,8 +189,9 @@ class LoopKnobs(BaseExperiment):
 
     NUM_TRAIN_STEPS: train until this step. CHECKPOINT_EVERY_N_STEPS: save every
     this many steps (and at the end). CHECKPOINT_MAX_TO_KEEP: checkpoints kept (None:
-    all, as T5X's ``keep = None``). CHECKPOINT_ASYNC_TIMEOUT_SECS: a save whose asynchronous commit takes longer has
-    failed (Pax's --async_timeout_secs; the run stops with exit code 5).
+    all, as T5X's ``keep = None``). CHECKPOINT_ASYNC_TIMEOUT_SECS: a save whose
+    asynchronous commit takes longer has failed (Pax's --async_timeout_secs; the run
+    stops with exit code 5).
     SUMMARY_INTERVAL_STEPS: TensorBoard scalars and a console line.
     EVAL_INTERVAL_STEPS: eval every this many steps (0: at the end only).
     TARGET_LOG_PPLX: stop (with a checkpoint) after an eval whose log-perplexity

@@ -13,8 +13,10 @@ import contextlib
 import dataclasses
 import difflib
 import importlib
+import inspect
 import logging
 import re
+import sys
 from collections.abc import Iterator, Sequence
 from typing import Any
 
@@ -22,8 +24,11 @@ import gin
 
 from paxlite.formats.t5x import gin_sources, t5x_modules
 from paxlite.formats.t5x.api.train_script import TrainCall
+from paxlite.formats.t5x.t5_subset import data as t5_data
 
 _TRAIN = "train_script.train"
+#: T5's tasks (imported by gin files, never here: a user may register those names).
+_T5_TASKS = "paxlite.formats.t5x.t5_subset.tasks"
 _IN_FILE = re.compile(r'In file "([^"]+)", line (\d+)')
 
 
@@ -58,9 +63,11 @@ def read_train_call(
     bindings: Sequence[str],
     search_paths: Sequence[str],
     own_packages: Sequence[str] = (),
+    spm_path: str | None = None,
 ) -> GinRun:
     """The train call of ``gin_files`` with ``bindings`` (``--gin_bindings``) applied
-    (``own_packages``: see ``t5x_modules.t5x_names``).
+    (``own_packages``: see ``t5x_modules.t5x_names``; ``spm_path``: T5's SentencePiece
+    model for the tasks of ``t5.data``, None for T5's own path).
 
     Raises:
       GinRunError: a missing file or include, a syntax error, an unknown configurable or
@@ -76,6 +83,9 @@ def read_train_call(
         sources = gin_sources.read_sources(gin_files, flagged, search_paths)
     except gin_sources.GinFileError as e:
         raise GinRunError(str(e)) from None
+    t5_data.set_spm_path(spm_path)
+    if _T5_TASKS in sys.modules:  # Registered by an earlier run in this process.
+        sys.modules[_T5_TASKS].register()
     with _gin_parsing(search_paths, own_packages):
         try:
             gin.parse_config_files_and_bindings(
@@ -97,6 +107,12 @@ def _gin_parsing(search_paths: Sequence[str], own_packages: Sequence[str]) -> It
     level = root.level
     root.setLevel(logging.CRITICAL)  # gin logs each path it tries ('Path not found').
     gin.clear_config(clear_constants=True)
+    # gin keeps search paths for the process and has no call to remove them: a second run
+    # in one process (tests, notebooks) would find the first run's files first.
+    prefixes = getattr(gin.config, "_LOCATION_PREFIXES", None)
+    kept = list(prefixes) if prefixes is not None else []
+    if prefixes is not None:
+        prefixes[:] = [""]
     for path in search_paths:
         gin.add_config_file_search_path(path)
     try:
@@ -104,6 +120,8 @@ def _gin_parsing(search_paths: Sequence[str], own_packages: Sequence[str]) -> It
             yield
     finally:
         root.setLevel(level)
+        if prefixes is not None:
+            prefixes[:] = kept
 
 
 def _called(sources: gin_sources.GinSources) -> TrainCall:
@@ -113,7 +131,7 @@ def _called(sources: gin_sources.GinSources) -> TrainCall:
         first = missing[0]
         raise GinRunError(
             f"{first.value} is %gin.REQUIRED ({first.where}) and not set; set it with "
-            f"--gin.{first.value}=... (strings quoted: --gin.{first.value}=\\\"...\\\")."
+            f'--gin.{first.value}=... (strings quoted: --gin.{first.value}=\\"...\\").'
         )
     try:
         train = gin.get_configurable(_TRAIN)
@@ -127,7 +145,11 @@ def _called(sources: gin_sources.GinSources) -> TrainCall:
 
 def _import_task_modules(call: TrainCall) -> None:
     """Imports the datasets' ``module`` (T5X's MIXTURE_OR_TASK_MODULE), under T5X's names."""
-    for config in (call.train_dataset_cfg, call.train_eval_dataset_cfg, call.infer_eval_dataset_cfg):
+    for config in (
+        call.train_dataset_cfg,
+        call.train_eval_dataset_cfg,
+        call.infer_eval_dataset_cfg,
+    ):
         if config is not None and config.module:
             try:
                 importlib.import_module(config.module)
@@ -149,20 +171,32 @@ def _one_line(e: Exception, sources: gin_sources.GinSources) -> str:
     found = _IN_FILE.search(text)
     where = f"{found.group(1)}:{found.group(2)}: " if found else ""
     message = _first_line(e)
+    if isinstance(e, t5x_modules.MissingModule):
+        return f"{where}{message}."
     if isinstance(e, ModuleNotFoundError):
-        return f"{where}{message}; install it, or put it on PYTHONPATH (T5X's user directories: PYTHONPATH=DIR)."
-    hint = _did_you_mean(message)
-    return f"{where}{message}{hint}"
+        return f"{where}{message}; install it, or put its folder on PYTHONPATH (T5X's user dirs)."
+    if "was not provided by an import statement" in message:
+        return (
+            f"{where}{message} Each gin file imports what it binds (with dynamic registration): "
+            "add e.g. `import __main__ as train_script` or `from t5x import utils` to it."
+        )
+    return f"{where}{message}{_did_you_mean(message)}"
 
 
 def _did_you_mean(message: str) -> str:
     """' Did you mean X?' for gin's unknown configurable or parameter messages."""
-    unknown_parameter = re.search(r"Configurable '([\w.]+)' doesn't have a parameter named '(\w+)'", message)
+    unknown_parameter = re.search(
+        r"Configurable '([\w.]+)' doesn't have a parameter named '(\w+)'", message
+    )
     if unknown_parameter:
         configurable, name = unknown_parameter.groups()
         candidates = _parameters(configurable)
         close = difflib.get_close_matches(name, candidates, n=3)
-        return f"; did you mean {', '.join(close)}?" if close else f"; its parameters: {', '.join(candidates)}."
+        return (
+            f"; did you mean {', '.join(close)}?"
+            if close
+            else f"; its parameters: {', '.join(candidates)}."
+        )
     unknown = re.search(r"(?:No configurable matching|resolve selector) '?([\w.]+)", message)
     if unknown:
         selector = unknown.group(1)
@@ -175,20 +209,23 @@ def _did_you_mean(message: str) -> str:
 
 
 def _parameters(configurable: str) -> list[str]:
-    try:
-        fn = gin.get_configurable(configurable)
-    except (KeyError, ValueError):
+    """The parameter names of one of paxlite's T5X stand-ins (``network.T5Config``)."""
+    module_name, *attributes = configurable.split(".")
+    target: Any = _our_module(module_name)
+    for name in attributes:
+        target = getattr(target, name, None)
+    if target is None:
         return []
-    import inspect
-
-    target = getattr(fn, "__wrapped__", fn)
     return [p for p in inspect.signature(target).parameters if p != "self"]
 
 
+def _our_module(module_name: str) -> Any:
+    """paxlite's stand-in for T5X's module ``module_name`` (its last part), or None."""
+    targets = {name.rsplit(".", 1)[-1]: target for name, target in t5x_modules.T5X_MODULES.items()}
+    target = targets.get(module_name.rsplit(".", 1)[-1])
+    return None if target is None else importlib.import_module(target)
+
+
 def _attributes(module_name: str) -> list[str]:
-    module = {
-        name.rsplit(".", 1)[-1]: target for name, target in t5x_modules.T5X_MODULES.items()
-    }.get(module_name.rsplit(".", 1)[-1])
-    if module is None:
-        return []
-    return [n for n in dir(importlib.import_module(module)) if not n.startswith("_")]
+    module = _our_module(module_name)
+    return [] if module is None else [n for n in dir(module) if not n.startswith("_")]

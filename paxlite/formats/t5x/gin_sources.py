@@ -18,7 +18,7 @@ from typing import Any
 from etils import epath
 from gin import config_parser
 
-from paxlite.formats.t5x.gin import Macro, ValueDelegate
+from paxlite.formats.t5x.gin import Macro, Reference, ValueDelegate
 
 #: The marker T5X's gin files give a macro the user must set.
 REQUIRED = "gin.REQUIRED"
@@ -38,13 +38,15 @@ class Assignment:
 
 @dataclasses.dataclass
 class GinSources:
-    """The run's bindings by ``(scope, configurable, parameter)`` and macros by name, each
-    the last assignment (gin's override order: files in order, then the flags)."""
+    """The run's bindings by ``(scope, configurable, parameter)`` (and as written,
+    ``scope/selector.parameter``) and macros by name, each the last assignment (gin's
+    override order: files in order, then the flags)."""
 
     search_paths: tuple[str, ...]
     files: list[str] = dataclasses.field(default_factory=list)
     bindings: dict[tuple[str, str, str], Assignment] = dataclasses.field(default_factory=dict)
     macros: dict[str, Assignment] = dataclasses.field(default_factory=dict)
+    written: dict[str, Assignment] = dataclasses.field(default_factory=dict)
 
     def where(self, configurable: str, parameter: str, scope: str = "") -> str:
         """``file:line`` (or the flag) that set ``[scope/]configurable.parameter``, through
@@ -69,6 +71,33 @@ class GinSources:
             for name, a in self.macros.items()
             if isinstance(a.value, Macro) and a.value.name == REQUIRED and name in used
         ]
+
+
+def resolved_bindings(sources: GinSources) -> dict[str, str]:
+    """Each binding as written (``scope/selector.parameter``) -> its value with macros
+    resolved, as text (``@name()`` for a reference): what a file binds, however it spells
+    it through macros."""
+    out = {}
+    for key, assignment in sources.written.items():
+        value, seen = assignment.value, set()
+        while isinstance(value, Macro) and value.name in sources.macros and value.name not in seen:
+            seen.add(value.name)
+            value = sources.macros[value.name].value
+        out[key] = _text(value)
+    return out
+
+
+def _text(value: Any) -> str:
+    if isinstance(value, Reference):
+        return f"@{value.name}{'()' if value.evaluate else ''}"
+    if isinstance(value, Macro):
+        return f"%{value.name}"
+    if isinstance(value, dict):
+        return "{" + ", ".join(f"{k!r}: {_text(v)}" for k, v in value.items()) + "}"
+    if isinstance(value, list | tuple):
+        items = ", ".join(_text(v) for v in value)
+        return f"[{items}]" if isinstance(value, list) else f"({items})"
+    return repr(value)
 
 
 def resolve(path: str, search_paths: Sequence[str]) -> epath.Path | None:
@@ -151,5 +180,7 @@ def _index(statement: Any, where: str, sources: GinSources, seen: tuple[str, ...
             if "." in statement.selector and statement.selector.split(".")[-2][:1].isupper():
                 configurable = ".".join(statement.selector.split(".")[-2:])  # A method.
             sources.bindings[(statement.scope, configurable, statement.arg_name)] = assignment
+            scope = f"{statement.scope}/" if statement.scope else ""
+            sources.written[f"{scope}{statement.selector}.{statement.arg_name}"] = assignment
         else:
             sources.macros[statement.selector] = assignment

@@ -27,10 +27,19 @@ _SUBSET = "paxlite.formats.t5x.t5_subset"
 #: T5X's module -> ours (None: an empty package on the way to one).
 T5X_MODULES: dict[str, str | None] = {
     "t5x": _API,
-    **{f"t5x.{name}": f"{_API}.{name}" for name in (
-        "utils", "models", "adafactor", "optimizers", "partitioning", "trainer", "gin_utils",
-        "decoding",
-    )},
+    **{
+        f"t5x.{name}": f"{_API}.{name}"
+        for name in (
+            "utils",
+            "models",
+            "adafactor",
+            "optimizers",
+            "partitioning",
+            "trainer",
+            "gin_utils",
+            "decoding",
+        )
+    },
     "t5x.examples": None,
     "t5x.examples.t5": None,
     "t5x.examples.t5.network": f"{_API}.network",
@@ -112,6 +121,21 @@ class _UsersFirstFinder(importlib.abc.MetaPathFinder):
         return importlib.machinery.PathFinder.find_spec(fullname, elsewhere)
 
 
+def import_own_packages(names: Sequence[str], root: pathlib.Path) -> None:
+    """Imports paxlite's top-level packages ``names`` from ``root`` (where paxlite is
+    installed), even where a user's module of the same name comes first on sys.path."""
+    for name in names:
+        module = sys.modules.get(name)
+        if module is not None and pathlib.Path(module.__file__).resolve().parents[1] == root:
+            continue
+        spec = importlib.machinery.PathFinder.find_spec(name, [str(root)])
+        if spec is None or spec.loader is None:
+            continue
+        module = importlib.util.module_from_spec(spec)
+        sys.modules[name] = module
+        spec.loader.exec_module(module)
+
+
 @contextlib.contextmanager
 def t5x_names(own_packages: Sequence[str] = ()) -> Iterator[None]:
     """T5X's (and, without the real ``t5``, T5's) module names answered by paxlite's, and
@@ -127,7 +151,9 @@ def t5x_names(own_packages: Sequence[str] = ()) -> Iterator[None]:
     main_before = sys.modules.get("__main__")
     shadowed = {name: sys.modules.pop(name) for name in aliases if name in sys.modules}
     own = {name: sys.modules.pop(name) for name in own_packages if name in sys.modules}
-    roots = {name: pathlib.Path(module.__file__).resolve().parents[1] for name, module in own.items()}
+    roots = {
+        name: pathlib.Path(module.__file__).resolve().parents[1] for name, module in own.items()
+    }
     finders = [_AliasFinder(aliases), _UsersFirstFinder(roots)]
     sys.meta_path[:0] = finders
     sys.modules["__main__"] = importlib.import_module(f"{_API}.train_script")

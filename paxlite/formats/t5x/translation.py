@@ -15,7 +15,15 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from paxlite.formats.t5x.api import adafactor, decoding, models, network, partitioning, utils
+from paxlite.formats.t5x.api import (
+    adafactor,
+    decoding,
+    models,
+    network,
+    partitioning,
+    trainer,
+    utils,
+)
 from paxlite.formats.t5x.api.optimizers import OptaxChain
 from paxlite.formats.t5x.api.train_script import TrainCall
 from paxlite.formats.t5x.gin_sources import GinSources
@@ -115,7 +123,9 @@ def _model_knobs(model: Any, check: _Checker) -> dict[str, Any]:
         check.refuse("train", "model", model, why="paxlite's T5X runs train EncoderDecoderModel")
     if not isinstance(model.module, network.Transformer):
         check.refuse(
-            "EncoderDecoderModel", "module", model.module,
+            "EncoderDecoderModel",
+            "module",
+            model.module,
             why="the network is t5x.examples.t5.network.Transformer",
         )
     settings = model.predict_batch_with_aux()
@@ -156,7 +166,9 @@ def _network_knobs(config: network.T5Config, check: _Checker) -> dict[str, Any]:
         check.refuse("T5Config", "dtype", config.dtype, why="give 'float32' or 'bfloat16'")
     if config.float32_attention_logits and dtype is not jnp.float32:
         check.refuse(
-            "T5Config", "float32_attention_logits", True,
+            "T5Config",
+            "float32_attention_logits",
+            True,
             why="paxlite's attention computes its logits in the activations' dtype",
         )
     return {
@@ -177,7 +189,9 @@ def _network_knobs(config: network.T5Config, check: _Checker) -> dict[str, Any]:
 def _optimizer_knobs(optimizer: Any, check: _Checker) -> dict[str, Any]:
     if isinstance(optimizer, OptaxChain):
         check.refuse(
-            "EncoderDecoderModel", "optimizer_def", optimizer,
+            "EncoderDecoderModel",
+            "optimizer_def",
+            optimizer,
             why="optax chains (adamw, lion) are not run yet: use adafactor.Adafactor",
         )
     if not isinstance(optimizer, adafactor.Adafactor):
@@ -201,8 +215,8 @@ def _optimizer_knobs(optimizer: Any, check: _Checker) -> dict[str, Any]:
 
 
 def _learning_rate_knobs(trainer_cls: Any, check: _Checker) -> dict[str, Any]:
-    trainer = _constructed(trainer_cls)
-    schedule = trainer.learning_rate_fn
+    built = _constructed(trainer_cls)
+    schedule = built.learning_rate_fn
     if not isinstance(schedule, utils.LearningRateSchedule):
         check.refuse(
             "Trainer", "learning_rate_fn", schedule, why="use utils.create_learning_rate_scheduler"
@@ -216,7 +230,7 @@ def _learning_rate_knobs(trainer_cls: Any, check: _Checker) -> dict[str, Any]:
         "LR_STEPS_PER_CYCLE": int(schedule.steps_per_cycle),
         "LR_STEP_OFFSET": int(schedule.step_offset),
         "LR_MIN": float(schedule.min_learning_rate),
-        "GRAD_ACCUM_STEPS": trainer.num_microbatches or 1,
+        "GRAD_ACCUM_STEPS": built.num_microbatches or 1,
     }
 
 
@@ -268,9 +282,18 @@ def _check_dataset(config: utils.DatasetConfig, scope: str, check: _Checker) -> 
         {
             name: (lambda v: True)
             for name in (
-                "mixture_or_task_name", "task_feature_lengths", "split", "batch_size",
-                "shuffle", "seed", "use_cached", "pack", "module", "use_memory_cache",
-                "num_prefetch_threads", "num_workers",
+                "mixture_or_task_name",
+                "task_feature_lengths",
+                "split",
+                "batch_size",
+                "shuffle",
+                "seed",
+                "use_cached",
+                "pack",
+                "module",
+                "use_memory_cache",
+                "num_prefetch_threads",
+                "num_workers",
             )
         },
         scope=scope,
@@ -289,7 +312,10 @@ def _check_same_as_train(
     for name in fields:
         if getattr(config, name) != getattr(train, name):
             check.refuse(
-                "DatasetConfig", name, getattr(config, name), scope,
+                "DatasetConfig",
+                name,
+                getattr(config, name),
+                scope,
                 why=f"paxlite evaluates the train dataset's task with its {name}",
             )
 
@@ -301,13 +327,29 @@ def _loop_knobs(call: TrainCall, check: _Checker, latest_step: int) -> dict[str,
         {
             name: (lambda v: True)
             for name in (
-                "model", "train_dataset_cfg", "train_eval_dataset_cfg", "infer_eval_dataset_cfg",
-                "checkpoint_cfg", "partitioner", "trainer_cls", "model_dir", "total_steps",
-                "eval_steps", "eval_period", "relative_steps", "stats_period", "random_seed",
-                "use_hardware_rng", "summarize_config_fn", "inference_evaluator_cls",
-                "concurrent_metrics", "use_orbax", "gc_period",
+                "model",
+                "train_dataset_cfg",
+                "train_eval_dataset_cfg",
+                "infer_eval_dataset_cfg",
+                "checkpoint_cfg",
+                "partitioner",
+                "trainer_cls",
+                "model_dir",
+                "total_steps",
+                "eval_steps",
+                "eval_period",
+                "relative_steps",
+                "stats_period",
+                "random_seed",
+                "use_hardware_rng",
+                "summarize_config_fn",
+                "inference_evaluator_cls",
+                "concurrent_metrics",
+                "use_orbax",
+                "gc_period",
             )
-        },
+        }
+        | {"actions": _only_nan_checks},
         why="custom actions, dataset functions and initializers are T5X code paxlite does not run",
     )
     total = int(call.total_steps)
@@ -321,6 +363,15 @@ def _loop_knobs(call: TrainCall, check: _Checker, latest_step: int) -> dict[str,
     if call.random_seed is not None:
         values["SEED"] = int(call.random_seed)
     return values
+
+
+def _only_nan_checks(actions: Any) -> bool:
+    """T5X's ``TerminateOnNanAction`` is what paxlite's loop always does (exit code 3)."""
+    return actions is None or all(
+        isinstance(action, trainer.TerminateOnNanAction)
+        for group in dict(actions).values()
+        for action in group
+    )
 
 
 def _checkpoint_knobs(config: utils.CheckpointConfig | None, check: _Checker) -> dict[str, Any]:
@@ -385,7 +436,9 @@ def _model_ways(partitioner: partitioning.PjitPartitioner, check: _Checker) -> i
     submesh = partitioner.model_parallel_submesh
     if submesh is not None and partitioner.num_partitions is not None:
         check.refuse(
-            "PjitPartitioner", "model_parallel_submesh", submesh,
+            "PjitPartitioner",
+            "model_parallel_submesh",
+            submesh,
             why="give either num_partitions or model_parallel_submesh (as T5X)",
         )
     if submesh is not None:
@@ -409,7 +462,9 @@ def paxlite_rules(
             if check is None:
                 raise UnsupportedBinding(f"logical axis rule {(logical, mesh_axis)!r}")
             check.refuse(
-                "PjitPartitioner", "logical_axis_rules", (logical, mesh_axis),
+                "PjitPartitioner",
+                "logical_axis_rules",
+                (logical, mesh_axis),
                 why=f"paxlite's T5 has the logical axes {sorted(_LOGICAL_AXES)} and the mesh "
                 "axes 'data' and 'model'",
             )

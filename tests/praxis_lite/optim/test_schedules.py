@@ -181,3 +181,56 @@ def test_invalid_fields_raise(make, match):
 def test_piecewise_rejects_unbuilt_configs():
     with pytest.raises(TypeError, match="built schedules"):
         schedules.Piecewise([5], [schedules.Constant(), Config(schedules.Constant)])
+
+
+def _t5x_reference(step, factors, base, warmup, decay_factor, per_decay, per_cycle, offset, floor):
+    """T5X's create_learning_rate_scheduler, factor by factor, in numpy (float64)."""
+    s = max(0.0, step - offset)
+    value = 1.0
+    for name in (n.strip() for n in factors.split("*")):
+        value *= {
+            "constant": base,
+            "linear_warmup": min(1.0, s / warmup),
+            "linear_decay": base * min(s / warmup, 1.0 + decay_factor * (warmup - s)),
+            "rsqrt_decay": 1.0 / math.sqrt(max(s, warmup)),
+            "rsqrt_normalized_decay": math.sqrt(warmup) / math.sqrt(max(s, warmup)),
+            "decay_every": decay_factor ** (s // per_decay),
+            "cosine_decay": max(
+                0.0, 0.5 * (1.0 + math.cos(math.pi * (max(0.0, (s - warmup) / per_cycle) % 1.0)))
+            ),
+        }[name]
+    return max(value, floor)
+
+
+@pytest.mark.parametrize(
+    "factors",
+    [
+        "constant * rsqrt_decay",
+        "constant",
+        "constant * linear_warmup * rsqrt_decay",
+        "constant * linear_warmup * cosine_decay",
+        "linear_decay",
+        "constant * rsqrt_normalized_decay * decay_every",
+    ],
+)
+def test_t5x_factors_match_t5x_s_formulas(factors):
+    args = dict(
+        factors=factors,
+        base_learning_rate=0.7,
+        warmup_steps=40,
+        decay_factor=0.5,
+        steps_per_decay=30,
+        steps_per_cycle=70,
+        step_offset=5,
+        min_learning_rate=1e-4,
+    )
+    schedule = schedules.T5xFactors(**args)
+    steps = [0, 3, 5, 20, 44, 45, 90, 111, 200, 400]
+    ours = [float(schedule(jnp.asarray(step))) for step in steps]
+    expected = [_t5x_reference(step, *args.values()) for step in steps]
+    np.testing.assert_allclose(ours, expected, rtol=2e-6)
+
+
+def test_t5x_factors_refuse_unknown_names():
+    with pytest.raises(ValueError, match="unknown factor"):
+        schedules.T5xFactors(factors="constant * rsqrt")

@@ -4,7 +4,6 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Sequence
-from typing import Any
 
 #: ``(logical axis, mesh axis or None)`` pairs, T5X's mesh axes being 'data' and 'model'.
 LogicalAxisRules = Sequence[tuple[str, str | None]]
@@ -64,4 +63,3 @@ class PjitPartitioner:
     ici_mesh_shape: tuple[int, ...] | None = None
     dcn_mesh_shape: tuple[int, ...] | None = None
     logical_axis_rules: LogicalAxisRules | None = None
-

@@ -22,3 +22,12 @@ class Trainer:
     learning_rate_fn: Any = None
     num_microbatches: int | None = None
     weight_metrics_computer: Any = None
+
+
+@dataclasses.dataclass(frozen=True)
+class TerminateOnNanAction:
+    """T5X's action that stops training on a non-finite ``metric`` of ``task``'s train_eval;
+    paxlite's loop always stops on a non-finite loss (exit code 3, last good checkpoint kept)."""
+
+    task: str
+    metric: str = "loss"

@@ -23,7 +23,7 @@ def _library(module: str, package: str):  # noqa: ANN202 (a module)
     except ImportError:
         raise MissingMetricLibrary(
             f"T5's metric needs {package}, which is not installed; pip install "
-            f"\"paxlite[t5]\" (or {package})."
+            f'"paxlite[t5]" (or {package}).'
         ) from None
 
 
@@ -62,7 +62,10 @@ def rouge(
 
 def accuracy(targets: Sequence, predictions: Sequence) -> dict[str, float]:
     """Percentage of predictions equal to their targets."""
-    return {"accuracy": 100 * float(np.mean([t == p for t, p in zip(targets, predictions, strict=True)]))}
+    return {
+        "accuracy": 100
+        * float(np.mean([t == p for t, p in zip(targets, predictions, strict=True)]))
+    }
 
 
 def sequence_accuracy(targets: Sequence[str], predictions: Sequence[str]) -> dict[str, float]:

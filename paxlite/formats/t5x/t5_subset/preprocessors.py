@@ -46,7 +46,10 @@ def translate(
     prefix = f"translate {LANGUAGES[source_language]} to {LANGUAGES[target_language]}: "
 
     def prompt(x: Mapping[str, tf.Tensor]) -> dict[str, tf.Tensor]:
-        return {"inputs": tf.strings.join([prefix, x[source_language]]), "targets": x[target_language]}
+        return {
+            "inputs": tf.strings.join([prefix, x[source_language]]),
+            "targets": x[target_language],
+        }
 
     return dataset.map(prompt, num_parallel_calls=tf.data.AUTOTUNE)
 

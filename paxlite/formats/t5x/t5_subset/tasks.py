@@ -40,7 +40,7 @@ def _wmt_task(name: str, tfds_name: str, source: str, target: str) -> seqio.Task
             seqio.CacheDatasetPlaceholder(),
             seqio.preprocessors.append_eos_after_trim,
         ],
-        output_features=data.DEFAULT_OUTPUT_FEATURES,
+        output_features=data.default_output_features(),
         metric_fns=[metrics.bleu],
     )
 
@@ -50,7 +50,9 @@ def _c4_task(name: str, denoising: str) -> seqio.Task:
         steps = span_corruption_preprocessors("text")
     else:
         steps = [
-            functools.partial(seqio.preprocessors.rekey, key_map={"inputs": None, "targets": "text"}),
+            functools.partial(
+                seqio.preprocessors.rekey, key_map={"inputs": None, "targets": "text"}
+            ),
             seqio.preprocessors.tokenize,
             seqio.CacheDatasetPlaceholder(),
             preprocessors.iid_denoising,
@@ -60,24 +62,28 @@ def _c4_task(name: str, denoising: str) -> seqio.Task:
         name,
         source=seqio.TfdsDataSource(tfds_name=C4_TFDS_NAME),
         preprocessors=steps,
-        output_features=data.DEFAULT_OUTPUT_FEATURES,
+        output_features=data.default_output_features(),
         metric_fns=[],
     )
 
 
 def register() -> None:
-    """Registers T5's tasks (again: the same settings are a no-op)."""
+    """Registers T5's tasks (again: the same settings are a no-op; another vocabulary
+    (``data.set_spm_path``) replaces them)."""
     for name, (tfds_name, source, target) in WMT_TASKS.items():
-        settings = {"tfds_name": tfds_name, "languages": (source, target)}
+        settings = {"tfds_name": tfds_name, "languages": (source, target), "spm": data.spm_path()}
         register_task_once(
-            name, settings, functools.partial(_wmt_task, tfds_name=tfds_name, source=source, target=target)
+            name,
+            settings,
+            functools.partial(_wmt_task, tfds_name=tfds_name, source=source, target=target),
         )
     for name, denoising in (
         ("c4_v220_span_corruption", "span_corruption"),
         ("c4_v220_iid_denoising", "iid_denoising"),
     ):
         register_task_once(
-            name, {"tfds_name": C4_TFDS_NAME, "t5_subset": denoising},
+            name,
+            {"tfds_name": C4_TFDS_NAME, "t5_subset": denoising, "spm": data.spm_path()},
             functools.partial(_c4_task, denoising=denoising),
         )
 

@@ -1,0 +1,1 @@
+"""Tests of paxlite.formats.t5x.api: T5X's configurables."""

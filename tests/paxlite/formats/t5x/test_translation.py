@@ -1,0 +1,118 @@
+"""A T5X train call -> T5xGin's knobs: T5X's meanings, and refusals that name their line."""
+
+import jax.numpy as jnp
+import pytest
+
+from paxlite.formats.t5x import gin_files, gin_run, translation
+from paxlite.formats.t5x.api import partitioning
+
+_RUN = """
+from __gin__ import dynamic_registration
+import __main__ as train_script
+from t5x import adafactor
+from t5x import partitioning
+from t5x import trainer
+from t5x import utils
+include 't5x/examples/t5/t5_1_1/small.gin'
+include 't5x/configs/runs/pretrain.gin'
+MIXTURE_OR_TASK_NAME = 'some_task'
+TASK_FEATURE_LENGTHS = {'inputs': 32, 'targets': 8}
+TRAIN_STEPS = 100
+DROPOUT_RATE = 0.05
+train_script.train.relative_steps = 30
+"""
+
+
+def _knobs(tmp_path, text, *bindings, latest_step=None):
+    (tmp_path / "run.gin").write_text(text)
+    run = gin_run.read_train_call(
+        ["run.gin"],
+        [f'MODEL_DIR = "{tmp_path}/m"', *bindings],
+        [str(tmp_path), str(gin_files.GIN_ROOT)],
+    )
+    return translation.knobs(run.call, run.sources, run.config_text, latest_step)
+
+
+def test_a_pretraining_run_s_knobs(tmp_path):
+    knobs = _knobs(tmp_path, _RUN, latest_step=40)
+    assert knobs["NUM_TRAIN_STEPS"] == 70  # relative_steps: 30 past the latest checkpoint.
+    assert (knobs["MODEL_DIMS"], knobs["NUM_HEADS"], knobs["HIDDEN_DIMS"]) == (512, 6, 1024)
+    assert knobs["NUM_ENCODER_LAYERS"] == knobs["NUM_DECODER_LAYERS"] == 8
+    assert knobs["MLP_ACTIVATIONS"] == ("gelu", "linear")
+    assert knobs["FPROP_DTYPE"] is jnp.bfloat16 and knobs["DROPOUT_PROB"] == 0.05
+    assert knobs["Z_LOSS_WEIGHT"] == 1e-4 and knobs["LOSS_NORMALIZING_FACTOR"] is None
+    assert knobs["LR_FACTORS"] == "constant * rsqrt_decay" and knobs["LEARNING_RATE"] == 1.0
+    assert knobs["LR_WARMUP_STEPS"] == 10000
+    assert knobs["BATCH_SIZE"] == 128 and knobs["PACKED_INPUT"] is True
+    assert knobs["USE_CACHED_TASKS"] is True  # pretrain.gin's USE_CACHED_TASKS.
+    assert knobs["EVAL_SPLIT"] == "validation" and knobs["EVAL_DATA_SEED"] == 42
+    assert knobs["CHECKPOINT_EVERY_N_STEPS"] == 1000
+    assert knobs["CHECKPOINT_MAX_TO_KEEP"] is None  # keep = None: all.
+    assert knobs["DECODE_VALIDATION"] is False
+    assert "SEED" not in knobs  # random_seed None: the experiment's seed.
+    assert "network.T5Config.emb_dim = 512" in knobs["T5X_CONFIG_GIN"]
+
+
+def test_flags_override_the_files_and_microbatches_become_accumulation(tmp_path):
+    knobs = _knobs(
+        tmp_path,
+        _RUN,
+        "partitioning.PjitPartitioner.num_partitions = 4",
+        "trainer.Trainer.num_microbatches = 2",
+        "utils.create_learning_rate_scheduler.factors = 'constant * linear_warmup * cosine_decay'",
+    )
+    assert knobs["ICI_MESH_SHAPE"] == (1, -1, 4)
+    assert knobs["GRAD_ACCUM_STEPS"] == 2
+    assert knobs["LR_FACTORS"] == "constant * linear_warmup * cosine_decay"
+
+
+def test_model_parallel_submesh_counts_its_devices(tmp_path):
+    knobs = _knobs(
+        tmp_path,
+        _RUN,
+        "partitioning.PjitPartitioner.num_partitions = None",
+        "partitioning.PjitPartitioner.model_parallel_submesh = (1, 1, 1, 2)",
+    )
+    assert knobs["ICI_MESH_SHAPE"] == (1, -1, 2)
+
+
+def test_standard_rules_in_paxlite_s_axis_names():
+    rules = translation.paxlite_rules(partitioning.standard_logical_axis_rules())
+    assert ("batch", ("replica", "data")) in rules
+    assert ("vocab", "mdl") in rules and ("mlp", "mdl") in rules
+    assert ("heads", "mdl") in rules and ("kv_heads", "mdl") in rules
+    assert ("embed", None) in rules and ("activation_embed", None) in rules
+    assert ("head_dim", None) in rules
+    two_d = translation.paxlite_rules(partitioning.standard_logical_axis_rules(1, 2))
+    assert ("embed", "data") in two_d
+
+
+@pytest.mark.parametrize(
+    "binding, named",
+    [
+        ("LABEL_SMOOTHING = 0.1", "EncoderDecoderModel.label_smoothing = 0.1"),
+        ("adafactor.Adafactor.beta1 = 0.9", "Adafactor.beta1 = 0.9"),
+        ("utils.SaveCheckpointConfig.dtype = 'bfloat16'", "SaveCheckpointConfig.dtype"),
+        ("train/utils.DatasetConfig.use_custom_packing_ops = True", "train/DatasetConfig"),
+        ("partitioning.PjitPartitioner.additional_rules = 1", "additional_rules"),
+    ],
+)
+def test_what_paxlite_does_not_implement_is_refused_with_its_line(tmp_path, binding, named):
+    with pytest.raises((translation.UnsupportedBinding, gin_run.GinRunError)) as raised:
+        _knobs(tmp_path, _RUN + binding + "\n")
+    assert named in str(raised.value)
+    if isinstance(raised.value, translation.UnsupportedBinding):
+        assert f"run.gin:{_RUN.count(chr(10)) + 1}" in str(raised.value)
+
+
+def test_a_custom_logical_axis_rule_is_refused(tmp_path):
+    text = (
+        _RUN + "partitioning.standard_logical_axis_rules.additional_rules = [('expert', 'model')]\n"
+    )
+    with pytest.raises(translation.UnsupportedBinding, match="expert"):
+        _knobs(tmp_path, text)
+
+
+def test_knob_text_reads_back():
+    assert translation.knob_text(jnp.bfloat16) == "bfloat16"
+    assert translation.knob_text((1, -1, 2)) == "(1, -1, 2)"

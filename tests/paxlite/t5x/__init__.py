@@ -1,0 +1,1 @@
+"""Tests of paxlite.t5x: T5X's commands."""

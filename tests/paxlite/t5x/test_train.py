@@ -1,0 +1,185 @@
+"""``python -m paxlite.t5x.train`` in this process: T5X's README commands on tiny versions.
+
+The user directory (tests/fixtures/t5x/user_dir) is what T5X's README shows: a ``tasks.py``
+registering SeqIO tasks and gin files that include T5X's standard ones (paxlite's copies,
+found without a T5X clone) and are passed with ``--gin_search_paths``. A run trains with
+paxlite's loop and writes T5X's ``config.gin``; each bad input is one line, exit 2, and an
+untouched MODEL_DIR.
+"""
+
+import contextlib
+import io
+import pathlib
+import shutil
+
+import gin
+import pytest
+from absl import flags
+
+from paxlite.formats.t5x import gin_run, gin_sources
+from paxlite.t5x import train
+from tests import FIXTURES
+
+USER_DIR = FIXTURES / "t5x" / "user_dir"
+FLAN_CHECKPOINT = FIXTURES / "t5x" / "flan_legacy" / "checkpoint_7"
+
+
+def run_t5x_train(*argv: str) -> tuple[int, str, str]:
+    """``python -m paxlite.t5x.train ARGV`` in this process: ``(exit code, stdout, stderr)``."""
+    stdout, stderr, code = io.StringIO(), io.StringIO(), 0
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            flags.FLAGS(gin_run.rewrite_gin_args(["paxlite.t5x.train", *argv]))
+            train.main(["paxlite.t5x.train"])
+    except SystemExit as e:
+        code = e.code
+    finally:
+        flags.FLAGS.unparse_flags()
+        gin.clear_config(clear_constants=True)
+    return code, stdout.getvalue(), stderr.getvalue()
+
+
+@pytest.fixture
+def user_dir(tmp_path, monkeypatch) -> pathlib.Path:
+    """A copy of the README's user directory, on sys.path (T5X's PYTHONPATH=DIR)."""
+    copy = tmp_path / "user_dir"
+    shutil.copytree(USER_DIR, copy)
+    monkeypatch.syspath_prepend(str(copy))
+    return copy
+
+
+def _checkpoint_steps(model_dir: pathlib.Path) -> list[int]:
+    return sorted(int(p.name) for p in (model_dir / "checkpoints").iterdir() if p.name.isdigit())
+
+
+@pytest.mark.slow
+def test_from_scratch_with_a_user_directory(user_dir, tmp_path):
+    model_dir = tmp_path / "model"
+    code, out, err = run_t5x_train(
+        "--gin_file=scratch.gin",
+        f"--gin_search_paths={user_dir}",
+        f'--gin.MODEL_DIR="{model_dir}"',
+    )
+    assert code == 0, err[-3000:]
+    assert "step       6/6" in out
+    assert "eval 'validation' at step 6" in out
+    assert _checkpoint_steps(model_dir) == [3, 6]  # SaveCheckpointConfig.period = 3.
+    written = gin_sources.read_sources([str(model_dir / "config.gin")], [], [])
+    bindings = gin_sources.resolved_bindings(written)
+    assert bindings["network.T5Config.emb_dim"] == "8"  # tiny.gin's, over base.gin's 768.
+    assert bindings["train/utils.DatasetConfig.mixture_or_task_name"] == "'tiny_reverse_bytes'"
+    assert bindings["train_script.train.model_dir"] == repr(str(model_dir))
+
+
+@pytest.mark.slow
+def test_fine_tune_from_a_t5x_checkpoint_with_num_partitions_overridden(user_dir, tmp_path):
+    """finetune.gin from T5X's checkpoint, 2-way model parallel (``--gin.`` wins over the
+    files, as in T5X), decoding the validation split and scoring it with T5's metric."""
+    model_dir = tmp_path / "model"
+    code, out, err = run_t5x_train(
+        "--gin_file=finetune.gin",
+        f"--gin_search_paths={user_dir}",
+        f'--gin.MODEL_DIR="{model_dir}"',
+        f'--gin.INITIAL_CHECKPOINT_PATH="{FLAN_CHECKPOINT}"',
+        f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{user_dir}/spiece.model"',
+        "--gin.partitioning.PjitPartitioner.num_partitions=2",
+    )
+    assert code == 0, err[-3000:]
+    assert "'data': 4, 'mdl': 2" in out  # 8 devices, each model copy on 2.
+    assert "from T5X" in out or "INIT_FROM" in out or "Initialised" in out, out[-3000:]
+    assert "step      10/10" in out
+    assert "sequence_accuracy" in out
+    assert _checkpoint_steps(model_dir)[-1] == 10
+
+
+def _refused(code: int, err: str, model_dir: pathlib.Path) -> str:
+    """The one error line of a refused run, checked: exit 2, nothing written."""
+    lines = [line for line in err.splitlines() if line.startswith("paxlite: error:")]
+    assert code == 2 and len(lines) == 1, err[-3000:]
+    assert "Traceback" not in err
+    assert not model_dir.exists()
+    return lines[0]
+
+
+def _write(directory: pathlib.Path, name: str, text: str) -> str:
+    (directory / name).write_text(text)
+    return name
+
+
+_HEADER = """from __gin__ import dynamic_registration
+import __main__ as train_script
+import tasks
+from t5x import utils
+from t5x.examples.t5 import network
+include 'scratch.gin'
+"""
+
+
+def _run_bad(user_dir: pathlib.Path, tmp_path: pathlib.Path, text: str, *extra: str) -> str:
+    model_dir = tmp_path / "model"
+    gin_file = _write(user_dir, "bad.gin", text)
+    code, _, err = run_t5x_train(
+        f"--gin_file={gin_file}",
+        f"--gin_search_paths={user_dir}",
+        f'--gin.MODEL_DIR="{model_dir}"',
+        *extra,
+    )
+    return _refused(code, err, model_dir)
+
+
+def test_a_gin_syntax_error_names_file_and_line(user_dir, tmp_path):
+    line = _run_bad(user_dir, tmp_path, _HEADER + "network.T5Config.emb_dim = (8\nX = 1\n")
+    assert "bad.gin:8" in line and "syntax" in line
+
+
+def test_an_include_not_found_lists_the_search_paths(user_dir, tmp_path):
+    line = _run_bad(user_dir, tmp_path, "include 't5x/examples/t5/t5_1_1/tinyy.gin'\n")
+    assert "bad.gin:1" in line and "tinyy.gin" in line and str(user_dir) in line
+    assert "--gin_search_paths" in line
+
+
+def test_an_unknown_configurable_or_parameter_gets_did_you_mean(user_dir, tmp_path):
+    line = _run_bad(user_dir, tmp_path, _HEADER + "network.T5Confg.emb_dim = 4\n")
+    assert "bad.gin:7" in line and "did you mean network.T5Config?" in line
+    line = _run_bad(user_dir, tmp_path, _HEADER + "network.T5Config.emb_dm = 4\n")
+    assert "bad.gin:7" in line and "emb_dm" in line and "did you mean emb_dim" in line
+
+
+def test_an_unset_required_macro_names_the_flag(user_dir, tmp_path):
+    code, _, err = run_t5x_train("--gin_file=scratch.gin", f"--gin_search_paths={user_dir}")
+    line = _refused(code, err, tmp_path / "model")
+    assert "MODEL_DIR is %gin.REQUIRED" in line and "pretrain.gin" in line
+    assert '--gin.MODEL_DIR=\\"...\\"' in line
+
+
+def test_a_task_module_that_fails_to_import(user_dir, tmp_path):
+    _write(user_dir, "broken_tasks.py", "import seqio\nraise RuntimeError('no data here')\n")
+    text = _HEADER + "MIXTURE_OR_TASK_MODULE = 'broken_tasks'\n"
+    line = _run_bad(user_dir, tmp_path, text)
+    assert "broken_tasks" in line and "RuntimeError: no data here" in line
+
+
+def test_a_tfds_dataset_missing_under_tfds_data_dir(user_dir, tmp_path):
+    text = _HEADER + "import t5.data.mixtures\nMIXTURE_OR_TASK_NAME = 'wmt_t2t_ende_v003'\n"
+    empty = tmp_path / "tfds"
+    empty.mkdir()
+    spm = f"--t5_spm_path={user_dir}/spiece.model"
+    line = _run_bad(user_dir, tmp_path, text, f"--tfds_data_dir={empty}", spm)
+    assert "wmt_t2t_translate" in line and str(empty) in line
+
+
+def test_a_model_paxlite_does_not_have_is_named(user_dir, tmp_path):
+    moe = _HEADER.replace("tasks\n", "tasks\nfrom t5x.contrib.moe import models as moe\n")
+    line = _run_bad(user_dir, tmp_path, moe)
+    assert "t5x.contrib" in line and "not part of what paxlite runs" in line
+    decoder_only = _HEADER + (
+        "from t5x import models\nMODEL = @models.DecoderOnlyModel()\n"
+        "models.DecoderOnlyModel:\n  module = None\n  vocabulary = None\n  optimizer_def = None\n"
+    )
+    line = _run_bad(user_dir, tmp_path, decoder_only)
+    assert "DecoderOnlyModel" in line and "EncoderDecoderModel" in line
+
+
+def test_a_value_paxlite_does_not_implement_names_its_line(user_dir, tmp_path):
+    line = _run_bad(user_dir, tmp_path, _HEADER + "LABEL_SMOOTHING = 0.1\n")
+    assert "label_smoothing = 0.1" in line and "bad.gin:7" in line

@@ -19,6 +19,8 @@ from __future__ import annotations
 import abc
 import dataclasses
 import functools
+from collections.abc import Mapping
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -277,3 +279,71 @@ class Adafactor(BaseOptimizer):
             )
         steps.append(optax.scale(-1))
         return optax.chain(*(step for step in steps if step is not None))
+
+
+#: An optax call as T5X's gin files write it: ``{"name": "adamw", "learning_rate": ..., ...}``
+#: (arguments by name; a value that is itself such a dict is built first).
+OptaxCall = Mapping[str, Any]
+
+
+def build_optax_call(call: OptaxCall) -> Any:
+    """``optax.<name>(**arguments)``, nested calls (a schedule) built first.
+
+    Raises:
+      ValueError: optax has no such function, or it refuses the arguments.
+    """
+    name = call.get("name")
+    function = getattr(optax, str(name), None)
+    if not callable(function):
+        raise ValueError(f"OptaxChain: optax has no function {name!r}.")
+    arguments = {
+        key: build_optax_call(value) if isinstance(value, Mapping) and "name" in value else value
+        for key, value in call.items()
+        if key != "name"
+    }
+    try:
+        return function(**arguments)
+    except TypeError as e:
+        raise ValueError(f"OptaxChain: optax.{name}: {e}") from None
+
+
+@dataclasses.dataclass(frozen=True)
+class OptaxChain(BaseOptimizer):
+    """Any optax transformations, chained in order (T5X's ``optimizers.chain`` of
+    ``optax.clip``, ``optax.adamw`` with an optax schedule as its learning rate, ...).
+
+    The transformations carry their own learning rate; ``learning_rate`` multiplies nothing
+    (keep 1.0). The rate reported with the losses is that of the first transformation given
+    a ``learning_rate`` (a number or an optax schedule).
+
+    Attributes:
+      transformations: ``OptaxCall`` dicts, e.g. ``({"name": "clip", "max_delta": 1.0},
+        {"name": "adamw", "learning_rate": {"name": "warmup_cosine_decay_schedule",
+        "init_value": 0.0, "peak_value": 1e-4, "warmup_steps": 1000, "decay_steps":
+        50000}})``.
+    """
+
+    learning_rate: float = 1.0
+    transformations: tuple[OptaxCall, ...] = ()
+
+    def __post_init__(self) -> None:
+        super().__post_init__()
+        if not self.transformations:
+            raise ValueError("OptaxChain: give at least one transformation.")
+        for call in self.transformations:
+            build_optax_call(call)  # Refuses unknown names and arguments now.
+
+    def _transform(self, learning_rate: optax.Schedule) -> optax.GradientTransformation:
+        del learning_rate  # Each transformation has its own.
+        return optax.chain(*(build_optax_call(call) for call in self.transformations))
+
+    def _learning_rate_fn(self) -> optax.Schedule:
+        for call in self.transformations:
+            rate = call.get("learning_rate")
+            if rate is None:
+                continue
+            if isinstance(rate, Mapping):
+                schedule = build_optax_call(rate)
+                return lambda step: jnp.asarray(schedule(step), dtype=jnp.float32)
+            return lambda step: jnp.asarray(rate, dtype=jnp.float32)
+        return lambda step: jnp.asarray(self.learning_rate, dtype=jnp.float32)

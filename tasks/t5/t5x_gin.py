@@ -15,13 +15,15 @@ from paxlite.experiments import registry
 from paxlite.experiments.base_experiment import KnobError
 from praxis_lite import config as config_lib
 from praxis_lite.inputs.seqio_input import DecodeForm
-from praxis_lite.optim import schedules
+from praxis_lite.optim import optimizers, schedules
 from tasks.lm.knob_groups import LoopKnobs, check_at_least, knob_group
 from tasks.t5.t5_base import T5Knobs, check_t5_mesh, with_t5x_beam_rules
 from tasks.t5.t5x_setup import T5xDataKnobs, T5xTrainKnobs
 
 #: T5's SentencePiece EOS id.
 _EOS = 1
+#: Adafactor's min_dim_size_to_factor that no dimension reaches (T5X's ``factored=False``).
+_NEVER_FACTOR = 2**62
 #: T5X's ``config.gin``, written into the model directory.
 CONFIG_GIN = "config.gin"
 
@@ -39,6 +41,12 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     eval), EVAL_DATA_SEED, DECODE_SPLIT, DECODE_BATCH_SIZE: the datasets'. NUM_DECODES:
     beams (or samples with SAMPLED_DECODING) per decoded input. T5X_CONFIG_GIN: the text
     written as the model directory's config.gin.
+
+    Adafactor's other fields, T5X's names: ADAFACTOR_FACTORED, _MULTIPLY_BY_PARAMETER_SCALE,
+    _BETA1 (momentum; None: none), _MIN_DIM_SIZE_TO_FACTOR, _EPSILON1, _EPSILON2,
+    _GLOBAL_NORM_CLIP (clip the gradients' global norm first; None: off). OPTAX_CHAIN:
+    optax transformations instead of Adafactor (T5X's ``optimizers.chain``), each a dict
+    ``{"name": "adamw", "learning_rate": {"name": "warmup_cosine_decay_schedule", ...}}``.
     """
 
     BATCH_SIZE: int = 128
@@ -58,6 +66,14 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     NUM_DECODES: int = 1
     SAMPLED_DECODING: bool = False
     T5X_CONFIG_GIN: str | None = None
+    ADAFACTOR_FACTORED: bool = True
+    ADAFACTOR_MULTIPLY_BY_PARAMETER_SCALE: bool = True
+    ADAFACTOR_BETA1: float | None = None
+    ADAFACTOR_MIN_DIM_SIZE_TO_FACTOR: int = 128
+    ADAFACTOR_EPSILON1: float = 1e-30
+    ADAFACTOR_EPSILON2: float = 1e-3
+    ADAFACTOR_GLOBAL_NORM_CLIP: float | None = None
+    OPTAX_CHAIN: tuple[dict[str, Any], ...] | None = None
 
 
 @registry.register
@@ -112,8 +128,23 @@ class T5xGin(T5xGinKnobs):
         return schedule
 
     def learner(self) -> config_lib.Config:
+        """T5X's Adafactor with every field, or OPTAX_CHAIN; the schedule is the whole rate."""
         learner = super().learner()
-        learner.optimizer.learning_rate = 1.0  # The schedule is the whole rate (T5X's).
+        if self.OPTAX_CHAIN is not None:
+            learner.optimizer = config_lib.Config(
+                optimizers.OptaxChain, transformations=tuple(self.OPTAX_CHAIN)
+            )
+            return learner
+        optimizer = learner.optimizer
+        optimizer.learning_rate = 1.0
+        optimizer.multiply_by_parameter_scale = self.ADAFACTOR_MULTIPLY_BY_PARAMETER_SCALE
+        optimizer.momentum = self.ADAFACTOR_BETA1
+        optimizer.min_dim_size_to_factor = (
+            self.ADAFACTOR_MIN_DIM_SIZE_TO_FACTOR if self.ADAFACTOR_FACTORED else _NEVER_FACTOR
+        )
+        optimizer.epsilon = self.ADAFACTOR_EPSILON1
+        optimizer.min_param_scale = self.ADAFACTOR_EPSILON2
+        optimizer.clip_gradient_norm_to_value = self.ADAFACTOR_GLOBAL_NORM_CLIP or 0.0
         return learner
 
     def task(self) -> Any:

@@ -3,7 +3,7 @@
 Gin imports the modules a gin file names (``from t5x import utils``, ``import __main__ as
 train_script``, ``import t5.data.mixtures``). Inside :func:`t5x_names`, an import hook
 answers ``t5x.*`` with ``paxlite.formats.t5x.api`` (T5X's example network
-``t5x.examples.t5.network`` included), ``__main__`` with the train script's stand-in (also
+``t5x.examples.t5.network`` included), ``optax`` with calls recorded for paxlite to build, ``__main__`` with the train script's stand-in (also
 under pytest), and, only when the real ``t5`` package is not installed, ``t5.*`` with the
 subset in ``paxlite.formats.t5x.t5_subset``. Any other ``t5x`` or ``t5`` module is a
 ``MissingModule`` error naming it and what exists.
@@ -43,6 +43,7 @@ T5X_MODULES: dict[str, str | None] = {
     "t5x.examples": None,
     "t5x.examples.t5": None,
     "t5x.examples.t5.network": f"{_API}.network",
+    "optax": f"{_API}.optax_calls",  # Recorded calls, built by paxlite with optax itself.
 }
 
 #: T5's modules that T5X's gin files and users' task modules import -> ours.

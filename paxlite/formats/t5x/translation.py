@@ -188,30 +188,53 @@ def _network_knobs(config: network.T5Config, check: _Checker) -> dict[str, Any]:
 
 def _optimizer_knobs(optimizer: Any, check: _Checker) -> dict[str, Any]:
     if isinstance(optimizer, OptaxChain):
-        check.refuse(
-            "EncoderDecoderModel",
-            "optimizer_def",
-            optimizer,
-            why="optax chains (adamw, lion) are not run yet: use adafactor.Adafactor",
-        )
+        return {"OPTAX_CHAIN": tuple(_plain(call) for call in optimizer.transformations)}
     if not isinstance(optimizer, adafactor.Adafactor):
-        check.refuse("EncoderDecoderModel", "optimizer_def", optimizer, why="use Adafactor")
+        check.refuse(
+            "EncoderDecoderModel", "optimizer_def", optimizer,
+            why="use adafactor.Adafactor or an optimizers.chain of optax transformations",
+        )
     standard = adafactor.standard_logical_factor_rules()
     check.only(
         optimizer,
         "Adafactor",
         {
             "learning_rate": lambda v: True,  # The trainer's learning_rate_fn sets it.
+            "factored": lambda v: True,
+            "multiply_by_parameter_scale": lambda v: isinstance(v, bool),
+            "beta1": lambda v: True,
             "decay_rate": lambda v: True,
             "clipping_threshold": lambda v: True,
+            "min_dim_size_to_factor": lambda v: True,
+            "epsilon1": lambda v: True,
+            "epsilon2": lambda v: True,
+            "dtype_momentum": lambda v: str(getattr(v, "__name__", v)) == "float32",
             "logical_factor_rules": lambda v: v is None or dict(v) == standard,
+            "global_norm_clip_threshold": lambda v: True,
         },
-        why="paxlite's Adafactor is T5X's with its defaults and standard factor rules",
+        why="paxlite's Adafactor has T5X's other fields at their defaults, and its standard "
+        "factor rules",
     )
     return {
         "ADAFACTOR_DECAY_RATE": float(optimizer.decay_rate),
         "ADAFACTOR_CLIPPING_THRESHOLD": optimizer.clipping_threshold,
+        "ADAFACTOR_FACTORED": bool(optimizer.factored),
+        "ADAFACTOR_MULTIPLY_BY_PARAMETER_SCALE": optimizer.multiply_by_parameter_scale,
+        "ADAFACTOR_BETA1": optimizer.beta1,
+        "ADAFACTOR_MIN_DIM_SIZE_TO_FACTOR": int(optimizer.min_dim_size_to_factor),
+        "ADAFACTOR_EPSILON1": float(optimizer.epsilon1),
+        "ADAFACTOR_EPSILON2": float(optimizer.epsilon2),
+        "ADAFACTOR_GLOBAL_NORM_CLIP": optimizer.global_norm_clip_threshold,
     }
+
+
+def _plain(value: Any) -> Any:
+    """A recorded optax call as Python literals (lists as tuples), for the OPTAX_CHAIN knob."""
+    if isinstance(value, dict):
+        return {key: _plain(item) for key, item in value.items()}
+    if isinstance(value, list | tuple):
+        return tuple(_plain(item) for item in value)
+    return value
 
 
 def _learning_rate_knobs(trainer_cls: Any, check: _Checker) -> dict[str, Any]:

@@ -1,5 +1,8 @@
 """``python -m paxlite.t5x.train`` in this process: T5X's README commands on tiny versions.
 
+Oracle for the written config.gin: the one T5X's own ``t5x/train.py`` wrote for the same
+command (tests/fixtures/t5x/user_dir_runs), the same bindings but for this machine's paths.
+
 The user directory (tests/fixtures/t5x/user_dir) is what T5X's README shows: a ``tasks.py``
 registering SeqIO tasks and gin files that include T5X's standard ones (paxlite's copies,
 found without a T5X clone) and are passed with ``--gin_search_paths``. A run trains with
@@ -21,6 +24,9 @@ from paxlite.t5x import train
 from tests import FIXTURES
 
 USER_DIR = FIXTURES / "t5x" / "user_dir"
+#: What T5X's own train.py wrote running the user directory's gin files (its config.gin),
+#: made by tools/t5x_fixtures/run_t5x_user_dir.sh.
+T5X_RUNS = FIXTURES / "t5x" / "user_dir_runs"
 FLAN_CHECKPOINT = FIXTURES / "t5x" / "flan_legacy" / "checkpoint_7"
 
 
@@ -48,6 +54,23 @@ def user_dir(tmp_path, monkeypatch) -> pathlib.Path:
     return copy
 
 
+def _config_gin_bindings(path: pathlib.Path) -> dict[str, str]:
+    """The bindings of a written config.gin, macros resolved."""
+    return gin_sources.resolved_bindings(gin_sources.read_sources([str(path)], [], []))
+
+
+#: Bindings whose values are this machine's paths (the model dir, the checkpoint, the vocabulary).
+_PATHS = (
+    "train_script.train.model_dir",
+    "utils.RestoreCheckpointConfig.path",
+    "seqio.SentencePieceVocabulary.sentencepiece_model_file",
+)
+
+
+def _without_paths(bindings: dict[str, str]) -> dict[str, str]:
+    return {k: v for k, v in bindings.items() if k not in _PATHS}
+
+
 def _checkpoint_steps(model_dir: pathlib.Path) -> list[int]:
     return sorted(int(p.name) for p in (model_dir / "checkpoints").iterdir() if p.name.isdigit())
 
@@ -64,11 +87,12 @@ def test_from_scratch_with_a_user_directory(user_dir, tmp_path):
     assert "step       6/6" in out
     assert "eval 'validation' at step 6" in out
     assert _checkpoint_steps(model_dir) == [3, 6]  # SaveCheckpointConfig.period = 3.
-    written = gin_sources.read_sources([str(model_dir / "config.gin")], [], [])
-    bindings = gin_sources.resolved_bindings(written)
-    assert bindings["network.T5Config.emb_dim"] == "8"  # tiny.gin's, over base.gin's 768.
-    assert bindings["train/utils.DatasetConfig.mixture_or_task_name"] == "'tiny_reverse_bytes'"
-    assert bindings["train_script.train.model_dir"] == repr(str(model_dir))
+    ours = _config_gin_bindings(model_dir / "config.gin")
+    assert ours["network.T5Config.emb_dim"] == "8"  # tiny.gin's, over base.gin's 768.
+    assert ours["train_script.train.model_dir"] == repr(str(model_dir))
+    assert _without_paths(ours) == _without_paths(
+        _config_gin_bindings(T5X_RUNS / "scratch_config.gin")
+    )
 
 
 @pytest.mark.slow
@@ -83,6 +107,8 @@ def test_fine_tune_from_a_t5x_checkpoint_with_num_partitions_overridden(user_dir
         f'--gin.INITIAL_CHECKPOINT_PATH="{FLAN_CHECKPOINT}"',
         f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{user_dir}/spiece.model"',
         "--gin.partitioning.PjitPartitioner.num_partitions=2",
+        # The checkpoint's Adafactor state factors 32-wide kernels, as T5X needs told too.
+        "--gin.adafactor.Adafactor.min_dim_size_to_factor=32",
     )
     assert code == 0, err[-3000:]
     assert "'data': 4, 'mdl': 2" in out  # 8 devices, each model copy on 2.
@@ -90,6 +116,11 @@ def test_fine_tune_from_a_t5x_checkpoint_with_num_partitions_overridden(user_dir
     assert "step      10/10" in out
     assert "sequence_accuracy" in out
     assert _checkpoint_steps(model_dir)[-1] == 10
+    ours = _without_paths(_config_gin_bindings(model_dir / "config.gin"))
+    theirs = _without_paths(_config_gin_bindings(T5X_RUNS / "finetune_config.gin"))
+    assert ours.pop("partitioning.PjitPartitioner.num_partitions") == "2"  # T5X's run: 1.
+    assert theirs.pop("partitioning.PjitPartitioner.num_partitions") == "1"
+    assert ours == theirs
 
 
 def _refused(code: int, err: str, model_dir: pathlib.Path) -> str:

@@ -214,3 +214,34 @@ def test_a_model_paxlite_does_not_have_is_named(user_dir, tmp_path):
 def test_a_value_paxlite_does_not_implement_names_its_line(user_dir, tmp_path):
     line = _run_bad(user_dir, tmp_path, _HEADER + "LABEL_SMOOTHING = 0.1\n")
     assert "label_smoothing = 0.1" in line and "bad.gin:7" in line
+
+
+def test_t5x_s_multi_host_flags_are_paxlite_s():
+    try:
+        flags.FLAGS(
+            [
+                "paxlite.t5x.train",
+                "--coordinator_address=10.0.0.1:1234",
+                "--process_count=4",
+                "--process_index=3",
+                "--initialization_timeout=90",
+            ]
+        )
+        train._join_flags()
+        assert flags.FLAGS.coordinator_address == "10.0.0.1:1234"
+        assert (flags.FLAGS.num_processes, flags.FLAGS.process_id) == (4, 3)
+        assert flags.FLAGS.distributed_timeout_s == 90
+    finally:
+        flags.FLAGS.unparse_flags()
+
+
+def test_help_and_gin_flags(capsys):
+    with pytest.raises(SystemExit) as exit_info:
+        train.parse(["paxlite.t5x.train", "--help"])
+    assert exit_info.value.code == 0
+    assert "--gin_search_paths" in capsys.readouterr().out
+    assert gin_run.rewrite_gin_args(["x", '--gin.MODEL_DIR="/m"', "--gin_file=a.gin"]) == [
+        "x",
+        '--gin_bindings=MODEL_DIR = "/m"',
+        "--gin_file=a.gin",
+    ]

@@ -320,3 +320,40 @@ def test_invalid_fields_raise(make, match):
 def test_unbuilt_schedule_raises():
     with pytest.raises(TypeError, match="lr_schedule"):
         optimizers.Adam(learning_rate=0.1, lr_schedule=Config(schedules.Constant))
+
+
+def test_optax_chain_is_optax_s_chain_of_the_named_calls():
+    """Oracle: the same optax transformations built by hand."""
+    schedule = {
+        "name": "warmup_cosine_decay_schedule",
+        "init_value": 0.0,
+        "peak_value": 1e-2,
+        "warmup_steps": 2,
+        "decay_steps": 10,
+    }
+    chain = optimizers.OptaxChain(
+        transformations=(
+            {"name": "clip", "max_delta": 0.5},
+            {"name": "adamw", "learning_rate": schedule, "weight_decay": 0.1},
+        )
+    )
+    by_hand = optax.chain(
+        optax.clip(0.5),
+        optax.adamw(optax.warmup_cosine_decay_schedule(0.0, 1e-2, 2, 10), weight_decay=0.1),
+    )
+    params = {"w": jnp.arange(6.0).reshape(2, 3)}
+    grads = {"w": jnp.linspace(-2.0, 2.0, 6).reshape(2, 3)}
+    ours, theirs = chain.make(), by_hand
+    state_a, state_b = ours.init(params), theirs.init(params)
+    for _ in range(3):
+        update_a, state_a = ours.update(grads, state_a, params)
+        update_b, state_b = theirs.update(grads, state_b, params)
+        np.testing.assert_array_equal(update_a["w"], update_b["w"])
+    assert float(chain.learning_rate_at(1)) == pytest.approx(5e-3)
+
+
+def test_optax_chain_refuses_unknown_calls():
+    with pytest.raises(ValueError, match="optax has no function 'adamz'"):
+        optimizers.OptaxChain(transformations=({"name": "adamz"},))
+    with pytest.raises(ValueError, match="optax.clip"):
+        optimizers.OptaxChain(transformations=({"name": "clip", "max_dleta": 1.0},))

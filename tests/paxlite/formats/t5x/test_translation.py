@@ -91,7 +91,7 @@ def test_standard_rules_in_paxlite_s_axis_names():
     "binding, named",
     [
         ("LABEL_SMOOTHING = 0.1", "EncoderDecoderModel.label_smoothing = 0.1"),
-        ("adafactor.Adafactor.beta1 = 0.9", "Adafactor.beta1 = 0.9"),
+        ("adafactor.Adafactor.step_offset = 5", "Adafactor.step_offset = 5"),
         ("utils.SaveCheckpointConfig.dtype = 'bfloat16'", "SaveCheckpointConfig.dtype"),
         ("train/utils.DatasetConfig.use_custom_packing_ops = True", "train/DatasetConfig"),
         ("partitioning.PjitPartitioner.additional_rules = 1", "additional_rules"),
@@ -116,3 +116,52 @@ def test_a_custom_logical_axis_rule_is_refused(tmp_path):
 def test_knob_text_reads_back():
     assert translation.knob_text(jnp.bfloat16) == "bfloat16"
     assert translation.knob_text((1, -1, 2)) == "(1, -1, 2)"
+
+
+def test_every_adafactor_field_t5x_runs_set_becomes_a_knob(tmp_path):
+    knobs = _knobs(
+        tmp_path,
+        _RUN,
+        "adafactor.Adafactor.beta1 = 0.9",
+        "adafactor.Adafactor.factored = False",
+        "adafactor.Adafactor.multiply_by_parameter_scale = False",
+        "adafactor.Adafactor.min_dim_size_to_factor = 32",
+        "adafactor.Adafactor.epsilon1 = 1e-20",
+        "adafactor.Adafactor.epsilon2 = 1e-4",
+        "adafactor.Adafactor.global_norm_clip_threshold = 2.0",
+    )
+    assert knobs["ADAFACTOR_BETA1"] == 0.9 and knobs["ADAFACTOR_FACTORED"] is False
+    assert knobs["ADAFACTOR_MULTIPLY_BY_PARAMETER_SCALE"] is False
+    assert knobs["ADAFACTOR_MIN_DIM_SIZE_TO_FACTOR"] == 32
+    assert (knobs["ADAFACTOR_EPSILON1"], knobs["ADAFACTOR_EPSILON2"]) == (1e-20, 1e-4)
+    assert knobs["ADAFACTOR_GLOBAL_NORM_CLIP"] == 2.0
+    assert "OPTAX_CHAIN" not in knobs
+
+
+def test_t5x_s_adamw_example_becomes_an_optax_chain(tmp_path):
+    knobs = _knobs(
+        tmp_path, "include 't5x/examples/t5/t5_1_1/examples/base_wmt_from_scratch_adamw.gin'\n"
+    )
+    clip, adamw = knobs["OPTAX_CHAIN"]
+    assert clip == {"name": "clip", "max_delta": 1.0}
+    assert adamw == {
+        "name": "adamw",
+        "learning_rate": {
+            "name": "warmup_cosine_decay_schedule",
+            "init_value": 0.0,
+            "peak_value": 1e-4,
+            "warmup_steps": 1000,
+            "decay_steps": 50000,
+            "end_value": 0.0,
+        },
+    }
+    assert translation.knob_text(knobs["OPTAX_CHAIN"]).startswith("({'name': 'clip'")
+
+
+def test_an_optax_argument_that_does_not_exist_is_refused(tmp_path):
+    text = (
+        "include 't5x/examples/t5/t5_1_1/examples/base_wmt_from_scratch_adamw.gin'\n"
+        "optax.adamw.weight_dacay = 0.1\n"
+    )
+    with pytest.raises(gin_run.GinRunError, match="weight_dacay"):
+        _knobs(tmp_path, text)

@@ -55,8 +55,20 @@ flags.DEFINE_integer(
 )
 
 
+#: paxlite's flags the gin files decide here (what each becomes: MODEL_DIR, the bindings).
+_DECIDED_BY_GIN = {
+    "exp": "the gin files are the experiment",
+    "job_log_dir": "MODEL_DIR is the job directory: --gin.MODEL_DIR=\\\"...\\\"",
+    "mode": "T5X's train command trains (and evaluates, as its gin files say)",
+    "set": "bind the value in gin: --gin.NAME=VALUE",
+}
+
+
 def main(argv: Sequence[str]) -> None:
     """Reads the gin files into ``T5xGin``'s knobs, then runs paxlite's main with them."""
+    for name, why in _DECIDED_BY_GIN.items():
+        if FLAGS[name].present:
+            fail(f"--{name} is not a flag of T5X's train command ({why}).")
     if FLAGS.tfds_data_dir or FLAGS.seqio_additional_cache_dirs:
         import seqio  # Before the gin files' task modules register tasks.
 

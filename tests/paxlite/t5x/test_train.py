@@ -17,6 +17,7 @@ import shutil
 
 import gin
 import pytest
+import seqio
 from absl import flags
 
 from paxlite.formats.t5x import gin_run, gin_sources
@@ -42,6 +43,7 @@ def run_t5x_train(*argv: str) -> tuple[int, str, str]:
     finally:
         flags.FLAGS.unparse_flags()
         gin.clear_config(clear_constants=True)
+        seqio.set_tfds_data_dir_override(None)  # --tfds_data_dir is for the process.
     return code, stdout.getvalue(), stderr.getvalue()
 
 
@@ -156,6 +158,14 @@ def _run_bad(user_dir: pathlib.Path, tmp_path: pathlib.Path, text: str, *extra: 
         *extra,
     )
     return _refused(code, err, model_dir)
+
+
+def test_paxlite_s_own_run_flags_are_refused(user_dir, tmp_path):
+    code, _, err = run_t5x_train(
+        "--gin_file=scratch.gin", f"--gin_search_paths={user_dir}", f"--job_log_dir={tmp_path}/j"
+    )
+    line = _refused(code, err, tmp_path / "j")
+    assert "--job_log_dir is not a flag of T5X's train command" in line and "MODEL_DIR" in line
 
 
 def test_a_gin_syntax_error_names_file_and_line(user_dir, tmp_path):

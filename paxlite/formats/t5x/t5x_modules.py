@@ -3,10 +3,11 @@
 Gin imports the modules a gin file names (``from t5x import utils``, ``import __main__ as
 train_script``, ``import t5.data.mixtures``). Inside :func:`t5x_names`, an import hook
 answers ``t5x.*`` with ``paxlite.formats.t5x.api`` (T5X's example network
-``t5x.examples.t5.network`` included), ``optax`` with calls recorded for paxlite to build, ``__main__`` with the train script's stand-in (also
-under pytest), and, only when the real ``t5`` package is not installed, ``t5.*`` with the
-subset in ``paxlite.formats.t5x.t5_subset``. Any other ``t5x`` or ``t5`` module is a
-``MissingModule`` error naming it and what exists.
+``t5x.examples.t5.network`` included), ``optax`` with calls recorded for paxlite to build,
+``__main__`` with the train script's stand-in (also under pytest), and, only when the real
+``t5`` package is not installed, ``t5.*`` with the subset in
+``paxlite.formats.t5x.t5_subset``. Any other ``t5x`` or ``t5`` module is a ``MissingModule``
+error naming it and what exists.
 """
 
 from __future__ import annotations

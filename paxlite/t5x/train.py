@@ -58,7 +58,7 @@ flags.DEFINE_integer(
 #: paxlite's flags the gin files decide here (what each becomes: MODEL_DIR, the bindings).
 _DECIDED_BY_GIN = {
     "exp": "the gin files are the experiment",
-    "job_log_dir": "MODEL_DIR is the job directory: --gin.MODEL_DIR=\\\"...\\\"",
+    "job_log_dir": 'MODEL_DIR is the job directory: --gin.MODEL_DIR=\\"...\\"',
     "mode": "T5X's train command trains (and evaluates, as its gin files say)",
     "set": "bind the value in gin: --gin.NAME=VALUE",
 }

@@ -191,7 +191,9 @@ def _optimizer_knobs(optimizer: Any, check: _Checker) -> dict[str, Any]:
         return {"OPTAX_CHAIN": tuple(_plain(call) for call in optimizer.transformations)}
     if not isinstance(optimizer, adafactor.Adafactor):
         check.refuse(
-            "EncoderDecoderModel", "optimizer_def", optimizer,
+            "EncoderDecoderModel",
+            "optimizer_def",
+            optimizer,
             why="use adafactor.Adafactor or an optimizers.chain of optax transformations",
         )
     standard = adafactor.standard_logical_factor_rules()

@@ -40,7 +40,9 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     the training data's shuffle seed (None: SEED). TRAIN_SPLIT, EVAL_SPLIT (None: no
     eval), EVAL_DATA_SEED, DECODE_SPLIT, DECODE_BATCH_SIZE: the datasets'. NUM_DECODES:
     beams (or samples with SAMPLED_DECODING) per decoded input. T5X_CONFIG_GIN: the text
-    written as the model directory's config.gin.
+    written as the model directory's config.gin. LABEL_SMOOTHING: T5X's ``label_smoothing``
+    (the label keeps ``1 - a``, every other class ``a / (V - 1)``; see
+    :func:`smoothing_over_all_classes`).
 
     Adafactor's other fields, T5X's names: ADAFACTOR_FACTORED, _MULTIPLY_BY_PARAMETER_SCALE,
     _BETA1 (momentum; None: none), _MIN_DIM_SIZE_TO_FACTOR, _EPSILON1, _EPSILON2,
@@ -66,6 +68,7 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     NUM_DECODES: int = 1
     SAMPLED_DECODING: bool = False
     T5X_CONFIG_GIN: str | None = None
+    LABEL_SMOOTHING: float = 0.0
     ADAFACTOR_FACTORED: bool = True
     ADAFACTOR_MULTIPLY_BY_PARAMETER_SCALE: bool = True
     ADAFACTOR_BETA1: float | None = None
@@ -100,10 +103,25 @@ class T5xGin(T5xGinKnobs):
                 f"{type(self).__qualname__}: NUM_DECODES={self.NUM_DECODES} with SAMPLED_DECODING: "
                 "paxlite samples one decode per input; set NUM_DECODES=1 (or decode by beams)."
             )
+        if not 0.0 <= self.LABEL_SMOOTHING < 1.0:
+            raise KnobError(
+                f"{type(self).__qualname__}.LABEL_SMOOTHING = {self.LABEL_SMOOTHING}; it must be "
+                "in [0, 1)."
+            )
         try:
             self.t5x_lr_schedule()
         except ValueError as e:
             raise KnobError(f"{type(self).__qualname__}.LR_FACTORS: {e}") from None
+
+    def model(self) -> config_lib.Config:
+        """T5's model; T5X's label smoothing as the softmax's (same targets, same gradients)."""
+        model = super().model()
+        if self.LABEL_SMOOTHING:
+            softmax = model.encoder_decoder_tpl.softmax_tpl
+            softmax.label_smoothing = smoothing_over_all_classes(
+                self.LABEL_SMOOTHING, self.VOCAB_SIZE
+            )
+        return model
 
     def _batch_sizes(self, num_devices: int, num_hosts: int, percore: float | None) -> Any:
         """T5X's global batch BATCH_SIZE over the devices (or ``percore`` where asked)."""
@@ -204,3 +222,12 @@ class T5xGin(T5xGinKnobs):
         )
         decode.batch_size = self.infeed_batch_size(Fraction(batch, jax.device_count()))
         return [decode]
+
+
+def smoothing_over_all_classes(t5x_smoothing: float, vocab_size: int) -> float:
+    """The softmax's ``label_smoothing`` (mass spread over all ``V`` classes, the label's
+    included) that gives T5X's targets: T5X keeps ``1 - a`` on the label and gives each other
+    class ``a / (V - 1)``, which is ``b = a * V / (V - 1)`` spread over all ``V``. The
+    gradients are T5X's; T5X's reported loss is lower by the targets' entropy (its
+    ``normalizing_constant``), which this loss keeps."""
+    return t5x_smoothing * vocab_size / (vocab_size - 1)

@@ -139,13 +139,15 @@ def _model_knobs(model: Any, check: _Checker) -> dict[str, Any]:
             "optimizer_def": lambda v: True,
             "decode_fn": lambda v: v in (decoding.beam_search, decoding.temperature_sample),
             "z_loss": lambda v: True,
+            "label_smoothing": lambda v: True,
             "loss_normalizing_factor": lambda v: True,
         },
-        why="label smoothing and custom feature converters are not implemented",
+        why="custom feature converters and default decoder parameters are not implemented",
     )
     values = _network_knobs(model.module.config, check)
     values |= {
         "Z_LOSS_WEIGHT": float(model.z_loss),
+        "LABEL_SMOOTHING": float(model.label_smoothing),
         "LOSS_NORMALIZING_FACTOR": _loss_normalizing_factor(model.loss_normalizing_factor),
         "NUM_DECODES": settings.num_decodes or 1,
         "SAMPLED_DECODING": model.decode_fn is decoding.temperature_sample,
@@ -445,7 +447,7 @@ def _partitioner_knobs(partitioner: Any, check: _Checker) -> dict[str, Any]:
         },
         why="give num_partitions or model_parallel_submesh",
     )
-    model_ways = _model_ways(partitioner, check)
+    model_ways = _model_ways(partitioner)
     rules = partitioner.logical_axis_rules
     if rules is None:
         rules = partitioning.standard_logical_axis_rules()
@@ -455,18 +457,12 @@ def _partitioner_knobs(partitioner: Any, check: _Checker) -> dict[str, Any]:
     }
 
 
-def _model_ways(partitioner: partitioning.PjitPartitioner, check: _Checker) -> int:
-    """Devices per model copy: ``num_partitions``, or the size of ``model_parallel_submesh``
-    (a TPU block of chips; on CPU and GPU the devices form a line)."""
+def _model_ways(partitioner: partitioning.PjitPartitioner) -> int:
+    """Devices per model copy: the size of ``model_parallel_submesh`` (a TPU block of chips;
+    on CPU and GPU the devices form a line) or ``num_partitions``. With both, the submesh
+    wins, as in T5X (which logs that only one should be set)."""
     submesh = partitioner.model_parallel_submesh
-    if submesh is not None and partitioner.num_partitions is not None:
-        check.refuse(
-            "PjitPartitioner",
-            "model_parallel_submesh",
-            submesh,
-            why="give either num_partitions or model_parallel_submesh (as T5X)",
-        )
-    if submesh is not None:
+    if submesh:
         ways = 1
         for size in submesh:
             ways *= int(size)

@@ -222,8 +222,9 @@ def test_a_model_paxlite_does_not_have_is_named(user_dir, tmp_path):
 
 
 def test_a_value_paxlite_does_not_implement_names_its_line(user_dir, tmp_path):
-    line = _run_bad(user_dir, tmp_path, _HEADER + "LABEL_SMOOTHING = 0.1\n")
-    assert "label_smoothing = 0.1" in line and "bad.gin:7" in line
+    text = _HEADER + "from t5x import adafactor\nadafactor.Adafactor.weight_decay_rate = 0.1\n"
+    line = _run_bad(user_dir, tmp_path, text)
+    assert "Adafactor.weight_decay_rate = 0.1" in line and "bad.gin:8" in line
 
 
 def test_t5x_s_multi_host_flags_are_paxlite_s():

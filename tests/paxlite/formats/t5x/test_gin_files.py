@@ -5,8 +5,10 @@ tools/t5x_fixtures/make_gin_bindings.py from a T5X source tree), every value wit
 macros resolved.
 """
 
+import ast
 import json
 
+import numpy as np
 import pytest
 
 from paxlite.formats.t5x import gin_files, gin_run, gin_sources, translation
@@ -47,6 +49,9 @@ def test_each_example_run_reads_into_knobs(path, tmp_path):
     )
     assert knobs["MODEL_DIMS"] == int(t5x["network.T5Config.emb_dim"])
     partitions = int(t5x.get("partitioning.PjitPartitioner.num_partitions", "1"))
+    submesh = t5x.get("partitioning.PjitPartitioner.model_parallel_submesh", "None")
+    if submesh != "None":  # It wins over num_partitions, as in T5X.
+        partitions = int(np.prod(ast.literal_eval(submesh)))
     assert knobs["ICI_MESH_SHAPE"] == (1, -1, partitions)
     decodes = t5x.get("models.EncoderDecoderModel.predict_batch_with_aux.num_decodes", "1")
     assert knobs["NUM_DECODES"] == int(decodes)

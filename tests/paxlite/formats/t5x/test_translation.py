@@ -66,14 +66,16 @@ def test_flags_override_the_files_and_microbatches_become_accumulation(tmp_path)
     assert knobs["LR_FACTORS"] == "constant * linear_warmup * cosine_decay"
 
 
-def test_model_parallel_submesh_counts_its_devices(tmp_path):
-    knobs = _knobs(
-        tmp_path,
-        _RUN,
-        "partitioning.PjitPartitioner.num_partitions = None",
-        "partitioning.PjitPartitioner.model_parallel_submesh = (1, 1, 1, 2)",
-    )
-    assert knobs["ICI_MESH_SHAPE"] == (1, -1, 2)
+def test_model_parallel_submesh_counts_its_devices_and_wins_as_in_t5x(tmp_path):
+    submesh = "partitioning.PjitPartitioner.model_parallel_submesh = (1, 2, 1, 2)"
+    knobs = _knobs(tmp_path, _RUN, "partitioning.PjitPartitioner.num_partitions = None", submesh)
+    assert knobs["ICI_MESH_SHAPE"] == (1, -1, 4)
+    knobs = _knobs(tmp_path, _RUN, "partitioning.PjitPartitioner.num_partitions = 2", submesh)
+    assert knobs["ICI_MESH_SHAPE"] == (1, -1, 4)
+
+
+def test_label_smoothing_is_kept(tmp_path):
+    assert _knobs(tmp_path, _RUN, "LABEL_SMOOTHING = 0.1")["LABEL_SMOOTHING"] == 0.1
 
 
 def test_standard_rules_in_paxlite_s_axis_names():
@@ -90,7 +92,7 @@ def test_standard_rules_in_paxlite_s_axis_names():
 @pytest.mark.parametrize(
     "binding, named",
     [
-        ("LABEL_SMOOTHING = 0.1", "EncoderDecoderModel.label_smoothing = 0.1"),
+        ("adafactor.Adafactor.weight_decay_rate = 0.1", "Adafactor.weight_decay_rate = 0.1"),
         ("adafactor.Adafactor.step_offset = 5", "Adafactor.step_offset = 5"),
         ("utils.SaveCheckpointConfig.dtype = 'bfloat16'", "SaveCheckpointConfig.dtype"),
         ("train/utils.DatasetConfig.use_custom_packing_ops = True", "train/DatasetConfig"),

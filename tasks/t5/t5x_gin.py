@@ -38,7 +38,8 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     ``factors`` and arguments (LEARNING_RATE is its ``base_learning_rate``, LR_WARMUP_STEPS
     its ``warmup_steps``). USE_CACHED_TASKS: read the tasks' offline caches. DATA_SEED:
     the training data's shuffle seed (None: SEED). TRAIN_SPLIT, EVAL_SPLIT (None: no
-    eval), EVAL_DATA_SEED, DECODE_SPLIT, DECODE_BATCH_SIZE: the datasets'. NUM_DECODES:
+    eval), EVAL_DATA_SEED, EVAL_PACKED (None: as training), DECODE_SPLIT,
+    DECODE_BATCH_SIZE: the datasets'. NUM_DECODES:
     beams (or samples with SAMPLED_DECODING) per decoded input. T5X_CONFIG_GIN: the text
     written as the model directory's config.gin. LABEL_SMOOTHING: T5X's ``label_smoothing``
     (the label keeps ``1 - a``, every other class ``a / (V - 1)``; see
@@ -62,6 +63,7 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     DATA_SEED: int | None = None
     TRAIN_SPLIT: str = "train"
     EVAL_SPLIT: str | None = "validation"
+    EVAL_PACKED: bool | None = None
     EVAL_DATA_SEED: int | None = 42
     DECODE_SPLIT: str = "validation"
     DECODE_BATCH_SIZE: int | None = None
@@ -199,7 +201,9 @@ class T5xGin(T5xGinKnobs):
             name="validation",
             split_name=self.EVAL_SPLIT,
             is_training=False,
-            feature_converter_pack=self.PACKED_INPUT,
+            feature_converter_pack=(
+                self.PACKED_INPUT if self.EVAL_PACKED is None else self.EVAL_PACKED
+            ),
             eval_loop_num_batches=self.EVAL_STEPS,
             repeat=True,
             seed=self.SEED if self.EVAL_DATA_SEED is None else self.EVAL_DATA_SEED,

@@ -287,12 +287,30 @@ def _data_knobs(call: TrainCall, check: _Checker) -> dict[str, Any]:
     train_eval = call.train_eval_dataset_cfg
     if train_eval is not None:
         _check_dataset(train_eval, "train_eval", check)
-        _check_same_as_train(train_eval, train, "train_eval", check)
-        values |= {"EVAL_SPLIT": train_eval.split, "EVAL_DATA_SEED": train_eval.seed}
+        same = (
+            "mixture_or_task_name",
+            "module",
+            "batch_size",
+            "task_feature_lengths",
+            "use_cached",
+        )
+        _check_same_as_train(train_eval, train, "train_eval", check, same)
+        values |= {
+            "EVAL_SPLIT": train_eval.split,
+            "EVAL_DATA_SEED": train_eval.seed,
+            "EVAL_PACKED": bool(train_eval.pack),
+        }
     infer = call.infer_eval_dataset_cfg
     if infer is not None:
         _check_dataset(infer, "infer_eval", check)
-        _check_same_as_train(infer, train, "infer_eval", check, batch=False)
+        same = ("mixture_or_task_name", "module", "use_cached")
+        if infer.task_feature_lengths is not None:  # None: T5X's longest; paxlite's training's.
+            same += ("task_feature_lengths",)
+        _check_same_as_train(infer, train, "infer_eval", check, same)
+        if infer.pack:
+            check.refuse(
+                "DatasetConfig", "pack", True, "infer_eval", why="decoding reads examples unpacked"
+            )
         values |= {"DECODE_SPLIT": infer.split, "DECODE_BATCH_SIZE": int(infer.batch_size)}
     return values
 
@@ -332,10 +350,14 @@ def _check_same_as_train(
     train: utils.DatasetConfig,
     scope: str,
     check: _Checker,
-    batch: bool = True,
+    fields: Sequence[str],
 ) -> None:
-    """paxlite evaluates the training task: an eval dataset of another task or size is refused."""
-    fields = ["mixture_or_task_name", "module"] + (["batch_size"] if batch else [])
+    """paxlite evaluates the training task in its order: an eval dataset of another task,
+    size or length, or shuffled, is refused."""
+    if config.shuffle:
+        check.refuse(
+            "DatasetConfig", "shuffle", True, scope, why="paxlite's evals read in a fixed order"
+        )
     for name in fields:
         if getattr(config, name) != getattr(train, name):
             check.refuse(

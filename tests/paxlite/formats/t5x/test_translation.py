@@ -167,3 +167,14 @@ def test_an_optax_argument_that_does_not_exist_is_refused(tmp_path):
     )
     with pytest.raises(gin_run.GinRunError, match="weight_dacay"):
         _knobs(tmp_path, text)
+
+
+def test_the_eval_datasets_keep_their_packing_and_refuse_another_order(tmp_path):
+    knobs = _knobs(tmp_path, _RUN, "train_eval/utils.DatasetConfig.pack = False")
+    assert (knobs["PACKED_INPUT"], knobs["EVAL_PACKED"]) == (True, False)
+    with pytest.raises(translation.UnsupportedBinding, match="train_eval/DatasetConfig.shuffle"):
+        _knobs(tmp_path, _RUN, "train_eval/utils.DatasetConfig.shuffle = True")
+    with pytest.raises(translation.UnsupportedBinding, match="task_feature_lengths"):
+        _knobs(
+            tmp_path, _RUN, "train_eval/utils.DatasetConfig.task_feature_lengths = {'inputs': 4}"
+        )

@@ -99,9 +99,12 @@ def main(argv: Sequence[str]) -> None:
 def _latest_step(model_dir: str) -> int | None:
     """MODEL_DIR's newest complete checkpoint step (for T5X's ``relative_steps``), or None."""
     checkpoints = epath.Path(model_dir) / "checkpoints"
-    if not checkpoints.is_dir():
-        return None
-    return max(ocp.utils.checkpoint_steps(checkpoints), default=None)
+    try:
+        if not checkpoints.is_dir():
+            return None
+        return max(ocp.utils.checkpoint_steps(checkpoints), default=None)
+    except OSError as e:
+        fail(f"cannot read MODEL_DIR {model_dir}: {e}")
 
 
 def _join_flags() -> None:

@@ -286,6 +286,16 @@ T5X_FACTORS = (
 )
 
 
+#: The steps fields of T5xFactors -> the factors that divide by them.
+_T5X_FACTOR_FIELDS = {
+    "warmup_steps": (
+        "linear_warmup", "linear_decay", "rsqrt_decay", "rsqrt_normalized_decay", "cosine_decay"
+    ),
+    "steps_per_decay": ("decay_every",),
+    "steps_per_cycle": ("cosine_decay",),
+}
+
+
 @dataclasses.dataclass(frozen=True)
 class T5xFactors(BaseSchedule):
     """T5X's ``utils.create_learning_rate_scheduler``: a product of named factors, floored at
@@ -321,9 +331,14 @@ class T5xFactors(BaseSchedule):
                 f"T5xFactors: unknown factor(s) {unknown} in {self.factors!r}; T5X's are "
                 f"{', '.join(T5X_FACTORS)}."
             )
-        for name in ("warmup_steps", "steps_per_decay", "steps_per_cycle"):
-            if getattr(self, name) < 1:
-                raise ValueError(f"T5xFactors: {name} must be >= 1, got {getattr(self, name)}.")
+        names = self.names()
+        for field, users in _T5X_FACTOR_FIELDS.items():
+            used_by = [name for name in names if name in users]
+            if used_by and getattr(self, field) < 1:
+                raise ValueError(
+                    f"T5xFactors: {field} must be >= 1 for {', '.join(used_by)}, got "
+                    f"{getattr(self, field)}."
+                )
 
     def names(self) -> list[str]:
         """The factors' names, in order."""

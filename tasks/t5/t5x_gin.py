@@ -40,7 +40,10 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     the training data's shuffle seed (None: SEED). TRAIN_SPLIT, EVAL_SPLIT (None: no
     eval), EVAL_DATA_SEED, EVAL_PACKED (None: as training), DECODE_SPLIT,
     DECODE_BATCH_SIZE: the datasets'. NUM_DECODES:
-    beams (or samples with SAMPLED_DECODING) per decoded input. T5X_CONFIG_GIN: the text
+    beams per decoded input; BEAM_ALPHA: T5X's length normalization. SAMPLED_DECODING:
+    T5X's ``temperature_sample`` instead, with SAMPLE_TEMPERATURE, SAMPLE_TOP_K (T5X's
+    ``topk``: 1, its default, is greedy; 0: all) and SAMPLE_TOP_P (``topp``; 0: off).
+    T5X_CONFIG_GIN: the text
     written as the model directory's config.gin. LABEL_SMOOTHING: T5X's ``label_smoothing``
     (the label keeps ``1 - a``, every other class ``a / (V - 1)``; see
     :func:`smoothing_over_all_classes`).
@@ -69,6 +72,10 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     DECODE_BATCH_SIZE: int | None = None
     NUM_DECODES: int = 1
     SAMPLED_DECODING: bool = False
+    BEAM_ALPHA: float = 0.6
+    SAMPLE_TEMPERATURE: float = 1.0
+    SAMPLE_TOP_K: int = 1
+    SAMPLE_TOP_P: float = 0.0
     T5X_CONFIG_GIN: str | None = None
     LABEL_SMOOTHING: float = 0.0
     ADAFACTOR_FACTORED: bool = True
@@ -173,6 +180,11 @@ class T5xGin(T5xGinKnobs):
         task.decoder.eos_token_id = _EOS
         task.decoder.do_sample = self.SAMPLED_DECODING
         task.decoder.num_beams = 1 if self.SAMPLED_DECODING else self.NUM_DECODES
+        task.decoder.length_norm_alpha = self.BEAM_ALPHA
+        if self.SAMPLED_DECODING:
+            task.decoder.temperature = self.SAMPLE_TEMPERATURE
+            task.decoder.top_k = self.SAMPLE_TOP_K
+            task.decoder.top_p = self.SAMPLE_TOP_P or 1.0  # T5X's 0: no nucleus.
         task.decode_interval_steps = self.EVAL_INTERVAL_STEPS if self.DECODE_VALIDATION else 0
         return task
 

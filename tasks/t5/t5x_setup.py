@@ -55,7 +55,7 @@ class T5xTrainKnobs(BaseExperiment):
     default), a number divides that sum by it (233472 = 2048 x 114 for models pretrained
     with Mesh TensorFlow), ``'NUM_REAL_TARGET_TOKENS'`` takes the per-token mean.
     ADAFACTOR_DECAY_RATE, ADAFACTOR_CLIPPING_THRESHOLD: T5X's ``decay_rate`` and
-    ``clipping_threshold``.
+    ``clipping_threshold`` (None: no update clipping).
     """
 
     LEARNING_RATE: float = 1.0
@@ -63,7 +63,7 @@ class T5xTrainKnobs(BaseExperiment):
     LR_WARMUP_STEPS: int = 10_000
     LOSS_NORMALIZING_FACTOR: float | str | None = None
     ADAFACTOR_DECAY_RATE: float = 0.8
-    ADAFACTOR_CLIPPING_THRESHOLD: float = 1.0
+    ADAFACTOR_CLIPPING_THRESHOLD: float | None = 1.0
 
     def validate(self) -> None:
         super().validate()

@@ -119,7 +119,7 @@ def _gin_parsing(search_paths: Sequence[str], own_packages: Sequence[str]) -> It
         with t5x_modules.t5x_names(own_packages):
             yield
     finally:
-        root.setLevel(level)
+        root.setLevel(level)  # gin's config stays: the translation calls gin's configurables.
         if prefixes is not None:
             prefixes[:] = kept
 
@@ -192,11 +192,9 @@ def _did_you_mean(message: str) -> str:
         configurable, name = unknown_parameter.groups()
         candidates = _parameters(configurable)
         close = difflib.get_close_matches(name, candidates, n=3)
-        return (
-            f"; did you mean {', '.join(close)}?"
-            if close
-            else f"; its parameters: {', '.join(candidates)}."
-        )
+        if close:
+            return f"; did you mean {', '.join(close)}?"
+        return f"; its parameters: {', '.join(candidates)}." if candidates else ""
     unknown = re.search(r"(?:No configurable matching|resolve selector) '?([\w.]+)", message)
     if unknown:
         selector = unknown.group(1)

@@ -30,10 +30,12 @@ class GinFileError(ValueError):
 
 @dataclasses.dataclass(frozen=True)
 class Assignment:
-    """A binding's or macro's value as written (``Macro``/``Reference`` kept) and where."""
+    """A binding's or macro's value as written (``Macro``/``Reference`` kept), where, and
+    the selector as written (``optax.adamw``; '' for a macro)."""
 
     value: Any
     where: str
+    selector: str = ""
 
 
 @dataclasses.dataclass
@@ -61,6 +63,14 @@ class GinSources:
             return f"{macro.where} (%{found.value.name}, used at {found.where})"
         return found.where
 
+    def resolved(self, value: Any) -> Any:
+        """``value`` with its macros followed (a reference stays a ``Reference``)."""
+        seen = set()
+        while isinstance(value, Macro) and value.name in self.macros and value.name not in seen:
+            seen.add(value.name)
+            value = self.macros[value.name].value
+        return value
+
     def unset_required(self) -> list[Assignment]:
         """The macros still ``%gin.REQUIRED`` that some binding uses, as ``Assignment(name,
         where it was marked required)``."""
@@ -77,14 +87,7 @@ def resolved_bindings(sources: GinSources) -> dict[str, str]:
     """Each binding as written (``scope/selector.parameter``) -> its value with macros
     resolved, as text (``@name()`` for a reference): what a file binds, however it spells
     it through macros."""
-    out = {}
-    for key, assignment in sources.written.items():
-        value, seen = assignment.value, set()
-        while isinstance(value, Macro) and value.name in sources.macros and value.name not in seen:
-            seen.add(value.name)
-            value = sources.macros[value.name].value
-        out[key] = _text(value)
-    return out
+    return {key: _text(sources.resolved(a.value)) for key, a in sources.written.items()}
 
 
 def _text(value: Any) -> str:
@@ -145,7 +148,11 @@ def _read_file(path: epath.Path, sources: GinSources, seen: tuple[str, ...]) -> 
     if str(path) in seen:
         raise GinFileError(f"{path} includes itself (through {' -> '.join(seen)}).")
     sources.files.append(str(path))
-    _read_text(path.read_text(), str(path), sources, (*seen, str(path)), name=None)
+    try:
+        text = path.read_text()
+    except (OSError, UnicodeDecodeError) as e:
+        raise GinFileError(f"{path} cannot be read as a gin file ({e}).") from None
+    _read_text(text, str(path), sources, (*seen, str(path)), name=None)
 
 
 def _read_text(
@@ -174,7 +181,8 @@ def _index(statement: Any, where: str, sources: GinSources, seen: tuple[str, ...
             )
         _read_file(found, sources, seen)
     elif isinstance(statement, config_parser.BindingStatement):
-        assignment = Assignment(statement.value, where)
+        selector = statement.selector if statement.arg_name else ""
+        assignment = Assignment(statement.value, where, selector)
         if statement.arg_name:
             configurable = statement.selector.split(".")[-1]
             if "." in statement.selector and statement.selector.split(".")[-2][:1].isupper():

@@ -21,6 +21,7 @@ import pathlib
 import sys
 import types
 from collections.abc import Iterator, Sequence
+from typing import Any
 
 _API = "paxlite.formats.t5x.api"
 _SUBSET = "paxlite.formats.t5x.t5_subset"
@@ -64,15 +65,24 @@ class MissingModule(ModuleNotFoundError):
     """A ``t5x`` or ``t5`` module paxlite does not provide (its name and what exists)."""
 
 
+_MISSING = object()
+
+
 class _AliasLoader(importlib.abc.Loader):
-    def __init__(self, target: str | None):
-        self._target = target
+    """Loads an alias as our module itself; remembers what importlib changes on it
+    (``__spec__``, an added ``__path__``) so :func:`t5x_names` puts it back."""
+
+    def __init__(self, target: str | None, changed: dict[types.ModuleType, dict[str, Any]]):
+        self._target, self._changed = target, changed
 
     def create_module(self, spec: importlib.machinery.ModuleSpec) -> types.ModuleType:
         if self._target is None:
-            module = types.ModuleType(spec.name)
-        else:
-            module = importlib.import_module(self._target)
+            return types.ModuleType(spec.name)
+        module = importlib.import_module(self._target)
+        if module not in self._changed:
+            self._changed[module] = {
+                name: getattr(module, name, _MISSING) for name in ("__spec__", "__path__")
+            }
         if not hasattr(module, "__path__"):  # Submodules may be imported under it.
             module.__path__ = []
         return module
@@ -81,16 +91,26 @@ class _AliasLoader(importlib.abc.Loader):
         """Nothing to run: the module is ours, already imported."""
 
 
+def _put_back(changed: dict[types.ModuleType, dict[str, Any]]) -> None:
+    for module, attributes in changed.items():
+        for name, value in attributes.items():
+            if value is _MISSING:
+                vars(module).pop(name, None)
+            else:
+                setattr(module, name, value)
+
+
 class _AliasFinder(importlib.abc.MetaPathFinder):
     """Answers the names in ``aliases``; refuses other modules under their roots."""
 
     def __init__(self, aliases: dict[str, str | None]):
         self._aliases = aliases
         self._roots = {name.split(".")[0] for name in aliases}
+        self.changed: dict[types.ModuleType, dict[str, Any]] = {}
 
     def find_spec(self, fullname, path=None, target=None):  # noqa: ANN001, ANN201 (importlib's)
         if fullname in self._aliases:
-            loader = _AliasLoader(self._aliases[fullname])
+            loader = _AliasLoader(self._aliases[fullname], self.changed)
             return importlib.util.spec_from_loader(fullname, loader, is_package=True)
         root = fullname.split(".")[0]
         if root in self._roots:
@@ -110,7 +130,8 @@ def real_t5_installed() -> bool:
 
 class _UsersFirstFinder(importlib.abc.MetaPathFinder):
     """Finds a user's top-level module that has the name of one of paxlite's packages
-    (T5X's README names its user module ``tasks``) anywhere on sys.path but where paxlite's is."""
+    (T5X's README names its user module ``tasks``) anywhere on sys.path but where paxlite's
+    is; one the user does not have is an error, not paxlite's package imported twice."""
 
     def __init__(self, names: dict[str, pathlib.Path]):
         self._names = names  # name -> the folder that holds paxlite's package of that name
@@ -120,7 +141,19 @@ class _UsersFirstFinder(importlib.abc.MetaPathFinder):
         if ours is None:
             return None
         elsewhere = [p for p in sys.path if pathlib.Path(p or ".").resolve() != ours]
-        return importlib.machinery.PathFinder.find_spec(fullname, elsewhere)
+        spec = importlib.machinery.PathFinder.find_spec(fullname, elsewhere)
+        if spec is None:
+            raise ModuleNotFoundError(
+                f"no module named {fullname!r} on PYTHONPATH (paxlite's own package of that "
+                "name is not a task module): put your directory on it, PYTHONPATH=DIR",
+                name=fullname,
+            )
+        return spec
+
+
+#: Users' modules named as paxlite's packages, kept between runs of one process (a second
+#: run finds them imported, as a T5X process would: their tasks are registered once).
+_USERS_MODULES: dict[str, types.ModuleType] = {}
 
 
 def import_own_packages(names: Sequence[str], root: pathlib.Path) -> None:
@@ -150,13 +183,18 @@ def t5x_names(own_packages: Sequence[str] = ()) -> Iterator[None]:
     aliases = dict(T5X_MODULES)
     if not real_t5_installed():
         aliases.update(T5_MODULES)
+    for target in T5X_MODULES.values():  # Before the finders: optax_calls imports optax.
+        if target is not None:
+            importlib.import_module(target)
     main_before = sys.modules.get("__main__")
     shadowed = {name: sys.modules.pop(name) for name in aliases if name in sys.modules}
     own = {name: sys.modules.pop(name) for name in own_packages if name in sys.modules}
+    sys.modules.update({name: _USERS_MODULES[name] for name in own if name in _USERS_MODULES})
     roots = {
         name: pathlib.Path(module.__file__).resolve().parents[1] for name, module in own.items()
     }
-    finders = [_AliasFinder(aliases), _UsersFirstFinder(roots)]
+    alias_finder = _AliasFinder(aliases)
+    finders = [alias_finder, _UsersFirstFinder(roots)]
     sys.meta_path[:0] = finders
     sys.modules["__main__"] = importlib.import_module(f"{_API}.train_script")
     try:
@@ -167,5 +205,9 @@ def t5x_names(own_packages: Sequence[str] = ()) -> Iterator[None]:
         sys.modules["__main__"] = main_before
         for name in aliases:
             sys.modules.pop(name, None)
+        _put_back(alias_finder.changed)
+        for name in own:
+            if name in sys.modules:
+                _USERS_MODULES[name] = sys.modules.pop(name)
         sys.modules.update(shadowed)
         sys.modules.update(own)

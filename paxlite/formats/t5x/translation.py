@@ -10,6 +10,8 @@ paxlite does not implement raises :class:`UnsupportedBinding` naming the binding
 from __future__ import annotations
 
 import dataclasses
+import inspect
+import re
 from collections.abc import Callable, Sequence
 from typing import Any
 
@@ -28,6 +30,7 @@ from paxlite.formats.t5x.api.optimizers import OptaxChain
 from paxlite.formats.t5x.api.train_script import TrainCall
 from paxlite.formats.t5x.gin_sources import GinSources
 from praxis_lite import sharding
+from praxis_lite.optim import schedules
 
 #: The registered experiment a T5X run becomes (its knobs are what this module sets).
 EXPERIMENT = "T5xGin"
@@ -108,14 +111,105 @@ def knobs(
       UnsupportedBinding: a value paxlite does not implement (which, and where it is set).
     """
     check = _Checker(sources)
-    values = {"T5X_CONFIG_GIN": config_text}
+    try:
+        values = _all_knobs(call, check, latest_step)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, UnsupportedBinding):
+            raise
+        raise UnsupportedBinding(
+            f"a bound value is not of the type T5X takes ({e}); check the bindings of "
+            f"{', '.join(sources.files[-1:]) or 'the gin files'}."
+        ) from None
+    _check_all_read(sources, check)
+    return {"T5X_CONFIG_GIN": config_text} | values
+
+
+def _all_knobs(call: TrainCall, check: _Checker, latest_step: int | None) -> dict[str, Any]:
+    values = {}
     values |= _model_knobs(call.model, check)
     values |= _learning_rate_knobs(call.trainer_cls, check)
     values |= _data_knobs(call, check)
-    values |= _loop_knobs(call, check, latest_step or 0)
+    values |= _loop_knobs(call, check, _start_step(call, latest_step))
     values |= _checkpoint_knobs(call.checkpoint_cfg, check)
     values |= _partitioner_knobs(call.partitioner, check)
+    if "CHECKPOINT_EVERY_N_STEPS" not in values:  # T5X's period None: the final one only.
+        values["CHECKPOINT_EVERY_N_STEPS"] = max(1, values["NUM_TRAIN_STEPS"])
     return values
+
+
+def _start_step(call: TrainCall, latest_step: int | None) -> int:
+    """The step a run starts from (T5X's ``host_step``, for ``relative_steps``): MODEL_DIR's
+    latest checkpoint, else the restored checkpoint's (``checkpoint_<step>``), else 0."""
+    if latest_step is not None:
+        return latest_step
+    restore = call.checkpoint_cfg.restore if call.checkpoint_cfg is not None else None
+    if restore is not None and restore.path:
+        path = restore.path if isinstance(restore.path, str) else restore.path[0]
+        found = re.search(r"checkpoint_(\d+)/*$", str(path))
+        if found:
+            return int(found.group(1))
+    return 0
+
+
+#: Configurables whose every parameter the translation reads (or refuses).
+_READ_WHOLE = {
+    "DatasetConfig",
+    "T5Config",
+    "Transformer",
+    "EncoderDecoderModel",
+    "EncoderDecoderModel.predict_batch_with_aux",
+    "Adafactor",
+    "standard_logical_factor_rules",
+    "PjitPartitioner",
+    "standard_logical_axis_rules",
+    "create_learning_rate_scheduler",
+    "CheckpointConfig",
+    "SaveCheckpointConfig",
+    "RestoreCheckpointConfig",
+    "train",
+    "chain",
+    "beam_search",
+    "temperature_sample",
+    "TerminateOnNanAction",
+}
+
+
+def _any(value: Any) -> bool:
+    return True
+
+
+#: Other configurables: parameter -> whether its value is one paxlite honours.
+_READ_PARAMETERS: dict[str, dict[str, Callable[[Any], bool]]] = {
+    "Trainer": {"learning_rate_fn": _any, "num_microbatches": _any},
+    # The model's vocabulary: the tasks' vocabularies tokenize and detokenize.
+    "SentencePieceVocabulary": {"sentencepiece_model_file": _any, "extra_ids": _any},
+    "ByteVocabulary": {"extra_ids": _any},
+    # T5X's infer_eval evaluator: paxlite decodes and scores every example, logs the
+    # metrics to the console and TensorBoard and writes each decode.
+    "Evaluator": {
+        "logger_cls": _any,
+        "num_examples": lambda value: value is None,
+        "use_memory_cache": _any,
+    },
+    "JSONLogger": {"write_n_results": lambda value: value is None},
+}
+
+
+def _check_all_read(sources: GinSources, check: _Checker) -> None:
+    """Refuses a binding of a configurable (or parameter) no knob comes from, with its line:
+    nothing bound is dropped. optax's are recorded and built by optax."""
+    for (scope, configurable, parameter), assignment in sources.bindings.items():
+        if configurable in _READ_WHOLE or assignment.selector.startswith("optax."):
+            continue
+        honoured = _READ_PARAMETERS.get(configurable, {}).get(parameter)
+        if honoured is None or not honoured(sources.resolved(assignment.value)):
+            check.refuse(
+                configurable,
+                parameter,
+                sources.resolved(assignment.value),
+                scope,
+                why="no paxlite setting comes from it",
+            )
 
 
 def _model_knobs(model: Any, check: _Checker) -> dict[str, Any]:
@@ -128,7 +222,6 @@ def _model_knobs(model: Any, check: _Checker) -> dict[str, Any]:
             model.module,
             why="the network is t5x.examples.t5.network.Transformer",
         )
-    settings = model.predict_batch_with_aux()
     check.only(
         model,
         "EncoderDecoderModel",
@@ -137,7 +230,7 @@ def _model_knobs(model: Any, check: _Checker) -> dict[str, Any]:
             "input_vocabulary": lambda v: True,  # The task's vocabulary tokenizes the data.
             "output_vocabulary": lambda v: True,
             "optimizer_def": lambda v: True,
-            "decode_fn": lambda v: v in (decoding.beam_search, decoding.temperature_sample),
+            "decode_fn": lambda v: True,  # _decode_knobs reads it.
             "z_loss": lambda v: True,
             "label_smoothing": lambda v: True,
             "loss_normalizing_factor": lambda v: True,
@@ -148,18 +241,87 @@ def _model_knobs(model: Any, check: _Checker) -> dict[str, Any]:
     values |= {
         "Z_LOSS_WEIGHT": float(model.z_loss),
         "LABEL_SMOOTHING": float(model.label_smoothing),
-        "LOSS_NORMALIZING_FACTOR": _loss_normalizing_factor(model.loss_normalizing_factor),
-        "NUM_DECODES": settings.num_decodes or 1,
-        "SAMPLED_DECODING": model.decode_fn is decoding.temperature_sample,
+        "LOSS_NORMALIZING_FACTOR": _loss_normalizing_factor(model.loss_normalizing_factor, check),
     }
-    return values | _optimizer_knobs(model.optimizer_def, check)
+    return values | _decode_knobs(model, check) | _optimizer_knobs(model.optimizer_def, check)
 
 
-def _loss_normalizing_factor(value: Any) -> float | str | None:
-    if value is None or isinstance(value, str):
+def _decode_knobs(model: models.EncoderDecoderModel, check: _Checker) -> dict[str, Any]:
+    """How the model decodes: ``predict_batch_with_aux``'s beams and ``decode_fn``'s own
+    settings (beam search's ``alpha``; sampling's temperature, top-k, top-p)."""
+    predict = model.predict_batch_with_aux()
+    for name, value in (
+        ("return_all_decodes", predict.return_all_decodes),
+        ("decoder_params", predict.decoder_params),
+        ("prompt_with_targets", predict.prompt_with_targets),
+    ):
+        if value not in (None, False):
+            check.refuse(
+                "EncoderDecoderModel.predict_batch_with_aux",
+                name,
+                value,
+                why="paxlite decodes the top beam of each input",
+            )
+    function = inspect.unwrap(model.decode_fn)
+    if function not in (decoding.beam_search, decoding.temperature_sample):
+        check.refuse(
+            "EncoderDecoderModel",
+            "decode_fn",
+            model.decode_fn,
+            why="use decoding.beam_search or decoding.temperature_sample",
+        )
+    settings = model.decode_fn()  # gin's bindings applied when gin passed the function.
+    if model.decode_fn is function:  # The default, not through gin: T5X uses no binding.
+        for (scope, configurable, parameter), _ in check.sources.bindings.items():
+            if configurable in ("beam_search", "temperature_sample"):
+                check.refuse(
+                    configurable,
+                    parameter,
+                    "...",
+                    scope,
+                    why=f"decode_fn is not bound to @decoding.{configurable}, so T5X would not "
+                    f"use it either; add models.EncoderDecoderModel.decode_fn = "
+                    f"@decoding.{configurable}",
+                )
+    sampled = function is decoding.temperature_sample
+    read = decoding.SAMPLE_SETTINGS if sampled else decoding.BEAM_SEARCH_SETTINGS
+    defaults = inspect.signature(function).parameters
+    for name, value in settings.items():
+        if name not in read and value != defaults[name].default:
+            check.refuse(
+                function.__name__, name, value, why="paxlite's decoder has no such setting"
+            )
+    if settings["num_decodes"] != defaults["num_decodes"].default:
+        check.refuse(
+            function.__name__,
+            "num_decodes",
+            settings["num_decodes"],
+            why="predict_batch_with_aux.num_decodes sets it, as in T5X",
+        )
+    values = {"NUM_DECODES": predict.num_decodes or 1, "SAMPLED_DECODING": sampled}
+    if sampled:
+        values |= {
+            "SAMPLE_TEMPERATURE": float(settings["temperature"]),
+            "SAMPLE_TOP_K": int(settings["topk"]),
+            "SAMPLE_TOP_P": float(settings["topp"]),
+        }
+    else:
+        values["BEAM_ALPHA"] = float(settings["alpha"])
+    return values
+
+
+def _loss_normalizing_factor(value: Any, check: _Checker) -> float | str | None:
+    """None (T5X: the summed loss), a number, or 'NUM_REAL_TARGET_TOKENS' (the mean)."""
+    if value is None or value == "NUM_REAL_TARGET_TOKENS":
         return value
-    name = getattr(value, "name", None)  # T5X's SpecialLossNormalizingFactor members.
-    return name if name is not None else float(value)
+    if isinstance(value, int | float) and not isinstance(value, bool) and value > 0:
+        return float(value)
+    check.refuse(
+        "EncoderDecoderModel",
+        "loss_normalizing_factor",
+        value,
+        why="give None, a number > 0 or 'NUM_REAL_TARGET_TOKENS'",
+    )
 
 
 def _network_knobs(config: network.T5Config, check: _Checker) -> dict[str, Any]:
@@ -248,10 +410,14 @@ def _learning_rate_knobs(trainer_cls: Any, check: _Checker) -> dict[str, Any]:
         check.refuse(
             "Trainer", "learning_rate_fn", schedule, why="use utils.create_learning_rate_scheduler"
         )
+    try:
+        schedules.T5xFactors(**dataclasses.asdict(schedule))
+    except ValueError as e:
+        check.refuse("create_learning_rate_scheduler", "factors", schedule.factors, why=str(e))
     return {
         "LR_FACTORS": schedule.factors,
         "LEARNING_RATE": float(schedule.base_learning_rate),
-        "LR_WARMUP_STEPS": int(schedule.warmup_steps),
+        "LR_WARMUP_STEPS": max(1, int(schedule.warmup_steps)),  # Unused when < 1 (checked).
         "LR_DECAY_FACTOR": float(schedule.decay_factor),
         "LR_STEPS_PER_DECAY": int(schedule.steps_per_decay),
         "LR_STEPS_PER_CYCLE": int(schedule.steps_per_cycle),
@@ -272,7 +438,8 @@ def _data_knobs(call: TrainCall, check: _Checker) -> dict[str, Any]:
     _check_dataset(train, "train", check)
     values = {
         "MIXTURE_OR_TASK_NAME": _task_name(train.mixture_or_task_name),
-        "MIXTURE_OR_TASK_MODULE": train.module,
+        # Imported while gin read the files (gin_run), under T5X's module names.
+        "MIXTURE_OR_TASK_MODULE": None,
         "TASK_FEATURE_LENGTHS": dict(train.task_feature_lengths or {}),
         "BATCH_SIZE": int(train.batch_size),
         "SHUFFLE_TRAIN_EXAMPLES": bool(train.shuffle),
@@ -369,7 +536,7 @@ def _check_same_as_train(
             )
 
 
-def _loop_knobs(call: TrainCall, check: _Checker, latest_step: int) -> dict[str, Any]:
+def _loop_knobs(call: TrainCall, check: _Checker, start_step: int) -> dict[str, Any]:
     check.only(
         call,
         "train",
@@ -402,8 +569,8 @@ def _loop_knobs(call: TrainCall, check: _Checker, latest_step: int) -> dict[str,
         why="custom actions, dataset functions and initializers are T5X code paxlite does not run",
     )
     total = int(call.total_steps)
-    if call.relative_steps is not None:  # T5X: this many steps past the latest checkpoint.
-        total = latest_step + int(call.relative_steps)
+    if call.relative_steps:  # T5X: this many steps past the step the run starts from.
+        total = start_step + int(call.relative_steps)
     values = {
         "NUM_TRAIN_STEPS": total,
         "EVAL_INTERVAL_STEPS": int(call.eval_period),

@@ -256,3 +256,24 @@ def test_help_and_gin_flags(capsys):
         '--gin_bindings=MODEL_DIR = "/m"',
         "--gin_file=a.gin",
     ]
+
+
+def test_a_custom_network_module_is_named(user_dir, tmp_path):
+    (user_dir / "my_net.py").write_text(
+        "class Transformer:\n    def __init__(self, config=None):\n        pass\n"
+    )
+    text = _HEADER + (
+        "import my_net\nfrom t5x import models\n"
+        "models.EncoderDecoderModel.module = @my_net.Transformer()\n"
+    )
+    line = _run_bad(user_dir, tmp_path, text)
+    assert "EncoderDecoderModel.module" in line and "network.Transformer" in line
+
+
+def test_an_unknown_flag_and_a_gin_flag_without_a_value_are_one_line(capsys):
+    for argv in (["--gin_fle=a.gin"], ["--gin.MODEL_DIR"]):
+        with pytest.raises(SystemExit) as exit_info:
+            train.parse(["paxlite.t5x.train", *argv])
+        assert exit_info.value.code == 2
+        lines = capsys.readouterr().err.strip().splitlines()
+        assert len(lines) == 1 and lines[0].startswith("paxlite: error:"), lines

@@ -43,4 +43,8 @@ def default_output_features() -> dict[str, seqio.Feature]:
     }
 
 
-DEFAULT_OUTPUT_FEATURES = default_output_features()
+def __getattr__(name: str) -> object:
+    """``DEFAULT_OUTPUT_FEATURES``, built when asked (after ``--t5_spm_path`` is set)."""
+    if name == "DEFAULT_OUTPUT_FEATURES":
+        return default_output_features()
+    raise AttributeError(name)

@@ -7,13 +7,16 @@
 
 from __future__ import annotations
 
+import dataclasses
 from collections.abc import Mapping
 from typing import Any
 
 import seqio
 import tensorflow as tf
 
+from praxis_lite.inputs.seqio_tasks import reduce_concat_tokens, split_tokens_to_targets_length
 from praxis_lite.inputs.span_corruption import (  # noqa: F401 (T5's names, re-exported)
+    MAX_CHUNK_LENGTH,
     denoise,
     noise_span_to_unique_sentinel,
     nonnoise_span_to_unique_sentinel,
@@ -54,22 +57,33 @@ def translate(
     return dataset.map(prompt, num_parallel_calls=tf.data.AUTOTUNE)
 
 
-@seqio.map_over_dataset(num_seeds=1)
-def _iid_noise(x: Mapping[str, Any], seed: Any, noise_density: float, sentinel: int) -> dict:
-    tokens = x["targets"]
-    noise = tf.random.stateless_uniform(tf.shape(tokens), seed=seed) < noise_density
-    return {**x, "inputs": tf.where(noise, tf.cast(sentinel, tokens.dtype), tokens)}
-
-
 def iid_denoising(
     dataset: tf.data.Dataset,
-    sequence_length: Mapping[str, int] | None,
+    sequence_length: Mapping[str, int],
     output_features: Mapping[str, seqio.Feature],
     noise_density: float = 0.15,
 ) -> tf.data.Dataset:
-    """T5's i.i.d. denoising: each 'targets' token is, with probability ``noise_density``,
-    the first sentinel in 'inputs'; 'targets' is the whole text."""
-    del sequence_length
+    """T5's i.i.d. denoising (Raffel et al.'s baseline objective): random chunks of
+    'targets' concatenated and split into pieces of the inputs' length (less its EOS); each
+    token is noise with probability ``noise_density``; 'inputs' keeps the rest with a unique
+    sentinel per run of noise, 'targets' the noise with a sentinel per run of the rest."""
     vocabulary = output_features["targets"].vocabulary
-    sentinel = vocabulary.vocab_size - 1  # T5's first sentinel: the last extra id.
-    return _iid_noise(dataset, noise_density=noise_density, sentinel=sentinel)
+    length = sequence_length["inputs"] - int(output_features["inputs"].add_eos)
+    ds = select_random_chunk(dataset, MAX_CHUNK_LENGTH)
+    ds = reduce_concat_tokens(ds, batch_size=128)
+    pieces = {"targets": dataclasses.replace(output_features["targets"], add_eos=False)}
+    ds = split_tokens_to_targets_length(ds, {"targets": length}, pieces)
+    return _iid_corrupt(ds, vocabulary=vocabulary, noise_density=noise_density)
+
+
+@seqio.map_over_dataset(num_seeds=1)
+def _iid_corrupt(
+    x: Mapping[str, tf.Tensor], seed: Any, vocabulary: seqio.Vocabulary, noise_density: float
+) -> dict[str, tf.Tensor]:
+    seeds = tf.unstack(tf.random.experimental.stateless_split(seed, 6))  # T5's denoise split.
+    tokens = x["targets"]
+    noise = tf.random.stateless_uniform([tf.size(tokens)], seed=seeds[0]) < noise_density
+    return {
+        "inputs": noise_span_to_unique_sentinel(tokens, noise, vocabulary),
+        "targets": nonnoise_span_to_unique_sentinel(tokens, noise, vocabulary),
+    }

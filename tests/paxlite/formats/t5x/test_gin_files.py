@@ -11,7 +11,9 @@ import json
 import numpy as np
 import pytest
 
+from paxlite.experiments import base_experiment
 from paxlite.formats.t5x import gin_files, gin_run, gin_sources, translation
+from tasks.t5.t5x_gin import T5xGin
 from tests import FIXTURES
 
 T5X_BINDINGS = json.loads((FIXTURES / "t5x" / "gin_bindings.json").read_text())
@@ -55,3 +57,9 @@ def test_each_example_run_reads_into_knobs(path, tmp_path):
     assert knobs["ICI_MESH_SHAPE"] == (1, -1, partitions)
     decodes = t5x.get("models.EncoderDecoderModel.predict_batch_with_aux.num_decodes", "1")
     assert knobs["NUM_DECODES"] == int(decodes)
+    # The knobs as the command passes them (text), to the experiment and its inputs.
+    knobs.pop("INIT_FROM", None)  # T5X's gs:// checkpoints: not read here.
+    settings = [f"{name}={translation.knob_text(value)}" for name, value in knobs.items()]
+    experiment = base_experiment.apply_knob_overrides(T5xGin, settings)()
+    assert experiment.datasets()[0].mixture_name == knobs["MIXTURE_OR_TASK_NAME"]
+    assert experiment.task().model is not None

@@ -37,5 +37,16 @@ def test_a_user_module_named_like_a_paxlite_package_answers_inside_the_block(tmp
     assert not hasattr(ours, "USERS")
 
     with t5x_modules.t5x_names(own_packages=("tasks",)):
-        assert importlib.import_module("tasks").USERS is True
+        users = importlib.import_module("tasks")
+        assert users.USERS is True
     assert sys.modules["tasks"] is ours
+    with t5x_modules.t5x_names(own_packages=("tasks",)):
+        assert importlib.import_module("tasks") is users  # Not run twice.
+
+
+def test_our_modules_are_unchanged_after_the_block():
+    spec = utils.__spec__
+    with t5x_modules.t5x_names():
+        importlib.import_module("t5x.utils")
+        importlib.import_module("optax")  # The recorder, though imported first here.
+    assert utils.__spec__ is spec and not hasattr(utils, "__path__")

@@ -178,3 +178,76 @@ def test_the_eval_datasets_keep_their_packing_and_refuse_another_order(tmp_path)
         _knobs(
             tmp_path, _RUN, "train_eval/utils.DatasetConfig.task_feature_lengths = {'inputs': 4}"
         )
+
+
+_DECODING = "from t5x import decoding\nfrom t5x import models\n"
+
+
+def test_decoding_settings(tmp_path):
+    sampled = _knobs(
+        tmp_path,
+        _RUN + _DECODING + "models.EncoderDecoderModel.decode_fn = @decoding.temperature_sample\n",
+        "decoding.temperature_sample.temperature = 0.7",
+        "decoding.temperature_sample.topk = 0",
+        "decoding.temperature_sample.topp = 0.9",
+    )
+    assert sampled["SAMPLED_DECODING"] is True
+    assert (sampled["SAMPLE_TEMPERATURE"], sampled["SAMPLE_TOP_K"], sampled["SAMPLE_TOP_P"]) == (
+        0.7,
+        0,
+        0.9,
+    )
+    beams = _knobs(
+        tmp_path,
+        _RUN + _DECODING + "models.EncoderDecoderModel.decode_fn = @decoding.beam_search\n",
+        "decoding.beam_search.alpha = 0.8",
+        "models.EncoderDecoderModel.predict_batch_with_aux.num_decodes = 3",
+    )
+    assert (beams["SAMPLED_DECODING"], beams["BEAM_ALPHA"], beams["NUM_DECODES"]) == (False, 0.8, 3)
+    bound = _RUN + _DECODING + "models.EncoderDecoderModel.decode_fn = @decoding.beam_search\n"
+    with pytest.raises(translation.UnsupportedBinding, match="beam_search.max_decode_len = 5"):
+        _knobs(tmp_path, bound, "decoding.beam_search.max_decode_len = 5")
+    with pytest.raises(translation.UnsupportedBinding, match="T5X would not use it either"):
+        _knobs(tmp_path, _RUN + _DECODING, "decoding.beam_search.alpha = 0.9")
+    with pytest.raises(gin_run.GinRunError, match="alphaa"):
+        _knobs(tmp_path, _RUN + _DECODING, "decoding.beam_search.alphaa = 0.9")
+
+
+def test_a_binding_nothing_reads_is_refused_with_its_line(tmp_path):
+    with pytest.raises(translation.UnsupportedBinding, match="Trainer.summary_dir") as raised:
+        _knobs(tmp_path, _RUN + "trainer.Trainer.summary_dir = '/x'\n")
+    assert f"run.gin:{_RUN.count(chr(10)) + 1}" in str(raised.value)
+
+
+def test_relative_steps_count_from_the_restored_checkpoint(tmp_path):
+    text = _RUN + "utils.RestoreCheckpointConfig.path = '/ckpts/checkpoint_1000'\n"
+    assert _knobs(tmp_path, text)["NUM_TRAIN_STEPS"] == 1030
+    assert _knobs(tmp_path, text, latest_step=1010)["NUM_TRAIN_STEPS"] == 1040
+    no_relative = _knobs(tmp_path, text, "train_script.train.relative_steps = 0")
+    assert no_relative["NUM_TRAIN_STEPS"] == 100  # T5X: 0 is no relative count.
+
+
+@pytest.mark.parametrize(
+    "binding, named",
+    [
+        ("LOSS_NORMALIZING_FACTOR = 'AVERAGE_PER_SEQUENCE'", "loss_normalizing_factor"),
+        ("utils.create_learning_rate_scheduler.factors = 'constant * warmup'", "unknown factor"),
+        ("utils.create_learning_rate_scheduler.warmup_steps = 0", "warmup_steps must be >= 1"),
+        ("TASK_FEATURE_LENGTHS = 512", "not of the type T5X takes"),
+    ],
+)
+def test_values_t5x_would_refuse_are_refused_here(tmp_path, binding, named):
+    with pytest.raises(translation.UnsupportedBinding, match=named):
+        _knobs(tmp_path, _RUN + binding + "\n")
+
+
+def test_a_warmup_no_factor_uses_and_no_checkpoint_period(tmp_path):
+    knobs = _knobs(
+        tmp_path,
+        _RUN,
+        "utils.create_learning_rate_scheduler.factors = 'constant'",
+        "utils.create_learning_rate_scheduler.warmup_steps = 0",
+        "utils.SaveCheckpointConfig.period = None",
+    )
+    assert knobs["LR_WARMUP_STEPS"] == 1
+    assert knobs["CHECKPOINT_EVERY_N_STEPS"] == knobs["NUM_TRAIN_STEPS"] == 30

@@ -16,14 +16,23 @@ def test_translate_writes_t5_s_prompt():
         preprocessors.translate(ds, "en", "xx")
 
 
-def test_iid_denoising_replaces_about_the_density_of_tokens_by_the_first_sentinel():
+def test_iid_denoising_is_t5_s_baseline_objective():
+    """Pieces of the inputs' length; about 15% of the tokens are noise, each run of noise a
+    sentinel in 'inputs' and each run of the rest a sentinel in 'targets'."""
     vocabulary = seqio.PassThroughVocabulary(size=1000)
-    tokens = np.arange(3, 2003, dtype=np.int32) % 990 + 3
+    tokens = (np.arange(2000, dtype=np.int32) % 800) + 3  # Below the sentinels (999 down).
     ds = tf.data.Dataset.from_tensors({"targets": tokens})
-    features = {"targets": seqio.Feature(vocabulary)}
+    features = {
+        "inputs": seqio.Feature(vocabulary, add_eos=True),
+        "targets": seqio.Feature(vocabulary, add_eos=True),
+    }
     with seqio.utils.map_seed_manager(7):
-        (example,) = list(preprocessors.iid_denoising(ds, None, features).as_numpy_iterator())
-    np.testing.assert_array_equal(example["targets"], tokens)
-    noised = example["inputs"] != tokens
-    assert np.all(example["inputs"][noised] == 999)
-    assert 0.12 < noised.mean() < 0.18
+        out = list(preprocessors.iid_denoising(ds, {"inputs": 501}, features).as_numpy_iterator())
+    assert len(out) == 4  # 2000 tokens in pieces of 500 (the inputs' 501 less the EOS).
+    for example in out:
+        kept = example["inputs"][example["inputs"] < 900]
+        noise = example["targets"][example["targets"] < 900]
+        assert len(kept) + len(noise) == 500
+        assert 0.08 < len(noise) / 500 < 0.22
+        sentinels = (example["inputs"] >= 900).sum(), (example["targets"] >= 900).sum()
+        assert abs(int(sentinels[0]) - int(sentinels[1])) <= 1 and sentinels[0] > 10

@@ -20,7 +20,7 @@ import pytest
 import seqio
 from absl import flags
 
-from paxlite.formats.t5x import gin_run, gin_sources
+from paxlite.formats.t5x import gin_run, gin_sources, t5x_modules
 from paxlite.t5x import train
 from tests import FIXTURES
 
@@ -53,6 +53,8 @@ def user_dir(tmp_path, monkeypatch) -> pathlib.Path:
     copy = tmp_path / "user_dir"
     shutil.copytree(USER_DIR, copy)
     monkeypatch.syspath_prepend(str(copy))
+    # A fresh process per command, as a user has: other tests reset SeqIO's registry.
+    monkeypatch.setattr(t5x_modules, "_USERS_MODULES", {})
     return copy
 
 

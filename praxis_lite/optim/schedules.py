@@ -289,7 +289,11 @@ T5X_FACTORS = (
 #: The steps fields of T5xFactors -> the factors that divide by them.
 _T5X_FACTOR_FIELDS = {
     "warmup_steps": (
-        "linear_warmup", "linear_decay", "rsqrt_decay", "rsqrt_normalized_decay", "cosine_decay"
+        "linear_warmup",
+        "linear_decay",
+        "rsqrt_decay",
+        "rsqrt_normalized_decay",
+        "cosine_decay",
     ),
     "steps_per_decay": ("decay_every",),
     "steps_per_cycle": ("cosine_decay",),

@@ -11,18 +11,24 @@ untouched MODEL_DIR.
 """
 
 import contextlib
+import hashlib
 import io
+import json
 import pathlib
 import shutil
 
 import gin
+import numpy as np
 import pytest
 import seqio
 from absl import flags
 
-from paxlite.formats.t5x import gin_run, gin_sources, t5x_modules
+from paxlite.experiments import registry
+from paxlite.experiments.base_experiment import with_overrides
+from paxlite.formats.t5x import gin_files, gin_run, gin_sources, t5x_modules, translation
 from paxlite.t5x import train
-from tests import FIXTURES
+from praxis_lite import config as config_lib
+from tests import FIXTURES, REPO
 
 USER_DIR = FIXTURES / "t5x" / "user_dir"
 #: What T5X's own train.py wrote running the user directory's gin files (its config.gin),
@@ -279,3 +285,31 @@ def test_an_unknown_flag_and_a_gin_flag_without_a_value_are_one_line(capsys):
         assert exit_info.value.code == 2
         lines = capsys.readouterr().err.strip().splitlines()
         assert len(lines) == 1 and lines[0].startswith("paxlite: error:"), lines
+
+
+T5X_RUN = FIXTURES / "t5x" / "t5x_run"
+
+
+def test_the_training_batches_are_t5x_s(monkeypatch):
+    """Oracle: the first 6 batches T5X's own utils.get_dataset gave for the same gin files
+    (tests/fixtures/t5x/t5x_run, tools/t5x_fixtures/make_t5x_run.py), by sha256."""
+    user_dir = str(T5X_RUN / "user_dir")
+    monkeypatch.syspath_prepend(user_dir)
+    monkeypatch.setattr(t5x_modules, "_USERS_MODULES", {})
+    own = registry.DEFAULT_SEARCH_PACKAGES
+    t5x_modules.import_own_packages(own, REPO)  # As the command does, before the user's.
+    run = gin_run.read_train_call(
+        ["finetune.gin"],
+        ['MODEL_DIR = "/unused"', "INITIAL_CHECKPOINT_PATH = None"],
+        [user_dir, str(gin_files.GIN_ROOT)],
+        own,
+    )
+    knobs = translation.knobs(run.call, run.sources, run.config_text)
+    experiment = with_overrides(registry.get(translation.EXPERIMENT, own), knobs)()
+    inputs = config_lib.instantiate(experiment.datasets()[0])
+    theirs = json.loads((T5X_RUN / "t5x_batches.json").read_text())["batches"]
+    for index, expected in enumerate(theirs):
+        batch = inputs.get_next()
+        for key, meta in expected.items():
+            ours = np.ascontiguousarray(np.asarray(batch[key]).astype(meta["dtype"]))
+            assert hashlib.sha256(ours.tobytes()).hexdigest() == meta["sha256"], (index, key)

@@ -1,5 +1,9 @@
 """T5X: parameter names and layouts (layout), checkpoints legacy and orbax (checkpoint),
-and config.gin read for the model it describes (gin).
+config.gin read for the model it describes (gin), and T5X's gin runs: the files and their
+includes indexed (gin_sources), read by gin-config under T5X's module names (gin_run,
+t5x_modules; T5X's configurables in ``api/``, T5's data package subset in ``t5_subset/``),
+turned into the knobs of a paxlite experiment (translation); paxlite's copies of T5X's
+standard gin files (gin_files, ``gin_configs/``). ``paxlite.t5x.train`` is the command.
 
 May import: `paxlite.checkpoints`, `paxlite.formats`, `paxlite.runtime` and `praxis_lite`.
 """

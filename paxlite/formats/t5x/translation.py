@@ -11,6 +11,7 @@ from __future__ import annotations
 
 import dataclasses
 import inspect
+import math
 import re
 from collections.abc import Callable, Sequence
 from typing import Any
@@ -652,10 +653,7 @@ def _model_ways(partitioner: partitioning.PjitPartitioner) -> int:
     wins, as in T5X (which logs that only one should be set)."""
     submesh = partitioner.model_parallel_submesh
     if submesh:
-        ways = 1
-        for size in submesh:
-            ways *= int(size)
-        return ways
+        return math.prod(int(size) for size in submesh)
     return int(partitioner.num_partitions or 1)
 
 

@@ -235,14 +235,15 @@ def run_decode_pass(
 
     ``decode_fn(model_params, global_batch, key, max_new_tokens)`` returns
     replicated numpy-gettable outputs (see :func:`make_decode_fn`). The pass reads
-    until the input is exhausted (then rewinds it) with ``reset_for_eval``, else
-    ``eval_loop_num_batches`` batches.
+    until the input is exhausted (a repeating input: ``eval_loop_num_batches`` batches;
+    then rewinds it) with ``reset_for_eval``, else ``eval_loop_num_batches`` batches.
     """
     rows: list[dict] = []
     num_batches = 0
     start = time.perf_counter()
     base_key = jax.random.fold_in(jax.random.key(params.seed), step)
-    while inp.reset_for_eval or num_batches < inp.eval_loop_num_batches:
+    one_epoch = inp.reset_for_eval and not inp.repeats
+    while one_epoch or num_batches < inp.eval_loop_num_batches:
         try:
             batch = inp.get_next()
         except StopIteration:

@@ -21,8 +21,9 @@ def run_eval_pass(
 ) -> dict[str, float]:
     """Averages the eval metrics over one pass.
 
-    With ``reset_for_eval`` the pass reads until the input is exhausted and then
-    rewinds it; otherwise it reads ``eval_loop_num_batches`` batches.
+    With ``reset_for_eval`` the pass reads until the input is exhausted (a repeating
+    input: ``eval_loop_num_batches`` batches) and then rewinds it; otherwise it reads
+    ``eval_loop_num_batches`` batches.
 
     If the input has ``score_metric_fns`` (and ``eval_step`` returns per-example
     scores), each fn is called with the detokenized targets and the summed
@@ -38,7 +39,8 @@ def run_eval_pass(
     targets: list[str] = []
     scores: list[float] = []
     num_batches = 0
-    while eval_input.reset_for_eval or num_batches < eval_input.eval_loop_num_batches:
+    one_epoch = eval_input.reset_for_eval and not eval_input.repeats
+    while one_epoch or num_batches < eval_input.eval_loop_num_batches:
         try:
             batch = eval_input.get_next()
         except StopIteration:
@@ -83,8 +85,9 @@ class Evaluator:
     Args:
       eval_step: the jitted ``eval_step(params, global_batch)`` (see ``pure_steps``).
       inputs: the eval inputs.
-      job_log_dir: summaries go to ``<job_log_dir>/summaries/eval_<name>``.
+      job_log_dir: summaries go to the layout's eval run of each input under it.
       to_global: host-local numpy batch -> global arrays.
+      layout: the task's summary layout (paxlite's: ``summaries/eval_<name>``).
     """
 
     def __init__(
@@ -93,10 +96,12 @@ class Evaluator:
         inputs: list[BaseInput],
         job_log_dir: Any,
         to_global: Callable[[NestedMap], Any],
+        layout: summaries.SummaryLayout | None = None,
     ):
         self._eval_step, self._inputs, self._to_global = eval_step, inputs, to_global
+        self._layout = layout or summaries.PaxliteSummaries()
         self._writers = {
-            i.name: summaries.create_writer(job_log_dir, f"eval_{i.name}") for i in inputs
+            i.name: summaries.writer_of(job_log_dir, self._layout.eval_run(i.name)) for i in inputs
         }
 
     def run(self, params: Any, step: int) -> dict[str, dict[str, float]]:
@@ -104,7 +109,9 @@ class Evaluator:
         results = {}
         for inp in self._inputs:
             metrics = run_eval_pass(self._eval_step, params, inp, self._to_global)
-            summaries.write_scalars(self._writers[inp.name], step, f"eval_{inp.name}", metrics)
+            self._writers[inp.name].write_scalars(
+                step, self._layout.eval_scalars(inp.name, metrics)
+            )
             names = ["loss", *sorted(set(metrics) - {"loss", "num_batches", "num_tokens"})]
             shown = ", ".join(f"{k} {metrics[k]:.4f}" for k in names)
             summaries.log(

@@ -4,7 +4,7 @@ from __future__ import annotations
 
 from paxlite.evaluation import eval_lib
 from paxlite.runtime.job import Job
-from paxlite.train import train_setup
+from paxlite.train import summaries, train_setup
 from paxlite.train.periodic_actions import RunResult
 
 
@@ -20,7 +20,13 @@ def run(job: Job, checkpoint: str | None = None, step: int | None = None) -> Run
     """
     with train_setup.restored(job, "--mode=eval", checkpoint, step) as run_state:
         eval_step = train_setup.jit_eval_step(job, run_state.shardings.params)
-        evaluator = eval_lib.Evaluator(eval_step, job.eval_inputs, job.job_log_dir, job.to_global)
+        evaluator = eval_lib.Evaluator(
+            eval_step,
+            job.eval_inputs,
+            job.job_log_dir,
+            job.to_global,
+            summaries.layout_of(job.task),
+        )
         state = run_state.state
         try:
             return RunResult(eval=evaluator.run(state.params, int(state.step)), state=state)

@@ -143,6 +143,10 @@ class SingleTask:
       profiler_max_num_hosts: only processes with a smaller index trace; None: all.
       train: Pax's ``task.train`` level: ``task.train.init_from_checkpoint_rules`` (see
         :class:`TrainParams`).
+      periods_from_step: the save, summary, eval and decode periods count from this step
+        (T5X counts them from the step its run started at); 0: multiples of the period.
+      summary_layout: where the TensorBoard runs go and what the scalars are called (a
+        ``paxlite.train.summaries.SummaryLayout``, e.g. T5X's); None: paxlite's.
     """
 
     model: Any
@@ -162,6 +166,8 @@ class SingleTask:
     profiler_min_duration_sec: float = 1.0
     profiler_max_num_hosts: int | None = None
     train: Any = config_lib.template_field(TrainParams)
+    periods_from_step: int = 0
+    summary_layout: Any = None
 
     def __post_init__(self) -> None:
         positive = ("num_train_steps", "save_interval_steps", "summary_interval_steps")

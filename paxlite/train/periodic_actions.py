@@ -15,6 +15,7 @@ import time
 from typing import Any
 
 import jax
+import jax.numpy as jnp
 
 from paxlite.checkpoints import input_positions, train_checkpoints
 from paxlite.evaluation import decode_lib, eval_lib
@@ -65,6 +66,7 @@ class StepContext:
       result: the run's result, filled in by the actions.
       progress: the throughput window (paused around evals and decodes).
       stop: set by an action to end the loop after this step.
+      periods_from: the task's ``periods_from_step``.
     """
 
     step: int
@@ -75,10 +77,16 @@ class StepContext:
     result: RunResult
     progress: summaries.Progress
     stop: bool = False
+    periods_from: int = 0
+
+    def due(self, interval: int) -> bool:
+        """Whether a period of ``interval`` steps (0: none) ends at this step; periods count
+        from step ``periods_from``."""
+        return bool(interval and (self.step - self.periods_from) % interval == 0)
 
     def every(self, interval: int) -> bool:
         """Due every ``interval`` steps (0: never) and at the end of training."""
-        return bool(interval and self.step % interval == 0) or self.step == self.final_step
+        return self.due(interval) or self.step == self.final_step
 
 
 def check_finite(state: Any, task: Any, checkpointer: train_checkpoints.Checkpointer) -> None:
@@ -96,9 +104,16 @@ def check_finite(state: Any, task: Any, checkpointer: train_checkpoints.Checkpoi
 class FirstStepReport:
     """After the first step of the run: compile time and time to first step; starts the rates."""
 
-    def __init__(self, first_step: int, run_start: float, compile_s: float, writer: Any):
+    def __init__(
+        self,
+        first_step: int,
+        run_start: float,
+        compile_s: float,
+        writer: Any,
+        layout: summaries.SummaryLayout,
+    ):
         self._first, self._start, self._compile_s = first_step, run_start, compile_s
-        self._writer = writer
+        self._writer, self._layout = writer, layout
 
     def __call__(self, ctx: StepContext) -> None:
         if ctx.step != self._first + 1:
@@ -109,7 +124,7 @@ class FirstStepReport:
             "compile_time_s": self._compile_s,
             "time_to_first_step_s": time.perf_counter() - self._start,
         }
-        summaries.write_scalars(self._writer, ctx.step, "train", first)
+        self._writer.write_scalars(ctx.step, self._layout.first_step_scalars(first))
         summaries.log(
             f"First step done {first['time_to_first_step_s']:.1f} s after start "
             f"(compile {self._compile_s:.1f} s); rates below exclude it."
@@ -118,22 +133,40 @@ class FirstStepReport:
 
 
 class TrainSummaries:
-    """Every ``interval`` steps: the step's scalars and rates to TensorBoard and the console."""
+    """Every ``interval`` steps: the period's scalars and rates to TensorBoard (named by the
+    task's summary layout) and the console (the step's loss)."""
 
     def __init__(self, interval: int, writer: Any, task: Any, checkpointer: Any):
         self._interval, self._writer = interval, writer
         self._task, self._checkpointer = task, checkpointer
+        self._layout = summaries.layout_of(task)
+        self._period: list[Any] = []  # Each step's device metrics, when the layout reads them.
 
     def __call__(self, ctx: StepContext) -> None:
-        if not (ctx.step % self._interval == 0 or ctx.step == ctx.final_step):
+        if self._layout.uses_every_step:
+            self._period.append(ctx.metrics)
+        if not ctx.every(self._interval):
             return
         check_finite(ctx.state, self._task, self._checkpointer)
-        scalars = {k: float(v) for k, v in jax.device_get(ctx.metrics).items()}
-        scalars.update(ctx.progress.report(ctx.step, tokens_per_step=scalars["num_tokens"]))
-        summaries.write_scalars(self._writer, ctx.step, "train", scalars)
+        steps = self._period_metrics(ctx.metrics)
+        scalars = dict(steps[-1])
+        rates = ctx.progress.report(ctx.step, tokens_per_step=scalars["num_tokens"])
+        scalars.update(rates)
+        self._writer.write_scalars(ctx.step, self._layout.train_scalars(steps, rates))
         summaries.log(ctx.progress.line(ctx.step, scalars["loss"], scalars))
         ctx.result.train = scalars
         ctx.result.history.append((ctx.step, scalars))
+
+    def _period_metrics(self, last: Any) -> list[dict[str, float]]:
+        """The host metrics of each step of the period (only the last when the layout
+        reads no other), fetched at once: one stacked array per metric."""
+        period, self._period = self._period or [last], []
+        if len(period) == 1:
+            return [{name: float(v) for name, v in jax.device_get(period[0]).items()}]
+        stacked = jax.device_get(jax.tree.map(lambda *xs: jnp.stack(xs), *period))
+        return [
+            {name: float(values[i]) for name, values in stacked.items()} for i in range(len(period))
+        ]
 
 
 class Checkpointing:
@@ -161,7 +194,7 @@ class Checkpointing:
                 "Run the same command again to resume."
             )
             ctx.result.preempted = ctx.stop = True
-        elif ctx.step % self._interval == 0 or ctx.step == ctx.last_step or ctx.stop:
+        elif ctx.due(self._interval) or ctx.step == ctx.last_step or ctx.stop:
             check_finite(ctx.state, self._task, ckpt)
             self._save(ctx)
 

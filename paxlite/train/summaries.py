@@ -15,8 +15,8 @@ import sys
 import tempfile
 import time
 import weakref
-from collections.abc import Iterator, Mapping
-from typing import TYPE_CHECKING
+from collections.abc import Iterator, Mapping, Sequence
+from typing import TYPE_CHECKING, Protocol
 
 import jax
 import numpy as np
@@ -30,6 +30,7 @@ from tensorboard.util import tensor_util
 from paxlite.runtime import best_effort, storage
 
 if TYPE_CHECKING:
+    from paxlite.experiments.tasks_lib import SingleTask
     from paxlite.perf.step_cost import StepCost
 
 
@@ -107,6 +108,64 @@ def create_writer(job_log_dir: epath.PathLike, name: str) -> SummaryWriter:
     Only process 0 writes files; other processes only log.
     """
     return SummaryWriter(epath.Path(job_log_dir) / "summaries" / name)
+
+
+class SummaryLayout(Protocol):
+    """Where a run's TensorBoard runs go (relative to the job directory) and what their
+    scalars are called: a task's ``summary_layout`` (None: :class:`PaxliteSummaries`).
+
+    ``train_scalars`` gets the train step's metrics of every step of the summary period
+    (``steps``, oldest first, host floats) and the period's rates
+    (:meth:`Progress.report`'s); ``eval_scalars`` one eval pass's metrics
+    (``eval_lib.run_eval_pass``'s); ``first_step_scalars`` the compile time and time to
+    the first step (``compile_time_s``, ``time_to_first_step_s``, seconds).
+    """
+
+    def train_run(self) -> str: ...
+
+    def eval_run(self, input_name: str) -> str: ...
+
+    def train_scalars(
+        self, steps: Sequence[Mapping[str, float]], rates: Mapping[str, float]
+    ) -> dict[str, float]: ...
+
+    def eval_scalars(self, input_name: str, metrics: Mapping[str, float]) -> dict[str, float]: ...
+
+    def first_step_scalars(self, first: Mapping[str, float]) -> dict[str, float]: ...
+
+
+class PaxliteSummaries:
+    """paxlite's runs: ``summaries/train`` (the summary step's metrics and the period's
+    rates, as ``train/<name>``) and ``summaries/eval_<input>`` (``eval_<input>/<name>``)."""
+
+    uses_every_step = False
+
+    def train_run(self) -> str:
+        return "summaries/train"
+
+    def eval_run(self, input_name: str) -> str:
+        return f"summaries/eval_{input_name}"
+
+    def train_scalars(
+        self, steps: Sequence[Mapping[str, float]], rates: Mapping[str, float]
+    ) -> dict[str, float]:
+        return {f"train/{k}": float(v) for k, v in {**steps[-1], **rates}.items()}
+
+    def eval_scalars(self, input_name: str, metrics: Mapping[str, float]) -> dict[str, float]:
+        return {f"eval_{input_name}/{k}": float(v) for k, v in metrics.items()}
+
+    def first_step_scalars(self, first: Mapping[str, float]) -> dict[str, float]:
+        return {f"train/{k}": float(v) for k, v in first.items()}
+
+
+def layout_of(task: SingleTask) -> SummaryLayout:
+    """The task's summary layout (paxlite's when it sets none)."""
+    return PaxliteSummaries() if task.summary_layout is None else task.summary_layout
+
+
+def writer_of(job_log_dir: epath.PathLike, run: str) -> SummaryWriter:
+    """A writer of the TensorBoard run ``run`` (a directory relative to the job's)."""
+    return SummaryWriter(epath.Path(job_log_dir) / run)
 
 
 def write_scalars(

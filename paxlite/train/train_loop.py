@@ -109,7 +109,14 @@ def run(
                     state, metrics = loop.step_fn(state, loop.batches.next(), loop.run.train_key)
                 step += 1
                 ctx = StepContext(
-                    step, state, metrics, last_step, task.num_train_steps, result, loop.progress
+                    step,
+                    state,
+                    metrics,
+                    last_step,
+                    task.num_train_steps,
+                    result,
+                    loop.progress,
+                    periods_from=task.periods_from_step,
                 )
                 for action in loop.actions:
                     action(ctx)
@@ -146,13 +153,14 @@ def _prepare(
     elif step < last_step:
         step_fn, compile_s, result.cost = train_setup.compile_with_cost(job, run, peak, definition)
     batches = prefetch.Prefetcher(job.train_input, job.to_global, replay=run.input_replay)
-    writer = summaries.create_writer(job.job_log_dir, "train")
+    layout = summaries.layout_of(task)
+    writer = summaries.writer_of(job.job_log_dir, layout.train_run())
     checkpointing = Checkpointing(task.save_interval_steps, checkpointer, batches, task)
     tracing = profiling.Profiling(task, step, job.job_log_dir)
     evaluations = _evaluation_actions(job, run, evaluate)
     actions = [  # Evaluation before Checkpointing: an early stop is saved at its step.
         tracing,
-        FirstStepReport(step, run_start, compile_s, writer),
+        FirstStepReport(step, run_start, compile_s, writer, layout),
         TrainSummaries(task.summary_interval_steps, writer, task, checkpointer),
         *evaluations,
         checkpointing,
@@ -172,7 +180,9 @@ def _evaluation_actions(job: Job, run: train_setup.RunState, evaluate: bool) -> 
     actions: list[Any] = []
     if job.eval_inputs:
         eval_step = train_setup.jit_eval_step(job, run.shardings.params)
-        evaluator = eval_lib.Evaluator(eval_step, job.eval_inputs, job.job_log_dir, job.to_global)
+        evaluator = eval_lib.Evaluator(
+            eval_step, job.eval_inputs, job.job_log_dir, job.to_global, summaries.layout_of(task)
+        )
         actions.append(Evaluation(task.eval_interval_steps, evaluator, task.target_log_pplx))
     if task.decode_interval_steps and job.decoder_inputs:
         program = decode_lib.DecodeProgram.for_job(job, run.shardings.params)

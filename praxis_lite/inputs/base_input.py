@@ -16,7 +16,8 @@ True            False    ignored                  one epoch, then ``reset()``; e
                                                   stops after the same number of batches
                                                   (padded examples have weight 0)
 False           True     N                        N rolling batches (no reset)
-True            True     --                       error: an endless epoch
+True            True     N                        the first N batches, then ``reset()``:
+                                                  the same N every pass (T5X's training eval)
 False           False    --                       error: would run dry after a few passes
 =============== ======== ======================== =====================================
 
@@ -72,8 +73,10 @@ class BaseInput:
       is_training: whether this input feeds training.
       num_infeed_hosts: number of hosts reading this input (set by the trainer).
       infeed_host_index: which of them this one is (set by the trainer).
-      reset_for_eval: an eval pass is one epoch, then the input is reset.
-      eval_loop_num_batches: batches per eval pass when not ``reset_for_eval``.
+      reset_for_eval: an eval pass is one epoch (with ``repeat``: its first
+        ``eval_loop_num_batches`` batches), then the input is reset.
+      eval_loop_num_batches: batches per eval pass, unless ``reset_for_eval`` without
+        ``repeat``.
       repeat: whether the data repeats forever; ``None`` = Pax's default
         (repeat unless this is a one-epoch eval input).
       seed: seed of any randomness in the pipeline.
@@ -103,18 +106,13 @@ class BaseInput:
                 f"{kind} '{self.name}': reset_for_eval=True is for eval inputs; "
                 "set is_training=False or reset_for_eval=False."
             )
-        if self.reset_for_eval and self.repeat:
-            raise InputConfigError(
-                f"{kind} '{self.name}': reset_for_eval=True runs one epoch, which never ends "
-                "with repeat=True; set repeat=False (or None)."
-            )
         if not self.is_training and not self.reset_for_eval and self.repeat is False:
             raise InputConfigError(
                 f"{kind} '{self.name}': reset_for_eval=False takes eval_loop_num_batches "
                 "rolling batches per pass and needs a repeating input; set repeat=True "
                 "(or None), or reset_for_eval=True for one-epoch eval."
             )
-        if not self.reset_for_eval and self.eval_loop_num_batches <= 0:
+        if (not self.reset_for_eval or self.repeats) and self.eval_loop_num_batches <= 0:
             raise InputConfigError(f"{kind}.eval_loop_num_batches must be > 0.")
 
     @property

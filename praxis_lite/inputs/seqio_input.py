@@ -251,7 +251,7 @@ class SeqIOInput(BaseInput):
         """The next ``[batch_size, T]`` batch; StopIteration at the end of a finite input."""
         if self._replay:
             batch = self._replay.pop(0)
-        elif self.reset_for_eval:
+        elif self.reset_for_eval and not self.repeats:
             batch = self._next_padded()
         else:
             batch = self._to_batch(self._next_raw())
@@ -610,7 +610,7 @@ class SeqIOInput(BaseInput):
         """(Re)creates this host's batch iterator, positioned after ``skip`` batches."""
         ds = self._examples(self.infeed_host_index, None if self.repeats else 1)
         # One-epoch eval keeps the last partial batch (padded in numpy); all else drops it.
-        ds = ds.batch(self.batch_size, drop_remainder=not self.reset_for_eval)
+        ds = ds.batch(self.batch_size, drop_remainder=self.repeats or not self.reset_for_eval)
         self._spec = ds.element_spec
         # Always a skip node (even of 0): a saved iterator state restores only into a
         # pipeline of the same structure.

@@ -55,7 +55,7 @@ class _SeededInput(BaseInput):
 
     def __post_init__(self) -> None:
         super().__post_init__()
-        if self.reset_for_eval and self.num_batches is None:
+        if self.reset_for_eval and not self.repeats and self.num_batches is None:
             raise InputConfigError(
                 f"{type(self).__name__} '{self.name}': one-epoch eval (reset_for_eval=True) "
                 "needs a finite input; set num_batches."

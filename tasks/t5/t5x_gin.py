@@ -13,6 +13,8 @@ from typing import Any
 
 from paxlite.experiments import registry
 from paxlite.experiments.base_experiment import KnobError
+from paxlite.experiments.tasks_lib import CheckpointLoadingRules
+from paxlite.formats.t5x import summaries as t5x_summaries
 from praxis_lite import config as config_lib
 from praxis_lite.inputs.seqio_input import DecodeForm
 from praxis_lite.optim import optimizers, schedules
@@ -44,7 +46,8 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     T5X's ``temperature_sample`` instead, with SAMPLE_TEMPERATURE, SAMPLE_TOP_K (T5X's
     ``topk``: 1, its default, is greedy; 0: all) and SAMPLE_TOP_P (``topp``; 0: off).
     T5X_CONFIG_GIN: the text
-    written as the model directory's config.gin. LABEL_SMOOTHING: T5X's ``label_smoothing``
+    written as the model directory's config.gin. PERIODS_FROM_STEP: the step the checkpoint,
+    eval and summary periods count from (T5X's: the step the run starts at). LABEL_SMOOTHING: T5X's ``label_smoothing``
     (the label keeps ``1 - a``, every other class ``a / (V - 1)``; see
     :func:`smoothing_over_all_classes`).
 
@@ -86,6 +89,7 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     ADAFACTOR_EPSILON2: float = 1e-3
     ADAFACTOR_GLOBAL_NORM_CLIP: float | None = None
     OPTAX_CHAIN: tuple[dict[str, Any], ...] | None = None
+    PERIODS_FROM_STEP: int = 0
 
 
 @registry.register
@@ -186,7 +190,26 @@ class T5xGin(T5xGinKnobs):
             task.decoder.top_k = self.SAMPLE_TOP_K
             task.decoder.top_p = self.SAMPLE_TOP_P or 1.0  # T5X's 0: no nucleus.
         task.decode_interval_steps = self.EVAL_INTERVAL_STEPS if self.DECODE_VALIDATION else 0
+        task.periods_from_step = self.PERIODS_FROM_STEP
+        task.summary_layout = self._t5x_summaries()
+        if self.INIT_FROM:  # T5X restores the whole train state: parameters, Adafactor, step.
+            task.train.init_from_checkpoint_rules = {
+                self.INIT_FROM: CheckpointLoadingRules(load_step=True, load_opt_states=True)
+            }
         return task
+
+    def _t5x_summaries(self) -> config_lib.Config:
+        """T5X's TensorBoard runs (``train/``, ``training_eval/<task>/``) and names."""
+        import jax
+
+        return config_lib.Config(
+            t5x_summaries.T5xSummaries,
+            task_name=self.MIXTURE_OR_TASK_NAME or "",
+            batch_size=self.BATCH_SIZE,
+            eval_batch_size=self.BATCH_SIZE,
+            target_length=self.TASK_FEATURE_LENGTHS["targets"],
+            num_devices=jax.device_count(),
+        )
 
     def job_texts(self) -> dict[str, str]:
         texts = super().job_texts()
@@ -218,6 +241,7 @@ class T5xGin(T5xGinKnobs):
             ),
             eval_loop_num_batches=self.EVAL_STEPS,
             repeat=True,
+            reset_for_eval=True,  # T5X's training eval: the same EVAL_STEPS batches each time.
             seed=self.SEED if self.EVAL_DATA_SEED is None else self.EVAL_DATA_SEED,
         )
         return [train, evaluation]

@@ -130,11 +130,20 @@ def _all_knobs(call: TrainCall, check: _Checker, latest_step: int | None) -> dic
     values |= _model_knobs(call.model, check)
     values |= _learning_rate_knobs(call.trainer_cls, check)
     values |= _data_knobs(call, check)
-    values |= _loop_knobs(call, check, _start_step(call, latest_step))
+    start_step = _start_step(call, latest_step)
+    values |= _loop_knobs(call, check, start_step)
     values |= _checkpoint_knobs(call.checkpoint_cfg, check)
     values |= _partitioner_knobs(call.partitioner, check)
-    if "CHECKPOINT_EVERY_N_STEPS" not in values:  # T5X's period None: the final one only.
+    checkpoint_period = values.get("CHECKPOINT_EVERY_N_STEPS")
+    if checkpoint_period is None:  # T5X's period None: the final one only.
         values["CHECKPOINT_EVERY_N_STEPS"] = max(1, values["NUM_TRAIN_STEPS"])
+    if not call.stats_period:  # T5X: its "epoch", the shortest of the periods.
+        evaluates = call.train_eval_dataset_cfg or call.infer_eval_dataset_cfg
+        periods = [
+            p for p in (evaluates and call.eval_period, checkpoint_period, call.gc_period) if p
+        ]
+        values["SUMMARY_INTERVAL_STEPS"] = int(min(periods, default=values["NUM_TRAIN_STEPS"]))
+    values["PERIODS_FROM_STEP"] = start_step  # T5X counts its periods from there.
     return values
 
 
@@ -575,7 +584,7 @@ def _loop_knobs(call: TrainCall, check: _Checker, start_step: int) -> dict[str, 
     values = {
         "NUM_TRAIN_STEPS": total,
         "EVAL_INTERVAL_STEPS": int(call.eval_period),
-        "SUMMARY_INTERVAL_STEPS": int(call.stats_period or call.eval_period),
+        "SUMMARY_INTERVAL_STEPS": int(call.stats_period or 0),
     }
     if call.random_seed is not None:
         values["SEED"] = int(call.random_seed)

@@ -31,6 +31,21 @@ def test_reset_for_eval_runs_to_exhaustion_then_rewinds():
     assert first == second
 
 
+def test_a_repeating_reset_eval_reads_its_first_batches_each_pass():
+    inp = SyntheticLmInput(
+        batch_size=2,
+        seq_len=4,
+        eval_loop_num_batches=3,
+        reset_for_eval=True,
+        repeat=True,
+        is_training=False,
+    )
+    first = run_eval_pass(_sum_step, None, inp, lambda b: b)
+    assert first["num_batches"] == 3
+    assert inp.get_state() == {"index": 0}  # rewound: the next pass reads the same batches
+    assert run_eval_pass(_sum_step, None, inp, lambda b: b) == first
+
+
 class _ScoredInput(SyntheticLmInput):
     """Synthetic eval input whose task has a score metric; row 0 is padding."""
 

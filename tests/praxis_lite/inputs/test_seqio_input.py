@@ -195,14 +195,19 @@ def test_rolling_eval_passes_see_different_batches(task):
         inp.get_next()
 
 
-@pytest.mark.parametrize(
-    "settings",
-    [dict(reset_for_eval=True, repeat=True), dict(reset_for_eval=False, repeat=False)],
-    ids=["endless-epoch", "runs-dry"],
-)
-def test_unsupported_eval_combinations_raise(task, settings):
+def test_a_rolling_eval_that_would_run_dry_raises(task):
     with pytest.raises(InputConfigError, match="reset_for_eval"):
-        make_eval(task, **settings)
+        make_eval(task, reset_for_eval=False, repeat=False)
+
+
+def test_a_repeating_reset_eval_reads_the_same_first_batches_each_pass(task):
+    """T5X's training eval (``take(eval_steps).cache()``): every pass, the first N batches."""
+    inp = make_eval(task, reset_for_eval=True, repeat=True, eval_loop_num_batches=2)
+    first = [inp.get_next() for _ in range(2)]
+    inp.reset()
+    assert_batches_equal([inp.get_next() for _ in range(2)], first)
+    for _ in range(10):  # 23 docs / 4 per batch: it repeats instead of ending.
+        assert inp.get_next().weights.shape[0] == 4
 
 
 def test_finite_training_input_drops_the_remainder(task):

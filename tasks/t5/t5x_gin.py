@@ -47,7 +47,8 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     ``topk``: 1, its default, is greedy; 0: all) and SAMPLE_TOP_P (``topp``; 0: off).
     T5X_CONFIG_GIN: the text
     written as the model directory's config.gin. PERIODS_FROM_STEP: the step the checkpoint,
-    eval and summary periods count from (T5X's: the step the run starts at). LABEL_SMOOTHING: T5X's ``label_smoothing``
+    eval and summary periods count from (T5X's: the step the run starts at).
+    LABEL_SMOOTHING: T5X's ``label_smoothing``
     (the label keeps ``1 - a``, every other class ``a / (V - 1)``; see
     :func:`smoothing_over_all_classes`).
 

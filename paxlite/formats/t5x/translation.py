@@ -252,6 +252,9 @@ def _model_knobs(model: Any, check: _Checker) -> dict[str, Any]:
         "Z_LOSS_WEIGHT": float(model.z_loss),
         "LABEL_SMOOTHING": float(model.label_smoothing),
         "LOSS_NORMALIZING_FACTOR": _loss_normalizing_factor(model.loss_normalizing_factor, check),
+        # T5X's network.Transformer is unscanned: Adafactor factors each layer's kernel by
+        # its own sizes (a scanned stack's would be factored whatever their sizes).
+        "USE_REPEATED_LAYER": False,
     }
     return values | _decode_knobs(model, check) | _optimizer_knobs(model.optimizer_def, check)
 

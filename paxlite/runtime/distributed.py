@@ -50,7 +50,8 @@ def initialize(
 ) -> bool:
     """Initializes ``jax.distributed`` from flags, or from the cluster environment.
 
-    With none of the flags and no cluster environment, does nothing (one process).
+    With none of the flags and no cluster environment, does nothing (one process); once
+    joined, a second call does nothing either.
     On CPU, cross-process collectives use gloo so local processes form one job.
     In a multi-process job a :class:`PeerWatch` then stops this process, naming
     the lost peer, once another process has been silent for ``peer_timeout_s``
@@ -59,6 +60,8 @@ def initialize(
     Returns:
       Whether this is a multi-process job.
     """
+    if jax.distributed.is_initialized():  # Joined before (e.g. to agree on a seed).
+        return jax.process_count() > 1
     given = [coordinator_address is not None, num_processes is not None, process_id is not None]
     if any(given) and not all(given):
         raise DistributedSetupError(

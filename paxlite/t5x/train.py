@@ -23,21 +23,25 @@ from __future__ import annotations
 import os
 import pathlib
 import sys
+import time
 from collections.abc import Sequence
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")
 
+import numpy as np  # noqa: E402
 import orbax.checkpoint as ocp  # noqa: E402
 from absl import app, flags  # noqa: E402
 from etils import epath  # noqa: E402
 
 import paxlite.main as paxlite_main  # noqa: E402
-from paxlite.cli import command_line, exits  # noqa: E402
+from paxlite.cli import command_line, exits, pax_flags  # noqa: E402
 from paxlite.cli.exits import fail  # noqa: E402
 from paxlite.cli.flags import FLAGS, Mode  # noqa: E402
 from paxlite.experiments import registry  # noqa: E402
 from paxlite.formats.t5x import gin_files, gin_run, t5x_modules, translation  # noqa: E402
 from paxlite.formats.t5x.t5_subset import data as t5_data  # noqa: E402
+from paxlite.runtime import distributed  # noqa: E402
 
 flags.DEFINE_multi_string("gin_file", [], "T5X: a gin file to read (repeatable, in order).")
 flags.DEFINE_list(
@@ -89,11 +93,42 @@ def main(argv: Sequence[str]) -> None:
     except (gin_run.GinRunError, translation.UnsupportedBinding) as e:
         fail(e)
     _join_flags()
+    knobs |= _fresh_seeds(run.call)
     FLAGS.exp = translation.EXPERIMENT
     FLAGS.job_log_dir = str(run.call.model_dir)
     FLAGS.mode = Mode.TRAIN_AND_EVAL if knobs.get("DECODE_VALIDATION") else Mode.TRAIN
     FLAGS.set = [f"{name}={translation.knob_text(value)}" for name, value in knobs.items()]
     paxlite_main.main(argv)
+
+
+def _fresh_seeds(call: Any) -> dict[str, int]:
+    """T5X's seeds left None (``RANDOM_SEED``; the train ``DatasetConfig.seed``), as T5X
+    sets them: the time in seconds (int32), process 0's in a multi-process job; printed,
+    so that the run can be repeated."""
+    unset = [
+        (knob, name)
+        for knob, name, value in (
+            ("SEED", "RANDOM_SEED (initialization and dropout)", call.random_seed),
+            ("DATA_SEED", "the train DatasetConfig.seed", call.train_dataset_cfg.seed),
+        )
+        if value is None
+    ]
+    if not unset:
+        return {}
+    seed = int(np.int32(time.time()))
+    try:  # Joined here already (paxlite's main finds the processes joined).
+        joined = distributed.initialize(
+            *pax_flags.distributed_args(), FLAGS.distributed_timeout_s, FLAGS.peer_timeout_s
+        )
+    except ValueError as e:  # Half the flags given, or a bad process index.
+        fail(e)
+    if joined:
+        from jax.experimental import multihost_utils
+
+        seed = int(multihost_utils.broadcast_one_to_all(np.int32(seed)))
+    for _, name in unset:
+        print(f"paxlite: {name} is None: this run's seed is {seed} (T5X's, from the time).")
+    return {knob: seed for knob, _ in unset}
 
 
 def _latest_step(model_dir: str) -> int | None:

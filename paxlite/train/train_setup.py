@@ -210,10 +210,20 @@ def _resumed(
     restored = checkpointer.restore_latest(trainable.saved(abstract, learner))
     _report_moved_aside(restored, checkpointer.directory)
     state, latest = restored.state, restored.step
-    replay = input_positions.restore(checkpointer.directory, latest, job.train_input)
-    if replay is None:  # No saved reader position: the input re-reads up to its state.
-        job.train_input.set_state(restored.input_state)
-    how = "its saved batch count" if replay is None else "its saved reader position"
+    replay = None
+    if job.task.resume_input:
+        replay = input_positions.restore(checkpointer.directory, latest, job.train_input)
+        if replay is None:  # No saved reader position: the input re-reads up to its state.
+            job.train_input.set_state(restored.input_state)
+        how = "its saved batch count" if replay is None else "its saved reader position"
+    else:
+        how = "from its first batch"
+        _warn(
+            f"the training input starts again from its first batch at step {latest} "
+            "(task.resume_input = False; T5X's SaveCheckpointConfig.save_dataset = False): "
+            "the batches already trained on are read again; set it True to go on where "
+            "the checkpoint left the input."
+        )
     summaries.log(
         f"Restored checkpoint at step {latest} from {checkpointer.directory} (input: {how})"
     )
@@ -232,17 +242,19 @@ def _resumed(
     return RunState(state, shardings, sample, key, latest, replay or [])
 
 
+def _warn(message: str) -> None:
+    """A ``paxlite: warning:`` line on stderr (process 0)."""
+    if jax.process_index() == 0:
+        print(f"paxlite: warning: {message}", file=sys.stderr, flush=True)
+
+
 def _report_moved_aside(restored: train_checkpoints.Restored, directory: Any) -> None:
     """A ``paxlite: warning:`` line (process 0) for each damaged checkpoint passed over."""
-    if jax.process_index() != 0:
-        return
     for moved in restored.moved_aside:
-        print(
-            f"paxlite: warning: the checkpoint at step {moved.step} in {directory} cannot be "
+        _warn(
+            f"the checkpoint at step {moved.step} in {directory} cannot be "
             f"read ({moved.cause}); moved it to {moved.to} and resuming from step "
-            f"{restored.step}, the newest that reads (--restore_fallback).",
-            file=sys.stderr,
-            flush=True,
+            f"{restored.step}, the newest that reads (--restore_fallback)."
         )
 
 

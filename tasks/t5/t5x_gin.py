@@ -47,7 +47,9 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     ``topk``: 1, its default, is greedy; 0: all) and SAMPLE_TOP_P (``topp``; 0: off).
     T5X_CONFIG_GIN: the text
     written as the model directory's config.gin. PERIODS_FROM_STEP: the step the checkpoint,
-    eval and summary periods count from (T5X's: the step the run starts at).
+    eval and summary periods count from (T5X's: the step the run starts at). RESUME_INPUT:
+    a resumed run continues the training data where it stopped (T5X's ``save_dataset``;
+    False: from the first batch again, with a warning).
     LABEL_SMOOTHING: T5X's ``label_smoothing``
     (the label keeps ``1 - a``, every other class ``a / (V - 1)``; see
     :func:`smoothing_over_all_classes`).
@@ -91,6 +93,7 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     ADAFACTOR_GLOBAL_NORM_CLIP: float | None = None
     OPTAX_CHAIN: tuple[dict[str, Any], ...] | None = None
     PERIODS_FROM_STEP: int = 0
+    RESUME_INPUT: bool = True
 
 
 @registry.register
@@ -193,6 +196,7 @@ class T5xGin(T5xGinKnobs):
         task.decode_interval_steps = self.EVAL_INTERVAL_STEPS if self.DECODE_VALIDATION else 0
         task.periods_from_step = self.PERIODS_FROM_STEP
         task.summary_layout = self._t5x_summaries()
+        task.resume_input = self.RESUME_INPUT
         if self.INIT_FROM:  # T5X restores the whole train state: parameters, Adafactor, step.
             task.train.init_from_checkpoint_rules = {
                 self.INIT_FROM: CheckpointLoadingRules(load_step=True, load_opt_states=True)

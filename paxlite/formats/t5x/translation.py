@@ -616,6 +616,7 @@ def _checkpoint_knobs(config: utils.CheckpointConfig | None, check: _Checker) ->
         if save.period:
             values["CHECKPOINT_EVERY_N_STEPS"] = int(save.period)
         values["CHECKPOINT_MAX_TO_KEEP"] = save.keep
+        values["RESUME_INPUT"] = bool(save.save_dataset)  # T5X: False restarts the data.
     restore = config.restore if config is not None else None
     if restore is not None and restore.path:
         check.only(

@@ -115,3 +115,35 @@ def test_the_final_parameters_give_t5x_s_final_logits(t5x_run_dirs, tmp_path):
     theirs, ours = np.asarray(theirs), np.asarray(ours)
     error = np.abs(ours - theirs).max() / np.abs(theirs).max()
     assert error < 1e-5, error  # Measured: 2e-7 (float32 sums in another order).
+
+
+@pytest.mark.slow
+def test_a_restart_reads_the_data_from_its_first_batch_as_t5x_does(t5x_run_dirs, tmp_path):
+    """finetune.gin keeps no dataset state (``save_dataset = False``): T5X's restart replays
+    the data from batch 0; so does paxlite's, saying so. The step and Adafactor state come
+    from MODEL_DIR's checkpoint, not INITIAL_CHECKPOINT_PATH."""
+    import sys
+
+    from paxlite.formats.t5x import t5x_modules
+
+    model_dir, _ = t5x_run_dirs
+    user_dir = T5X_RUN / "user_dir"
+    sys.path.insert(0, str(user_dir))
+    try:
+        code, out, err = run_t5x_train(
+            "--gin_file=finetune.gin",
+            f"--gin_search_paths={user_dir}",
+            f'--gin.MODEL_DIR="{model_dir}"',
+            f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{user_dir}/spm.model"',
+            f'--gin.INITIAL_CHECKPOINT_PATH="{T5X_RUN / "init_checkpoint" / "checkpoint_3"}"',
+            "--gin.TRAIN_STEPS=8",
+            "--gin.EVAL_PERIOD=1",
+            "--gin.utils.SaveCheckpointConfig.period=1",
+        )
+    finally:
+        sys.path.remove(str(user_dir))
+        t5x_modules._USERS_MODULES.clear()
+        seqio.TaskRegistry.remove(TASK)
+    assert code == 0, err[-3000:]
+    assert "paxlite: warning: the training input starts again from its first batch at step 7" in err
+    assert "Restored checkpoint at step 7" in out and "step       8/8" in out

@@ -15,6 +15,7 @@ import hashlib
 import io
 import json
 import pathlib
+import re
 import shutil
 
 import gin
@@ -92,17 +93,24 @@ def test_from_scratch_with_a_user_directory(user_dir, tmp_path):
         "--gin_file=scratch.gin",
         f"--gin_search_paths={user_dir}",
         f'--gin.MODEL_DIR="{model_dir}"',
+        "--gin.train_script.train.random_seed=None",  # T5X: a fresh seed per run.
     )
     assert code == 0, err[-3000:]
+    seed = re.search(
+        r"RANDOM_SEED \(initialization and dropout\) is None: this run's seed is (\d+)", out
+    )
+    assert seed, out[:2000]
+    assert f"\nSEED: int = {seed.group(1)}\n" in (model_dir / "config.txt").read_text()
     assert "step       6/6" in out
     assert "eval 'validation' at step 6" in out
     assert _checkpoint_steps(model_dir) == [3, 6]  # SaveCheckpointConfig.period = 3.
     ours = _config_gin_bindings(model_dir / "config.gin")
     assert ours["network.T5Config.emb_dim"] == "8"  # tiny.gin's, over base.gin's 768.
     assert ours["train_script.train.model_dir"] == repr(str(model_dir))
-    assert _without_paths(ours) == _without_paths(
-        _config_gin_bindings(T5X_RUNS / "scratch_config.gin")
-    )
+    assert ours.pop("train_script.train.random_seed") == "None"
+    theirs = _config_gin_bindings(T5X_RUNS / "scratch_config.gin")
+    assert theirs.pop("train_script.train.random_seed") == "0"
+    assert _without_paths(ours) == _without_paths(theirs)
 
 
 @pytest.mark.slow

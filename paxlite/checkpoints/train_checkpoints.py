@@ -93,8 +93,48 @@ def _save_whole_arrays_on_cpu() -> None:
         )
 
 
+class CheckpointFormat:
+    """paxlite's checkpoints: ``<job_log_dir>/checkpoints/<step>/``, the :class:`TrainState`
+    as it is (orbax, item ``state``) beside the input's JSON state (item ``input``).
+
+    Another framework's format (a task's ``checkpoint_format``, e.g. T5X's) overrides
+    where the steps go and how the state is written and read back; the input's state,
+    the saves' timing, retention and failure handling stay :class:`Checkpointer`'s.
+    """
+
+    #: Orbax's step directory prefix (``<prefix>_<step>``); None: the bare step.
+    step_prefix: str | None = None
+
+    def directory(self, job_log_dir: epath.Path) -> epath.Path:
+        """Where the step directories go."""
+        return job_log_dir / "checkpoints"
+
+    def damaged_directory(self, job_log_dir: epath.Path) -> epath.Path:
+        """Where damaged steps are moved (``--restore_fallback``)."""
+        return job_log_dir / DAMAGED_DIRNAME
+
+    def to_saved(self, state: TrainState) -> Any:
+        """The pytree written as item ``state`` (traceable: its shapes come from
+        ``jax.eval_shape``)."""
+        return state
+
+    def restored(
+        self, manager: ocp.CheckpointManager, step: int, abstract_state: TrainState
+    ) -> TrainState:
+        """Step ``step``'s state on the shardings of ``abstract_state`` (shapes checked)."""
+        args = ocp.args.Composite(**{STATE: ocp.args.StandardRestore(abstract_state)})
+        return manager.restore(step, args=args)[STATE]
+
+    def describe(self, job_log_dir: epath.Path, abstract_state: TrainState) -> None:
+        """Writes what the format keeps about a run's state when it starts (nothing here)."""
+
+    def step_name(self, step: int) -> str:
+        return str(step) if self.step_prefix is None else f"{self.step_prefix}_{step}"
+
+
 class Checkpointer:
-    """An orbax ``CheckpointManager`` under ``<job_log_dir>/checkpoints``.
+    """An orbax ``CheckpointManager`` under ``<job_log_dir>/checkpoints`` (or where the
+    checkpoint format puts the steps).
 
     Saves are asynchronous (training continues while arrays are written) and the
     oldest checkpoints beyond ``max_to_keep`` are deleted, only once a newer save
@@ -118,13 +158,17 @@ class Checkpointer:
         async_save: bool = True,
         timeout_secs: int = 1200,
         restore_fallback: bool = False,
+        checkpoint_format: CheckpointFormat | None = None,
     ):
-        self.directory = storage.job_path(job_log_dir) / "checkpoints"
+        self.format = checkpoint_format or CheckpointFormat()
+        self.job_log_dir = storage.job_path(job_log_dir)
+        self.directory = self.format.directory(self.job_log_dir)
         self._restore_fallback = restore_fallback
-        self.interrupted_steps = _interrupted_saves(self.directory)
+        self.interrupted_steps = _interrupted_saves(self.directory, self.format)
         self._timeout_secs = timeout_secs
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
+            step_prefix=self.format.step_prefix,
             enable_async_checkpointing=async_save,
             async_options=ocp.AsyncOptions(timeout_secs=timeout_secs),
             create=True,
@@ -164,8 +208,10 @@ class Checkpointer:
         if self._draining is None:  # Saves run in background threads until close().
             self._draining = contextlib.ExitStack()
             self._draining.enter_context(_finish_tasks_before_loop_close())
+        with self.writing(step):
+            saved = self.format.to_saved(state)
         args = ocp.args.Composite(
-            **{STATE: ocp.args.StandardSave(state), INPUT: ocp.args.JsonSave(input_state)}
+            **{STATE: ocp.args.StandardSave(saved), INPUT: ocp.args.JsonSave(input_state)}
         )
         with self.writing(step):
             self._manager.save(step, args=args, force=True)
@@ -249,7 +295,7 @@ class Checkpointer:
             saved = self._manager.item_metadata(step)[STATE]
         if saved is None:
             raise self._corrupt(step, f"no readable {STATE!r} item")
-        problems = shape_mismatches(saved, abstract_state)
+        problems = shape_mismatches(saved, jax.eval_shape(self.format.to_saved, abstract_state))
         if problems:
             shown = problems[:_MAX_LISTED]
             if len(problems) > len(shown):
@@ -259,14 +305,13 @@ class Checkpointer:
                 f"model: {len(problems)} arrays differ from this experiment's (saved vs "
                 "expected shape):\n  " + "\n  ".join(shown) + "\nTrain this configuration "
                 "with a new --job_log_dir, or rerun with the knobs that wrote the checkpoint "
-                f"(see {self.directory.parent / 'config.txt'})."
+                f"(see {self.job_log_dir / 'config.txt'})."
             )
-        args = ocp.args.Composite(
-            **{STATE: ocp.args.StandardRestore(abstract_state), INPUT: ocp.args.JsonRestore()}
-        )
+        args = ocp.args.Composite(**{INPUT: ocp.args.JsonRestore()})
         with self._reading(step):
-            restored = self._manager.restore(step, args=args)
-        return restored[STATE], restored[INPUT]
+            input_state = self._manager.restore(step, args=args)[INPUT]
+            state = self.format.restored(self._manager, step, abstract_state)
+        return state, input_state
 
     def restore_latest(self, abstract_state: TrainState) -> Restored:
         """The newest checkpoint, restored as :meth:`restore` does.
@@ -308,20 +353,21 @@ class Checkpointer:
         One process only (``--restore_fallback`` is refused in a multi-process job: its
         processes could see a step's damage differently).
         """
-        aside = self.directory.parent / DAMAGED_DIRNAME
+        aside = self.format.damaged_directory(self.job_log_dir)
         moved = []
         for e in damaged:
-            entry = MovedAside(e.step, _free_name(aside, str(e.step)), e.cause)
+            step_dir = self.directory / self.format.step_name(e.step)
+            entry = MovedAside(e.step, _free_name(aside, step_dir.name), e.cause)
             positions = self.directory / input_positions.DIRNAME / str(e.step)
             try:
-                storage.move_tree(self.directory / str(e.step), entry.to)
+                storage.move_tree(step_dir, entry.to)
                 if positions.exists():
                     aside_positions = entry.to.with_name(f"{entry.to.name}.input_positions")
                     storage.move_tree(positions, aside_positions)
             except Exception as error:  # noqa: BLE001 (local disks and buckets fail variously)
                 raise storage.StorageWriteError(
                     f"the damaged checkpoint at step {e.step} could not be moved from "
-                    f"{self.directory / str(e.step)} to {entry.to}: "
+                    f"{step_dir} to {entry.to}: "
                     f"{storage.one_line(_root_cause(error))}; nothing was deleted (move it "
                     "yourself, or rerun once the storage works)"
                 ) from error
@@ -343,7 +389,7 @@ class Checkpointer:
             raise self._corrupt(step, cause, damaged=_is_damage(cause)) from e
 
     def _corrupt(self, step: int, cause: Any, damaged: bool = True) -> CheckpointCorruptError:
-        step_dir = self.directory / str(step)
+        step_dir = self.directory / self.format.step_name(step)
         detail = " ".join(str(cause).split())
         if len(detail) > 300:
             detail = detail[:300] + " ..."
@@ -391,20 +437,23 @@ def _free_name(directory: epath.Path, name: str) -> epath.Path:
     return candidate
 
 
-def _interrupted_saves(directory: epath.Path) -> list[int]:
+def _interrupted_saves(directory: epath.Path, checkpoint_format: CheckpointFormat) -> list[int]:
     """Steps whose save was interrupted (process killed mid-write), oldest first.
 
     On a local disk orbax writes a step into ``<step>.orbax-checkpoint-tmp...`` and
     renames it to ``<step>`` only once every file is written; in a bucket, which has no
     rename, it writes ``<step>/`` in place and ``<step>/commit_success.txt`` last. Either
-    way such a step is never restored.
+    way such a step is never restored. (``<step>``: the format's step name.)
     """
     if not directory.is_dir():
         return []
+    prefix = "" if checkpoint_format.step_prefix is None else checkpoint_format.step_prefix + "_"
+    step_name = re.compile(re.escape(prefix) + r"(\d+)")
+    incomplete = re.compile(re.escape(prefix) + _INCOMPLETE.pattern)
     if storage.is_remote(directory):
-        steps = (p for p in directory.iterdir() if p.name.isdigit())
-        return sorted(int(p.name) for p in steps if not (p / _COMMITTED).exists())
-    found = (_INCOMPLETE.fullmatch(p.name) for p in directory.iterdir())
+        steps = ((step_name.fullmatch(p.name), p) for p in directory.iterdir())
+        return sorted(int(m.group(1)) for m, p in steps if m and not (p / _COMMITTED).exists())
+    found = (incomplete.fullmatch(p.name) for p in directory.iterdir())
     return sorted(int(m.group(1)) for m in found if m)
 
 

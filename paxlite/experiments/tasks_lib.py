@@ -147,6 +147,9 @@ class SingleTask:
         (T5X counts them from the step its run started at); 0: multiples of the period.
       summary_layout: where the TensorBoard runs go and what the scalars are called (a
         ``paxlite.train.summaries.SummaryLayout``, e.g. T5X's); None: paxlite's.
+      checkpoint_format: where and how the checkpoints are written and read back (a
+        ``paxlite.checkpoints.train_checkpoints.CheckpointFormat``, e.g. T5X's
+        ``checkpoint_<step>/``); None: paxlite's.
       resume_input: a resumed run continues its training input where the checkpoint left
         it; False: from its first batch again, with a warning (T5X's
         ``SaveCheckpointConfig.save_dataset = False``).
@@ -172,6 +175,7 @@ class SingleTask:
     periods_from_step: int = 0
     summary_layout: Any = None
     resume_input: bool = True
+    checkpoint_format: Any = None
 
     def __post_init__(self) -> None:
         positive = ("num_train_steps", "save_interval_steps", "summary_interval_steps")

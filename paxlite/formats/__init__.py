@@ -6,6 +6,7 @@ checkpoints (legacy msgpack + tensorstore, and orbax) and config.gin; ``peft/``:
 adapter directories. ``layout_source``: a checkpoint source placed by a name-and-layout table.
 Each format registers its checkpoint kinds with ``paxlite.checkpoints.checkpoint_sources``.
 
-May import: `paxlite.checkpoints`, `paxlite.formats` (one format reads another's: PEFT's
-adapters name Hugging Face's tensors), `paxlite.runtime` and `praxis_lite`.
+May import: `paxlite.checkpoints`, `paxlite.experiments` (the loading rules type),
+`paxlite.formats` (one format reads another's: PEFT's adapters name Hugging Face's tensors),
+`paxlite.runtime`, `paxlite.train` (the train state) and `praxis_lite`.
 """

@@ -39,6 +39,7 @@ from paxlite.cli import command_line, exits, pax_flags  # noqa: E402
 from paxlite.cli.exits import fail  # noqa: E402
 from paxlite.cli.flags import FLAGS, Mode  # noqa: E402
 from paxlite.experiments import registry  # noqa: E402
+from paxlite.formats.t5x import checkpoint as t5x_checkpoint  # noqa: E402
 from paxlite.formats.t5x import gin_files, gin_run, t5x_modules, translation  # noqa: E402
 from paxlite.formats.t5x.t5_subset import data as t5_data  # noqa: E402
 from paxlite.runtime import distributed  # noqa: E402
@@ -132,12 +133,16 @@ def _fresh_seeds(call: Any) -> dict[str, int]:
 
 
 def _latest_step(model_dir: str) -> int | None:
-    """MODEL_DIR's newest complete checkpoint step (for T5X's ``relative_steps``), or None."""
-    checkpoints = epath.Path(model_dir) / "checkpoints"
+    """MODEL_DIR's newest complete checkpoint step, T5X's ``checkpoint_<step>/`` or paxlite's
+    ``checkpoints/<step>/`` (for T5X's ``relative_steps`` and periods), or None."""
+    path = epath.Path(model_dir)
     try:
-        if not checkpoints.is_dir():
+        if not path.is_dir():
             return None
-        return max(ocp.utils.checkpoint_steps(checkpoints), default=None)
+        found = t5x_checkpoint.steps(path)
+        if (path / "checkpoints").is_dir():
+            found += ocp.utils.checkpoint_steps(path / "checkpoints")
+        return max(found, default=None)
     except OSError as e:
         fail(f"cannot read MODEL_DIR {model_dir}: {e}")
 

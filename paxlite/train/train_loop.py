@@ -14,6 +14,7 @@ from typing import Any
 import jax
 
 from paxlite.checkpoints import train_checkpoints
+from paxlite.checkpoints.init_from import abstract_of
 from paxlite.evaluation import decode_lib, eval_lib
 from paxlite.perf import mfu, profiling
 from paxlite.perf.step_cost import model_dtype
@@ -93,6 +94,7 @@ def run(
             max_to_keep=task.max_to_keep,
             timeout_secs=task.async_timeout_secs,
             restore_fallback=restore_fallback,
+            checkpoint_format=task.checkpoint_format,
         )
         try:
             loop = _prepare(
@@ -146,6 +148,8 @@ def _prepare(
     last_step, run_start = last_step_and_start
     run = train_setup.init_or_restore(job, train_setup.StateSource.LATEST_OR_FRESH, checkpointer)
     train_setup.log_state_sizes(job, run)
+    if jax.process_index() == 0:  # What the checkpoint format keeps about the state (T5X's).
+        checkpointer.format.describe(job.job_log_dir, abstract_of(run.state))
     step = int(run.state.step)
     step_fn, compile_s = None, 0.0
     if step >= task.num_train_steps:

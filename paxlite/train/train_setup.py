@@ -344,7 +344,11 @@ def _frozen_params(
 
 def _own_checkpoints(job: Job, purpose: str) -> Any:
     """``<job_log_dir>/checkpoints`` once it holds a complete checkpoint."""
-    checkpointer = train_checkpoints.Checkpointer(job.job_log_dir, max_to_keep=job.task.max_to_keep)
+    checkpointer = train_checkpoints.Checkpointer(
+        job.job_log_dir,
+        max_to_keep=job.task.max_to_keep,
+        checkpoint_format=job.task.checkpoint_format,
+    )
     try:
         _latest_step(checkpointer, StateSource.LATEST_OR_FRESH)
         if checkpointer.latest_step() is None:

@@ -14,7 +14,9 @@ from typing import Any
 from paxlite.experiments import registry
 from paxlite.experiments.base_experiment import KnobError
 from paxlite.experiments.tasks_lib import CheckpointLoadingRules
+from paxlite.formats.t5x import model_dir as t5x_model_dir
 from paxlite.formats.t5x import summaries as t5x_summaries
+from paxlite.formats.t5x.api import partitioning
 from praxis_lite import config as config_lib
 from praxis_lite.inputs.seqio_input import DecodeForm
 from praxis_lite.optim import optimizers, schedules
@@ -49,7 +51,10 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     written as the model directory's config.gin. PERIODS_FROM_STEP: the step the checkpoint,
     eval and summary periods count from (T5X's: the step the run starts at). RESUME_INPUT:
     a resumed run continues the training data where it stopped (T5X's ``save_dataset``;
-    False: from the first batch again, with a warning).
+    False: from the first batch again, with a warning). T5X_CHECKPOINTS: write T5X's
+    ``checkpoint_<step>/`` (and model-info.txt) in the job directory instead of paxlite's
+    ``checkpoints/<step>/`` (Adafactor without momentum only), with T5X_AXIS_RULES (T5X's
+    logical axis rules; None: T5X's standard ones) in model-info.txt.
     LABEL_SMOOTHING: T5X's ``label_smoothing``
     (the label keeps ``1 - a``, every other class ``a / (V - 1)``; see
     :func:`smoothing_over_all_classes`).
@@ -94,6 +99,8 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     OPTAX_CHAIN: tuple[dict[str, Any], ...] | None = None
     PERIODS_FROM_STEP: int = 0
     RESUME_INPUT: bool = True
+    T5X_CHECKPOINTS: bool = False
+    T5X_AXIS_RULES: tuple[tuple[str, str | None], ...] | None = None
 
 
 @registry.register
@@ -119,6 +126,12 @@ class T5xGin(T5xGinKnobs):
             raise KnobError(
                 f"{type(self).__qualname__}: NUM_DECODES={self.NUM_DECODES} with SAMPLED_DECODING: "
                 "paxlite samples one decode per input; set NUM_DECODES=1 (or decode by beams)."
+            )
+        if self.T5X_CHECKPOINTS and (self.OPTAX_CHAIN or self.ADAFACTOR_BETA1 is not None):
+            raise KnobError(
+                f"{type(self).__qualname__}: T5X_CHECKPOINTS writes T5X's Adafactor state, "
+                "which has no place for momentum (ADAFACTOR_BETA1) or OPTAX_CHAIN's state; "
+                "set T5X_CHECKPOINTS=False (paxlite's checkpoints)."
             )
         if not 0.0 <= self.LABEL_SMOOTHING < 1.0:
             raise KnobError(
@@ -197,6 +210,14 @@ class T5xGin(T5xGinKnobs):
         task.periods_from_step = self.PERIODS_FROM_STEP
         task.summary_layout = self._t5x_summaries()
         task.resume_input = self.RESUME_INPUT
+        if self.T5X_CHECKPOINTS:
+            task.checkpoint_format = config_lib.Config(
+                t5x_model_dir.T5xCheckpoints,
+                gated=len(self.MLP_ACTIVATIONS) > 1,
+                logical_axis_rules=tuple(
+                    self.T5X_AXIS_RULES or partitioning.standard_logical_axis_rules()
+                ),
+            )
         if self.INIT_FROM:  # T5X restores the whole train state: parameters, Adafactor, step.
             task.train.init_from_checkpoint_rules = {
                 self.INIT_FROM: CheckpointLoadingRules(load_step=True, load_opt_states=True)

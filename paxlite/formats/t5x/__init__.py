@@ -3,7 +3,10 @@ config.gin read for the model it describes (gin), and T5X's gin runs: the files 
 includes indexed (gin_sources), read by gin-config under T5X's module names (gin_run,
 t5x_modules; T5X's configurables in ``api/``, T5's data package subset in ``t5_subset/``),
 turned into the knobs of a paxlite experiment (translation); paxlite's copies of T5X's
-standard gin files (gin_files, ``gin_configs/``). ``paxlite.t5x.train`` is the command.
+standard gin files (gin_files, ``gin_configs/``); a run's MODEL_DIR as T5X lays it out:
+``checkpoint_<step>/`` and model-info.txt (model_dir), TensorBoard runs and names
+(summaries). ``paxlite.t5x.train`` is the command.
 
-May import: `paxlite.checkpoints`, `paxlite.formats`, `paxlite.runtime` and `praxis_lite`.
+May import: `paxlite.checkpoints`, `paxlite.experiments` (the loading rules type),
+`paxlite.formats`, `paxlite.runtime`, `paxlite.train` (the train state) and `praxis_lite`.
 """

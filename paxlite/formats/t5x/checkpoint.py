@@ -444,8 +444,10 @@ def _layout(path: epath.Path) -> type[T5xSource] | None:
     return T5xSource if (path / CHECKPOINT_FILE).is_file() else None
 
 
-def _steps(model_dir: epath.Path) -> list[int]:
-    return sorted(int(p.name.split("_")[1]) for p in model_dir.iterdir() if _layout(p))
+def steps(model_dir: epath.Path) -> list[int]:
+    """The steps of ``model_dir``'s complete T5X checkpoints (``checkpoint_<step>/``), sorted."""
+    found = ((_STEP_DIR.fullmatch(p.name), p) for p in model_dir.iterdir())
+    return sorted(int(m.group(1)) for m, p in found if m and _layout(p))
 
 
 def _is_step(path: epath.Path) -> bool:
@@ -457,7 +459,7 @@ def _open(path: epath.Path, step: int | None, layout: Any, observer: Any) -> T5x
         if step is not None and step != int(_STEP_DIR.fullmatch(path.name).group(1)):
             raise CheckpointSourceError(f"{path} is a T5X step other than {step}.")
         return _layout(path)(path, observer)
-    chosen = checkpoint_sources.pick_step(path, _steps(path), step)
+    chosen = checkpoint_sources.pick_step(path, steps(path), step)
     step_dir = path / f"checkpoint_{chosen}"
     return _layout(step_dir)(step_dir, observer)
 
@@ -467,7 +469,7 @@ checkpoint_sources.register(
         T5xSource.kind,
         f"checkpoint_<step>/{CHECKPOINT_FILE} or checkpoint_<step>/{ORBAX_ITEM}/{ORBAX_METADATA}"
         " (a T5X model dir or one of its steps, legacy or orbax)",
-        lambda p: _is_step(p) or (p.is_dir() and bool(_steps(p))),
+        lambda p: _is_step(p) or (p.is_dir() and bool(steps(p))),
         _open,
         t5x_gin.described,  # The model dir's config.gin says which T5 it is.
     )

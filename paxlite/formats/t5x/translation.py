@@ -144,6 +144,8 @@ def _all_knobs(call: TrainCall, check: _Checker, latest_step: int | None) -> dic
         ]
         values["SUMMARY_INTERVAL_STEPS"] = int(min(periods, default=values["NUM_TRAIN_STEPS"]))
     values["PERIODS_FROM_STEP"] = start_step  # T5X counts its periods from there.
+    # T5X's checkpoint_<step> in MODEL_DIR, but for state T5X's Adafactor has no slot for.
+    values["T5X_CHECKPOINTS"] = not values.get("OPTAX_CHAIN") and not values.get("ADAFACTOR_BETA1")
     return values
 
 
@@ -657,6 +659,7 @@ def _partitioner_knobs(partitioner: Any, check: _Checker) -> dict[str, Any]:
     return {
         "ICI_MESH_SHAPE": (1, -1, model_ways),
         "LOGICAL_AXIS_RULES": paxlite_rules(rules, check),
+        "T5X_AXIS_RULES": tuple((str(name), axis) for name, axis in rules),
     }
 
 

@@ -83,7 +83,9 @@ def _without_paths(bindings: dict[str, str]) -> dict[str, str]:
 
 
 def _checkpoint_steps(model_dir: pathlib.Path) -> list[int]:
-    return sorted(int(p.name) for p in (model_dir / "checkpoints").iterdir() if p.name.isdigit())
+    """The steps of T5X's ``checkpoint_<step>/`` in MODEL_DIR."""
+    found = (re.fullmatch(r"checkpoint_(\d+)", p.name) for p in model_dir.iterdir())
+    return sorted(int(m.group(1)) for m in found if m)
 
 
 @pytest.mark.slow

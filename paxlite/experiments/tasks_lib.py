@@ -150,6 +150,9 @@ class SingleTask:
       checkpoint_format: where and how the checkpoints are written and read back (a
         ``paxlite.checkpoints.train_checkpoints.CheckpointFormat``, e.g. T5X's
         ``checkpoint_<step>/``); None: paxlite's.
+      save_at_start: save the state a run starts from before its first step, unless a
+        checkpoint of that step exists (T5X's: ``checkpoint_0``, or the initial
+        checkpoint's step).
       resume_input: a resumed run continues its training input where the checkpoint left
         it; False: from its first batch again, with a warning (T5X's
         ``SaveCheckpointConfig.save_dataset = False``).
@@ -175,6 +178,7 @@ class SingleTask:
     periods_from_step: int = 0
     summary_layout: Any = None
     resume_input: bool = True
+    save_at_start: bool = False
     checkpoint_format: Any = None
 
     def __post_init__(self) -> None:

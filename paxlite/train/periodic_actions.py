@@ -199,15 +199,18 @@ class Checkpointing:
             self._save(ctx)
 
     def _save(self, ctx: StepContext) -> None:
+        self.save(ctx.step, ctx.state)
+
+    def save(self, step: int, state: Any) -> None:
         """Once the previous save is complete: this host's input position (the reader's
         own), then orbax's save of the state and the input's JSON state."""
-        ckpt, step = self._checkpointer, ctx.step
+        ckpt = self._checkpointer
         self.finish()
         with ckpt.writing(step):
             self._batches.save_position(
                 lambda inp, pending: input_positions.save(ckpt.directory, step, inp, pending)
             )
-        ckpt.save(step, trainable.saved(ctx.state, self._task.learner), self._batches.input_state())
+        ckpt.save(step, trainable.saved(state, self._task.learner), self._batches.input_state())
 
     def finish(self) -> None:
         """Waits until the last save is complete, then prunes the input positions of the

@@ -160,6 +160,8 @@ def _prepare(
     layout = summaries.layout_of(task)
     writer = summaries.writer_of(job.job_log_dir, layout.train_run())
     checkpointing = Checkpointing(task.save_interval_steps, checkpointer, batches, task)
+    if task.save_at_start and step not in checkpointer.all_steps():
+        checkpointing.save(step, run.state)  # T5X's: the state the run starts from.
     tracing = profiling.Profiling(task, step, job.job_log_dir)
     evaluations = _evaluation_actions(job, run, evaluate)
     actions = [  # Evaluation before Checkpointing: an early stop is saved at its step.

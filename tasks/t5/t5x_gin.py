@@ -54,7 +54,8 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     False: from the first batch again, with a warning). T5X_CHECKPOINTS: write T5X's
     ``checkpoint_<step>/`` (and model-info.txt) in the job directory instead of paxlite's
     ``checkpoints/<step>/`` (Adafactor without momentum only), with T5X_AXIS_RULES (T5X's
-    logical axis rules; None: T5X's standard ones) in model-info.txt.
+    logical axis rules; None: T5X's standard ones) in model-info.txt. SAVE_AT_START: save
+    the state the run starts from first (T5X's, with a checkpoint period).
     LABEL_SMOOTHING: T5X's ``label_smoothing``
     (the label keeps ``1 - a``, every other class ``a / (V - 1)``; see
     :func:`smoothing_over_all_classes`).
@@ -100,6 +101,7 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     PERIODS_FROM_STEP: int = 0
     RESUME_INPUT: bool = True
     T5X_CHECKPOINTS: bool = False
+    SAVE_AT_START: bool = False
     T5X_AXIS_RULES: tuple[tuple[str, str | None], ...] | None = None
 
 
@@ -210,6 +212,7 @@ class T5xGin(T5xGinKnobs):
         task.periods_from_step = self.PERIODS_FROM_STEP
         task.summary_layout = self._t5x_summaries()
         task.resume_input = self.RESUME_INPUT
+        task.save_at_start = self.SAVE_AT_START
         if self.T5X_CHECKPOINTS:
             task.checkpoint_format = config_lib.Config(
                 t5x_model_dir.T5xCheckpoints,

@@ -619,6 +619,7 @@ def _checkpoint_knobs(config: utils.CheckpointConfig | None, check: _Checker) ->
             values["CHECKPOINT_EVERY_N_STEPS"] = int(save.period)
         values["CHECKPOINT_MAX_TO_KEEP"] = save.keep
         values["RESUME_INPUT"] = bool(save.save_dataset)  # T5X: False restarts the data.
+        values["SAVE_AT_START"] = bool(save.period)  # T5X saves its start with a period.
     restore = config.restore if config is not None else None
     if restore is not None and restore.path:
         check.only(

@@ -118,10 +118,13 @@ def test_the_final_parameters_give_t5x_s_final_logits(t5x_run_dirs, tmp_path):
 
 
 @pytest.mark.slow
-def test_a_restart_reads_the_data_from_its_first_batch_as_t5x_does(t5x_run_dirs, tmp_path):
-    """finetune.gin keeps no dataset state (``save_dataset = False``): T5X's restart replays
-    the data from batch 0; so does paxlite's, saying so. The step and Adafactor state come
-    from MODEL_DIR's checkpoint, not INITIAL_CHECKPOINT_PATH."""
+def test_a_restart_goes_on_as_t5x_s_own_restart_of_the_same_model_dir(t5x_run_dirs):
+    """Oracle: T5X's own t5x.train resumed a MODEL_DIR paxlite wrote (the same command to
+    TRAIN_STEPS=9; tools/t5x_fixtures/make_t5x_resume.py): its restore read paxlite's
+    checkpoint_7 (parameters, Adafactor state, step), and finetune.gin keeps no dataset
+    state (``save_dataset = False``), so both replay the data from batch 0. paxlite's restart
+    of its own MODEL_DIR logs the same losses, and says the data starts again."""
+    import json
     import sys
 
     from paxlite.formats.t5x import t5x_modules
@@ -136,9 +139,7 @@ def test_a_restart_reads_the_data_from_its_first_batch_as_t5x_does(t5x_run_dirs,
             f'--gin.MODEL_DIR="{model_dir}"',
             f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{user_dir}/spm.model"',
             f'--gin.INITIAL_CHECKPOINT_PATH="{T5X_RUN / "init_checkpoint" / "checkpoint_3"}"',
-            "--gin.TRAIN_STEPS=8",
-            "--gin.EVAL_PERIOD=1",
-            "--gin.utils.SaveCheckpointConfig.period=1",
+            "--gin.TRAIN_STEPS=9",
         )
     finally:
         sys.path.remove(str(user_dir))
@@ -146,4 +147,19 @@ def test_a_restart_reads_the_data_from_its_first_batch_as_t5x_does(t5x_run_dirs,
         seqio.TaskRegistry.remove(TASK)
     assert code == 0, err[-3000:]
     assert "paxlite: warning: the training input starts again from its first batch at step 7" in err
-    assert "Restored checkpoint at step 7" in out and "step       8/8" in out
+    assert "Restored checkpoint at step 7" in out and "step       9/9" in out
+    theirs = json.loads((T5X_RUN / "t5x_resumes_paxlite.json").read_text())
+    assert theirs["paxlite_model_dir"] == ["checkpoint_3", "checkpoint_5", "checkpoint_7"]
+    assert any("Restoring checkpoint from" in line for line in theirs["t5x_log"])
+    for run, tags in (("train", LOSSES), (f"training_eval/{TASK}", LOSSES)):
+        for tag in tags:
+            expected = {int(s): v for s, v in theirs["metrics"][f"{run}/{tag}"].items()}
+            got = {s: v for s, v in _ours(model_dir, run, tag).items() if s > 7}
+            assert sorted(got) == sorted(expected), (run, tag)
+            for step, value in expected.items():
+                assert got[step] == pytest.approx(value, rel=2e-3, abs=1e-6), (run, tag, step)
+    assert _checkpoint_steps(model_dir) == [3, 5, 7, 9]  # T5X saves its start first.
+
+
+def _checkpoint_steps(model_dir: pathlib.Path) -> list[int]:
+    return sorted(int(p.name.split("_")[1]) for p in model_dir.glob("checkpoint_*"))

@@ -105,7 +105,7 @@ def test_from_scratch_with_a_user_directory(user_dir, tmp_path):
     assert f"\nSEED: int = {seed.group(1)}\n" in (model_dir / "config.txt").read_text()
     assert "step       6/6" in out
     assert "eval 'validation' at step 6" in out
-    assert _checkpoint_steps(model_dir) == [3, 6]  # SaveCheckpointConfig.period = 3.
+    assert _checkpoint_steps(model_dir) == [0, 3, 6]  # T5X saves its start; period 3.
     ours = _config_gin_bindings(model_dir / "config.gin")
     assert ours["network.T5Config.emb_dim"] == "8"  # tiny.gin's, over base.gin's 768.
     assert ours["train_script.train.model_dir"] == repr(str(model_dir))

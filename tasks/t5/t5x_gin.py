@@ -220,6 +220,8 @@ class T5xGin(T5xGinKnobs):
                 logical_axis_rules=tuple(
                     self.T5X_AXIS_RULES or partitioning.standard_logical_axis_rules()
                 ),
+                factored=self.ADAFACTOR_FACTORED,
+                min_dim_size_to_factor=self.ADAFACTOR_MIN_DIM_SIZE_TO_FACTOR,
             )
         if self.INIT_FROM:  # T5X restores the whole train state: parameters, Adafactor, step.
             task.train.init_from_checkpoint_rules = {

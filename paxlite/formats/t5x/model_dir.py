@@ -35,7 +35,7 @@ from paxlite.experiments.tasks_lib import CheckpointLoadingRules
 from paxlite.formats.hf import layout as hf_layout
 from paxlite.formats.t5x import layout as t5x_layout
 from paxlite.train.train_state import TrainState
-from praxis_lite.optim.factored_adafactor import FactoredMoment, FullMoment
+from praxis_lite.optim.factored_adafactor import FactoredMoment, FactorLayout, FullMoment
 
 MODEL_INFO = "model-info.txt"
 #: T5X's parameters' logical axes, by the end of their name.
@@ -61,10 +61,17 @@ class T5xCheckpoints(train_checkpoints.CheckpointFormat):
       gated: the MLPs are gated (T5 1.1: ``wi_0``/``wi_1``; T5 1.0: ``wi``).
       logical_axis_rules: T5X's ``(logical axis, 'data' | 'model' | None)`` rules, for
         model-info's partition specs.
+      factored, min_dim_size_to_factor: T5X's Adafactor's: which second moments T5X keeps
+        factored (a 2-D kernel or table with an 'embed' dim whose two dims are both at
+        least that size); a moment this run keeps the other way is converted (whole from
+        factors: T5X's estimate ``v_row * v_col / mean(v_row)``; factors from whole: its
+        means, which T5X's factors are).
     """
 
     gated: bool = True
     logical_axis_rules: tuple[tuple[str, str | None], ...] = ()
+    factored: bool = True
+    min_dim_size_to_factor: int = 128
 
     step_prefix: ClassVar[str] = "checkpoint"
 
@@ -93,7 +100,8 @@ class T5xCheckpoints(train_checkpoints.CheckpointFormat):
             for i, (name, layer) in enumerate(zip(names, layers, strict=True)):
                 target[name] = hf_layout.to_theirs(where.layout, layer)
                 moment = _layer_moment(moments[path], i if where.stacked else None)
-                slots[name] = _t5x_slots(moment, where.layout, unused)
+                embed_axis = self._factored_embed_axis(name, target[name].shape)
+                slots[name] = _t5x_slots(moment, where.layout, embed_axis, unused)
         param_states = {f"{name}/{slot}": v for name, s in slots.items() for slot, v in s.items()}
         return {
             "target": traverse_util.unflatten_dict(target, sep="/"),
@@ -102,6 +110,13 @@ class T5xCheckpoints(train_checkpoints.CheckpointFormat):
                 "param_states": traverse_util.unflatten_dict(param_states, sep="/"),
             },
         }
+
+    def _factored_embed_axis(self, name: str, shape: tuple[int, ...]) -> int | None:
+        """The 'embed' axis of T5X parameter ``name`` when T5X's Adafactor factors it."""
+        axes = _param_axes(name)
+        if not self.factored or axes is None or len(axes) != 2 or "embed" not in axes:
+            return None
+        return axes.index("embed") if min(shape) >= self.min_dim_size_to_factor else None
 
     def restored(self, manager: Any, step: int, abstract_state: TrainState) -> TrainState:
         """Step ``step`` read by T5X's reader onto ``abstract_state``'s shardings: the
@@ -204,19 +219,41 @@ def _layer_moment(moment: Any, layer: int | None) -> Any:
         return moment
     if isinstance(moment, FullMoment):
         return moment.v[layer]
-    return FactoredMoment(moment.v_row[layer], moment.v_col[layer], moment.layout)
+    shift = moment.layout  # The layer dim (0) gone: every other dim one lower.
+    layout = FactorLayout(
+        tuple(d - 1 for d in shift.row_dims), tuple(d - 1 for d in shift.col_dims)
+    )
+    return FactoredMoment(moment.v_row[layer], moment.v_col[layer], layout)
 
 
-def _t5x_slots(moment: Any, layout: hf_layout.Layout, unused: Any) -> dict[str, Any]:
-    """T5X's ``m``, ``v``, ``v_col``, ``v_row`` of one T5X parameter."""
+def _t5x_slots(
+    moment: Any, layout: hf_layout.Layout, embed_axis: int | None, unused: Any
+) -> dict[str, Any]:
+    """T5X's ``m``, ``v``, ``v_col``, ``v_row`` of one T5X parameter (``embed_axis``: its
+    'embed' axis when T5X factors it, else None)."""
     slots = dict.fromkeys(_SLOTS, unused)
-    if isinstance(moment, FactoredMoment):
+    if isinstance(moment, FactoredMoment) and embed_axis is not None:
         slots["v_row"] = moment.v_row.reshape(-1)  # The 'embed' dim.
         slots["v_col"] = moment.v_col.reshape(-1)  # The other: T5X's joined heads.
-    else:
-        v = moment.v if isinstance(moment, FullMoment) else moment
-        slots["v"] = hf_layout.to_theirs(layout, v)
+        return slots
+    v = hf_layout.to_theirs(layout, _whole(moment))
+    if embed_axis is None:
+        slots["v"] = v
+    else:  # T5X's factors of a moment kept whole here: its means.
+        slots["v_row"] = v.mean(axis=1 - embed_axis)
+        slots["v_col"] = v.mean(axis=embed_axis)
     return slots
+
+
+def _whole(moment: Any) -> Any:
+    """A second moment in full (a factored one: T5X's estimate from its factors)."""
+    if isinstance(moment, FullMoment):
+        return moment.v
+    if not isinstance(moment, FactoredMoment):
+        return moment  # A layer's v of a scanned stack.
+    rows, cols = moment.layout.row_dims, moment.layout.col_dims
+    full = jnp.expand_dims(moment.v_row, cols) * jnp.expand_dims(moment.v_col, rows)
+    return full / moment.v_row.mean()
 
 
 def _put(value: int, like: Any) -> jax.Array:

@@ -149,3 +149,50 @@ def test_the_step_alone_reads_from_a_legacy_and_an_orbax_step():
     for model_dir in (T5X_FIXTURE, T5X_FIXTURE.parent / "flan_orbax"):
         source = checkpoint_sources.open_source(model_dir)
         assert source.read_train_state(None, opt_state=False) == {"step": 7}
+
+
+#: T5X's factored v_row of the tables this run keeps whole: written back as the means of
+#: T5X's estimate ``v_row * v_col / mean(v_row)``, i.e. ``v_row * mean(v_col) / mean(v_row)``
+#: (v_col comes back as it was). The fixture's factors are random, not a pair T5X's updates
+#: make (theirs have equal means), so the two differ here.
+_WHOLE_HERE = ("logits_dense/kernel/v_row", "token_embedder/embedding/v_row")
+
+
+def test_t5x_s_format_holds_the_t5x_state_it_was_loaded_from_and_reads_back(loaded, tmp_path):
+    """Oracle: the fixture T5X wrote. The state loaded from it (scanned stacks; factored
+    kernels; the [V, E] table whole here, factored by T5X) saved in T5X's format
+    (``checkpoint_7/``) holds T5X's slots again, each of T5X's shape and value; and
+    restored through the Checkpointer it is the state that was saved."""
+    from paxlite.checkpoints import train_checkpoints
+    from paxlite.formats.t5x.api import partitioning
+    from paxlite.formats.t5x.model_dir import T5xCheckpoints
+
+    rules = tuple(partitioning.standard_logical_axis_rules())
+    checkpoint_format = T5xCheckpoints(logical_axis_rules=rules, min_dim_size_to_factor=32)
+    checkpointer = train_checkpoints.Checkpointer(
+        tmp_path, max_to_keep=None, checkpoint_format=checkpoint_format
+    )
+    try:
+        checkpointer.save(7, loaded, {"index": 3})
+        checkpointer.finish_pending()
+        assert checkpointer.all_steps() == [7]
+        written = checkpoint_sources.open_source(tmp_path / "checkpoint_7")
+        theirs = checkpoint_sources.open_source(T5X_FIXTURE)
+        names = {**theirs.variables(), **theirs.state_variables()}
+        assert {**written.variables(), **written.state_variables()}.keys() == names.keys()
+        for name, variable in names.items():
+            got, want = written.read_whole(name), theirs.read_whole(name)
+            assert got.shape == variable.shape, name
+            if name.endswith(_WHOLE_HERE):  # The means of T5X's estimate (see below).
+                v_col = theirs.read_whole(name.removesuffix("v_row") + "v_col")
+                want = want * v_col.mean() / want.mean()
+            if not name.endswith("/m"):  # T5X's (1,) placeholders hold whatever T5X left.
+                np.testing.assert_allclose(got, want, rtol=2e-6, atol=0, err_msg=name)
+        restored, input_state = checkpointer.restore(7, init_from.abstract_of(loaded))
+    finally:
+        checkpointer.close()
+    assert input_state == {"index": 3}
+    for (path, want), got in zip(
+        jax.tree_util.tree_flatten_with_path(loaded)[0], jax.tree.leaves(restored), strict=True
+    ):
+        np.testing.assert_allclose(np.asarray(got), np.asarray(want), rtol=2e-6, err_msg=str(path))

@@ -62,7 +62,7 @@ def main(argv: Sequence[str]) -> None:
     if job is None:  # --print_config or --mode=compile: done.
         return
     job_log_dir = job.job_log_dir
-    before = job_config.read_before(job_log_dir)
+    before = job_config.read_before(job_log_dir, configs[0])
     try:
         if jax.process_index() == 0:
             job_config.write_config(job_log_dir, *configs)

@@ -218,11 +218,19 @@ def _check(entries: list[Entry], run_params: Mapping[str, Any]) -> None:
     shown = problems[:_MAX_LISTED]
     if len(problems) > len(shown):
         shown.append(f"... and {len(problems) - len(shown)} more")
+    shapes_only = all(": shape " in p for p in problems)
+    fix = (
+        "The checkpoint holds another model: give the sizes it was trained with (the knobs, "
+        "or the gin files' network config), or another checkpoint."
+        if shapes_only
+        else "Fix the rules (names are the run's as Pax or paxlite writes them: --print_config "
+        "shows the rules; a paxml checkpoint's names are its state/mdl_vars.params.* files)."
+    )
     raise InitFromError(
         f"the checkpoint loading rules do not fit: {len(problems)} problems:\n  "
         + "\n  ".join(shown)
-        + "\nFix the rules (names are the run's as Pax or paxlite writes them: --print_config "
-        "shows the rules; a paxml checkpoint's names are its state/mdl_vars.params.* files)."
+        + "\n"
+        + fix
     )
 
 

@@ -304,7 +304,8 @@ class Checkpointer:
                 f"the checkpoint at step {step} in {self.directory} was written by a different "
                 f"model: {len(problems)} arrays differ from this experiment's (saved vs "
                 "expected shape):\n  " + "\n  ".join(shown) + "\nTrain this configuration "
-                "with a new --job_log_dir, or rerun with the knobs that wrote the checkpoint "
+                f"in another job directory than {self.job_log_dir} (--job_log_dir; T5X's "
+                "MODEL_DIR), or rerun with the knobs that wrote the checkpoint "
                 f"(see {self.job_log_dir / 'config.txt'})."
             )
         args = ocp.args.Composite(**{INPUT: ocp.args.JsonRestore()})
@@ -581,7 +582,7 @@ def _key_name(key: Any) -> str:
 
 
 def _params_first(path: str) -> tuple[bool, str]:
-    return (not path.startswith("params/"), path)
+    return (not path.startswith(("params/", "target/")), path)  # target/: T5X's params.
 
 
 def _shape_text(shape: tuple[int, ...] | None) -> str:

@@ -121,9 +121,12 @@ class JobDirBefore:
     config_files: dict[epath.Path, bytes]
 
 
-def read_before(job_log_dir: epath.Path) -> JobDirBefore:
-    """The job dir as it is before this run writes to it."""
-    paths = (job_log_dir / "config.txt", job_log_dir / "config.json")
+def read_before(job_log_dir: epath.Path, experiment: Any = None) -> JobDirBefore:
+    """The job dir as it is before this run writes to it (with ``experiment``: also the
+    files it keeps with the job, e.g. T5X's config.gin)."""
+    paths = [job_log_dir / "config.txt", job_log_dir / "config.json"]
+    if experiment is not None:
+        paths += [job_log_dir / name for name in _job_file_names(experiment)]
     return JobDirBefore(
         existed=job_log_dir.is_dir(),
         entries=_names(job_log_dir),
@@ -133,8 +136,8 @@ def read_before(job_log_dir: epath.Path) -> JobDirBefore:
 
 def undo_refused_start(job_log_dir: epath.Path, before: JobDirBefore, experiment: Any) -> None:
     """After a start refused with one line (exit 2): what :func:`write_config` wrote put back
-    (config files as they were; the files the experiment keeps with the job, where new,
-    removed), and a new, empty checkpoints/ removed; a job dir the run created is
+    (config files, and the files the experiment keeps with the job, as they were; those
+    that are new removed), and a new, empty checkpoints/ removed; a job dir the run created is
     removed once empty. Anything else (summaries of steps a run took before data it read
     was found bad, moved-aside damaged checkpoints) stays.
 
@@ -143,10 +146,10 @@ def undo_refused_start(job_log_dir: epath.Path, before: JobDirBefore, experiment
     kept_with_job = {pathlib.PurePosixPath(r).parts[0] for r in _job_file_names(experiment)}
     try:
         for path in (job_log_dir / "config.txt", job_log_dir / "config.json"):
-            if path in before.config_files:
-                path.write_bytes(before.config_files[path])
-            else:
+            if path not in before.config_files:
                 path.unlink(missing_ok=True)
+        for path, content in before.config_files.items():  # Config and kept files as they were.
+            path.write_bytes(content)
         for name in kept_with_job - before.entries:
             _remove(job_log_dir / name)
         checkpoints = job_log_dir / "checkpoints"

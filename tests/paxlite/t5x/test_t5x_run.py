@@ -163,3 +163,56 @@ def test_a_restart_goes_on_as_t5x_s_own_restart_of_the_same_model_dir(t5x_run_di
 
 def _checkpoint_steps(model_dir: pathlib.Path) -> list[int]:
     return sorted(int(p.name.split("_")[1]) for p in model_dir.glob("checkpoint_*"))
+
+
+def _run_refused(model_dir: pathlib.Path, *extra: str) -> str:
+    """The fixture's command with ``extra``: exit 2; its stderr."""
+    import sys
+
+    from paxlite.formats.t5x import t5x_modules
+
+    user_dir = T5X_RUN / "user_dir"
+    sys.path.insert(0, str(user_dir))
+    try:
+        code, _, err = run_t5x_train(
+            "--gin_file=finetune.gin",
+            f"--gin_search_paths={user_dir}",
+            f'--gin.MODEL_DIR="{model_dir}"',
+            f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{user_dir}/spm.model"',
+            f'--gin.INITIAL_CHECKPOINT_PATH="{T5X_RUN / "init_checkpoint" / "checkpoint_3"}"',
+            *extra,
+        )
+    finally:
+        sys.path.remove(str(user_dir))
+        t5x_modules._USERS_MODULES.clear()
+        seqio.TaskRegistry.remove(TASK)
+    assert code == 2, err[-3000:]
+    assert err.startswith("paxlite: error: "), err[:500]
+    return err
+
+
+def _files(directory: pathlib.Path) -> dict[str, bytes]:
+    return {
+        str(p.relative_to(directory)): p.read_bytes() for p in directory.rglob("*") if p.is_file()
+    }
+
+
+@pytest.mark.slow
+def test_an_initial_checkpoint_of_other_sizes_names_each_mismatch(tmp_path):
+    err = _run_refused(tmp_path / "model", "--gin.network.T5Config.emb_dim=16")
+    assert "attention/key/kernel: shape (8, 12), this run's is (16, 12)" in err
+    assert "The checkpoint holds another model: give the sizes it was trained with" in err
+    assert not (tmp_path / "model").exists()  # Nothing written.
+
+
+@pytest.mark.slow
+def test_a_model_dir_holding_another_model_s_checkpoints_is_refused_untouched(
+    t5x_run_dirs, tmp_path
+):
+    model_dir = tmp_path / "model"
+    shutil.copytree(t5x_run_dirs[0], model_dir)
+    before = _files(model_dir)
+    err = _run_refused(model_dir, "--gin.network.T5Config.emb_dim=16")
+    assert f"in {model_dir} was written by a different model" in err  # Its newest step.
+    assert "target/decoder/decoder_norm/scale: saved (8,), expected (16,)" in err
+    assert _files(model_dir) == before  # config.gin, config.txt and checkpoints as they were.

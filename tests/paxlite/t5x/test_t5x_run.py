@@ -216,3 +216,19 @@ def test_a_model_dir_holding_another_model_s_checkpoints_is_refused_untouched(
     assert f"in {model_dir} was written by a different model" in err  # Its newest step.
     assert "target/decoder/decoder_norm/scale: saved (8,), expected (16,)" in err
     assert _files(model_dir) == before  # config.gin, config.txt and checkpoints as they were.
+
+
+@pytest.mark.slow
+def test_the_model_dir_holds_t5x_s_checkpoints_and_model_info(t5x_run_dirs):
+    """T5X's model-info.txt, line for line; each checkpoint_<step>/state holds the tree T5X's
+    own final checkpoint holds (every key of its orbax metadata)."""
+    import json
+
+    model_dir, _ = t5x_run_dirs
+    assert (model_dir / "model-info.txt").read_text() == (T5X_RUN / "model-info.txt").read_text()
+
+    def keys(step_dir: pathlib.Path) -> set[str]:
+        return set(json.loads((step_dir / "state" / "_METADATA").read_text())["tree_metadata"])
+
+    theirs = keys(T5X_RUN / "final_checkpoint" / "checkpoint_7")
+    assert len(theirs) == 261 and keys(model_dir / "checkpoint_7") == theirs

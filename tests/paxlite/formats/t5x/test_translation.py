@@ -138,6 +138,7 @@ def test_every_adafactor_field_t5x_runs_set_becomes_a_knob(tmp_path):
     assert (knobs["ADAFACTOR_EPSILON1"], knobs["ADAFACTOR_EPSILON2"]) == (1e-20, 1e-4)
     assert knobs["ADAFACTOR_GLOBAL_NORM_CLIP"] == 2.0
     assert "OPTAX_CHAIN" not in knobs
+    assert knobs["T5X_CHECKPOINTS"] is False  # T5X's format has no slot for momentum's state.
 
 
 def test_t5x_s_adamw_example_becomes_an_optax_chain(tmp_path):
@@ -251,3 +252,23 @@ def test_a_warmup_no_factor_uses_and_no_checkpoint_period(tmp_path):
     )
     assert knobs["LR_WARMUP_STEPS"] == 1
     assert knobs["CHECKPOINT_EVERY_N_STEPS"] == knobs["NUM_TRAIN_STEPS"] == 30
+
+
+def test_t5x_s_model_dir_loop_and_periods(tmp_path):
+    """pretrain.gin: eval every 1000, checkpoints every 1000, stats_period unset (T5X: its
+    "epoch", the shortest period); periods from the start step; T5X's checkpoints, its
+    rules for model-info; save_dataset False: the data restarts; its start saved first."""
+    knobs = _knobs(tmp_path, _RUN, latest_step=40)
+    assert knobs["SUMMARY_INTERVAL_STEPS"] == 1000 and knobs["PERIODS_FROM_STEP"] == 40
+    assert knobs["T5X_CHECKPOINTS"] is True and knobs["USE_REPEATED_LAYER"] is False
+    assert knobs["T5X_AXIS_RULES"] == tuple(partitioning.standard_logical_axis_rules())
+    assert knobs["RESUME_INPUT"] is False and knobs["SAVE_AT_START"] is True
+    knobs = _knobs(
+        tmp_path,
+        _RUN,
+        "train_script.train.stats_period = 10",
+        "utils.SaveCheckpointConfig.save_dataset = True",
+        "utils.SaveCheckpointConfig.period = None",
+    )
+    assert knobs["SUMMARY_INTERVAL_STEPS"] == 10 and knobs["PERIODS_FROM_STEP"] == 0
+    assert knobs["RESUME_INPUT"] is True and knobs["SAVE_AT_START"] is False

@@ -114,7 +114,7 @@ def test_the_final_parameters_give_t5x_s_final_logits(t5x_run_dirs, tmp_path):
     ours = from_pretrained(model_dir).logits(inputs, decoder_input_ids=decoder_inputs)
     theirs, ours = np.asarray(theirs), np.asarray(ours)
     error = np.abs(ours - theirs).max() / np.abs(theirs).max()
-    assert error < 1e-5, error  # Measured: 2e-7 (float32 sums in another order).
+    assert error < 1e-5, error  # Measured: 5e-7 (float32 sums in another order).
 
 
 @pytest.mark.slow

@@ -281,8 +281,11 @@ class Checkpointer:
             f"{kept} (rerun the same command once the storage works)"
         )
 
-    def restore(self, step: int, abstract_state: TrainState) -> tuple[TrainState, dict[str, Any]]:
-        """Restores onto the shardings of ``abstract_state`` (ShapeDtypeStructs).
+    def restore(
+        self, step: int, abstract_state: TrainState
+    ) -> tuple[TrainState, dict[str, Any] | None]:
+        """Restores onto the shardings of ``abstract_state`` (ShapeDtypeStructs), and the
+        input's state (None: the step holds none, e.g. T5X wrote it).
 
         The saved arrays' paths and shapes are checked against ``abstract_state``
         before any array is read; nothing on disk is changed.
@@ -308,9 +311,11 @@ class Checkpointer:
                 "MODEL_DIR), or rerun with the knobs that wrote the checkpoint "
                 f"(see {self.job_log_dir / 'config.txt'})."
             )
-        args = ocp.args.Composite(**{INPUT: ocp.args.JsonRestore()})
         with self._reading(step):
-            input_state = self._manager.restore(step, args=args)[INPUT]
+            input_state = None  # A step another framework wrote (T5X's) may hold none.
+            if (self.directory / self.format.step_name(step) / INPUT).exists():
+                args = ocp.args.Composite(**{INPUT: ocp.args.JsonRestore()})
+                input_state = self._manager.restore(step, args=args)[INPUT]
             state = self.format.restored(self._manager, step, abstract_state)
         return state, input_state
 

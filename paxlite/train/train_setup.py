@@ -211,18 +211,21 @@ def _resumed(
     _report_moved_aside(restored, checkpointer.directory)
     state, latest = restored.state, restored.step
     replay = None
-    if job.task.resume_input:
+    if job.task.resume_input and restored.input_state is not None:
         replay = input_positions.restore(checkpointer.directory, latest, job.train_input)
         if replay is None:  # No saved reader position: the input re-reads up to its state.
             job.train_input.set_state(restored.input_state)
         how = "its saved batch count" if replay is None else "its saved reader position"
     else:
         how = "from its first batch"
+        why = (
+            "task.resume_input = False; T5X's SaveCheckpointConfig.save_dataset = False"
+            if not job.task.resume_input
+            else "the checkpoint holds no input state: another framework (T5X) wrote it"
+        )
         _warn(
-            f"the training input starts again from its first batch at step {latest} "
-            "(task.resume_input = False; T5X's SaveCheckpointConfig.save_dataset = False): "
-            "the batches already trained on are read again; set it True to go on where "
-            "the checkpoint left the input."
+            f"the training input starts again from its first batch at step {latest} ({why}): "
+            "the batches already trained on are read again."
         )
     summaries.log(
         f"Restored checkpoint at step {latest} from {checkpointer.directory} (input: {how})"

@@ -62,7 +62,7 @@ ORBAX_ITEM = "state"
 ORBAX_METADATA = "_METADATA"
 _EMPTY_VALUES = ("None", "Dict", "List", "Tuple", "NamedTuple")  # Orbax's empty nodes.
 SLOTS = STATE + "param_states/"
-# T5X's 2-D parameters whose 'embed' dim (Adafactor's ROW dim: what v_row keeps) is the last.
+# T5X's 2-D parameters whose 'embed' dim (the one our v_row keeps) is the last.
 _EMBED_LAST = ("/out/kernel", "/wo/kernel", "token_embedder/embedding")
 
 
@@ -238,28 +238,37 @@ class T5xSource(LayoutSource):
         return out
 
     def _factors(self, name: str, slots: dict[str, np.ndarray]) -> tuple[np.ndarray, np.ndarray]:
-        """``v_row`` and ``v_col`` of 2-D T5X parameter ``name``, checked to keep its embed dim
-        and its other dim (T5X's logical factoring: 'embed' is the ROW dim)."""
+        """The factors of 2-D T5X parameter ``name`` over its 'embed' dim and over its other
+        dim (ours: ``v_row`` and ``v_col``), whichever of T5X's slots holds each: T5X's
+        Adafactor factors a 2-D parameter by its sizes alone (:func:`t5x_row_axis`)."""
         shape = self._variable(PARAMS + name).shape
+        embed = 1 if name.endswith(_EMBED_LAST) else 0
+        if len(shape) != 2:
+            raise CheckpointSourceError(
+                f"{self.path}: T5X's {SLOTS}{name} is factored but its parameter {shape} is "
+                "not 2-D."
+            )
+        row = t5x_row_axis(shape)
         v_row, v_col = slots["v_row"], slots["v_col"]
-        row = 1 if name.endswith(_EMBED_LAST) else 0
-        if len(shape) != 2 or v_row.shape != (shape[row],) or v_col.shape != (shape[1 - row],):
+        if v_row.shape != (shape[row],) or v_col.shape != (shape[1 - row],):
             raise CheckpointSourceError(
                 f"{self.path}: T5X's {SLOTS}{name}/v_row {v_row.shape} and v_col {v_col.shape} "
-                f"are not the factors of its parameter {shape} paxlite reads."
+                f"are not the factors of its parameter {shape} T5X's Adafactor keeps."
             )
-        return v_row, v_col
+        return (v_row, v_col) if row == embed else (v_col, v_row)
 
     def _whole_v(
         self, name: str, slots: dict[str, np.ndarray], where: Any, shape: tuple[int, ...]
     ) -> np.ndarray:
-        """T5X parameter ``name``'s whole second moment, in our layout of ``shape``."""
+        """T5X parameter ``name``'s whole second moment, in our layout of ``shape`` (from
+        factors: T5X's estimate ``v_row * v_col / mean(v_row)``)."""
         if "v" in slots:
             v = slots["v"]
         elif "v_row" in slots and "v_col" in slots:
-            v_row, v_col = self._factors(name, slots)
-            row = 1 if name.endswith(_EMBED_LAST) else 0
-            v = np.expand_dims(v_row, 1 - row) * np.expand_dims(v_col, row) / v_row.mean()
+            over_embed, over_other = self._factors(name, slots)
+            embed = 1 if name.endswith(_EMBED_LAST) else 0
+            v = np.expand_dims(over_embed, 1 - embed) * np.expand_dims(over_other, embed)
+            v = v / slots["v_row"].mean()
         else:
             raise CheckpointSourceError(
                 f"{self.path}: T5X's {SLOTS}{name} holds no second moment (v or v_row and v_col)."
@@ -442,6 +451,14 @@ def _layout(path: epath.Path) -> type[T5xSource] | None:
     if (path / ORBAX_ITEM / ORBAX_METADATA).is_file():
         return T5xOrbaxSource
     return T5xSource if (path / CHECKPOINT_FILE).is_file() else None
+
+
+def t5x_row_axis(shape: tuple[int, ...]) -> int:
+    """The axis T5X's ``v_row`` keeps of a 2-D parameter it factors: its Adafactor factors
+    2-D parameters by size, whatever the logical factor rules (``_factored_dims``: ``v_row``
+    averages the largest dim away, ``v_col`` the second largest; of two equal dims, the
+    second is the largest)."""
+    return 0 if shape[0] <= shape[1] else 1
 
 
 def steps(model_dir: epath.Path) -> list[int]:

@@ -33,6 +33,7 @@ from flax import traverse_util
 from paxlite.checkpoints import init_from, train_checkpoints
 from paxlite.experiments.tasks_lib import CheckpointLoadingRules
 from paxlite.formats.hf import layout as hf_layout
+from paxlite.formats.t5x import checkpoint as t5x_checkpoint
 from paxlite.formats.t5x import layout as t5x_layout
 from paxlite.train.train_state import TrainState
 from praxis_lite.optim.factored_adafactor import FactoredMoment, FactorLayout, FullMoment
@@ -62,10 +63,10 @@ class T5xCheckpoints(train_checkpoints.CheckpointFormat):
       logical_axis_rules: T5X's ``(logical axis, 'data' | 'model' | None)`` rules, for
         model-info's partition specs.
       factored, min_dim_size_to_factor: T5X's Adafactor's: which second moments T5X keeps
-        factored (a 2-D kernel or table with an 'embed' dim whose two dims are both at
-        least that size); a moment this run keeps the other way is converted (whole from
-        factors: T5X's estimate ``v_row * v_col / mean(v_row)``; factors from whole: its
-        means, which T5X's factors are).
+        factored (a 2-D parameter whose two dims are both at least that size; ``v_row`` over
+        the smaller dim, :func:`t5x_checkpoint.t5x_row_axis`); a moment this run keeps the
+        other way is converted (whole from factors: T5X's estimate ``v_row * v_col /
+        mean(v_row)``; factors from whole: its means, which T5X's factors are).
     """
 
     gated: bool = True
@@ -100,8 +101,8 @@ class T5xCheckpoints(train_checkpoints.CheckpointFormat):
             for i, (name, layer) in enumerate(zip(names, layers, strict=True)):
                 target[name] = hf_layout.to_theirs(where.layout, layer)
                 moment = _layer_moment(moments[path], i if where.stacked else None)
-                embed_axis = self._factored_embed_axis(name, target[name].shape)
-                slots[name] = _t5x_slots(moment, where.layout, embed_axis, unused)
+                row_axis = self._row_axis(target[name].shape)
+                slots[name] = _t5x_slots(moment, where.layout, _embed_axis(name), row_axis, unused)
         param_states = {f"{name}/{slot}": v for name, s in slots.items() for slot, v in s.items()}
         return {
             "target": traverse_util.unflatten_dict(target, sep="/"),
@@ -111,12 +112,12 @@ class T5xCheckpoints(train_checkpoints.CheckpointFormat):
             },
         }
 
-    def _factored_embed_axis(self, name: str, shape: tuple[int, ...]) -> int | None:
-        """The 'embed' axis of T5X parameter ``name`` when T5X's Adafactor factors it."""
-        axes = _param_axes(name)
-        if not self.factored or axes is None or len(axes) != 2 or "embed" not in axes:
+    def _row_axis(self, shape: tuple[int, ...]) -> int | None:
+        """The axis T5X's ``v_row`` keeps of a parameter of ``shape``; None: T5X keeps its
+        second moment whole."""
+        if not self.factored or len(shape) != 2 or min(shape) < self.min_dim_size_to_factor:
             return None
-        return axes.index("embed") if min(shape) >= self.min_dim_size_to_factor else None
+        return t5x_checkpoint.t5x_row_axis(tuple(shape))
 
     def restored(self, manager: Any, step: int, abstract_state: TrainState) -> TrainState:
         """Step ``step`` read by T5X's reader onto ``abstract_state``'s shardings: the
@@ -172,15 +173,12 @@ def _param_axes(name: str) -> tuple[str, ...] | None:
 
 
 def _state_axes(name: str, shape: tuple[int, ...]) -> tuple[str, ...] | None:
-    """A slot's axes: ``v`` (and ``m``) the parameter's, ``v_row`` 'embed', ``v_col`` the
-    other axis; the ``(1,)`` placeholders and ``step`` none."""
+    """A slot's axes: ``v`` (and ``m``) the parameter's; ``v_row``, ``v_col``, the ``(1,)``
+    placeholders and ``step`` none (T5X's ``derive_logical_axes``)."""
     if tuple(shape) == _UNUSED or "/" not in name:
         return None
     param, slot = name.removeprefix("param_states/").rsplit("/", 1)
-    axes = _param_axes(param)
-    if axes is None or slot in ("m", "v"):
-        return axes
-    return ("embed",) if slot == "v_row" else tuple(a for a in axes if a != "embed")
+    return _param_axes(param) if slot in ("m", "v") else None  # T5X names no factor's axes.
 
 
 def _moments_by_param(opt_state: Any, params: list[str]) -> dict[str, Any]:
@@ -227,22 +225,35 @@ def _layer_moment(moment: Any, layer: int | None) -> Any:
 
 
 def _t5x_slots(
-    moment: Any, layout: hf_layout.Layout, embed_axis: int | None, unused: Any
+    moment: Any,
+    layout: hf_layout.Layout,
+    embed_axis: int | None,
+    row_axis: int | None,
+    unused: Any,
 ) -> dict[str, Any]:
-    """T5X's ``m``, ``v``, ``v_col``, ``v_row`` of one T5X parameter (``embed_axis``: its
-    'embed' axis when T5X factors it, else None)."""
+    """T5X's ``m``, ``v``, ``v_col``, ``v_row`` of one T5X parameter (``row_axis``: the
+    axis T5X's ``v_row`` keeps, None when T5X keeps the moment whole; ``embed_axis``: the
+    parameter's 'embed' axis, the one our ``v_row`` keeps)."""
     slots = dict.fromkeys(_SLOTS, unused)
-    if isinstance(moment, FactoredMoment) and embed_axis is not None:
-        slots["v_row"] = moment.v_row.reshape(-1)  # The 'embed' dim.
-        slots["v_col"] = moment.v_col.reshape(-1)  # The other: T5X's joined heads.
-        return slots
-    v = hf_layout.to_theirs(layout, _whole(moment))
-    if embed_axis is None:
-        slots["v"] = v
+    if row_axis is None:
+        slots["v"] = hf_layout.to_theirs(layout, _whole(moment))
+    elif isinstance(moment, FactoredMoment) and embed_axis is not None:
+        over_embed = moment.v_row.reshape(-1)
+        over_other = moment.v_col.reshape(-1)  # T5X's joined heads, in order.
+        same = row_axis == embed_axis
+        slots["v_row"], slots["v_col"] = (
+            (over_embed, over_other) if same else (over_other, over_embed)
+        )
     else:  # T5X's factors of a moment kept whole here: its means.
-        slots["v_row"] = v.mean(axis=1 - embed_axis)
-        slots["v_col"] = v.mean(axis=embed_axis)
+        v = hf_layout.to_theirs(layout, _whole(moment))
+        slots["v_row"] = v.mean(axis=1 - row_axis)
+        slots["v_col"] = v.mean(axis=row_axis)
     return slots
+
+
+def _embed_axis(name: str) -> int | None:
+    axes = _param_axes(name)
+    return axes.index("embed") if axes is not None and "embed" in axes else None
 
 
 def _whole(moment: Any) -> Any:

@@ -165,8 +165,9 @@ def _checkpoint_steps(model_dir: pathlib.Path) -> list[int]:
     return sorted(int(p.name.split("_")[1]) for p in model_dir.glob("checkpoint_*"))
 
 
-def _run_refused(model_dir: pathlib.Path, *extra: str) -> str:
-    """The fixture's command with ``extra``: exit 2; its stderr."""
+def _run_refused(model_dir: pathlib.Path, *extra: str, code: int = 2) -> str:
+    """The fixture's command with ``extra``: exit ``code`` (2: refused, with one error line
+    first); its stderr."""
     import sys
 
     from paxlite.formats.t5x import t5x_modules
@@ -174,7 +175,7 @@ def _run_refused(model_dir: pathlib.Path, *extra: str) -> str:
     user_dir = T5X_RUN / "user_dir"
     sys.path.insert(0, str(user_dir))
     try:
-        code, _, err = run_t5x_train(
+        exit_code, _, err = run_t5x_train(
             "--gin_file=finetune.gin",
             f"--gin_search_paths={user_dir}",
             f'--gin.MODEL_DIR="{model_dir}"',
@@ -186,8 +187,8 @@ def _run_refused(model_dir: pathlib.Path, *extra: str) -> str:
         sys.path.remove(str(user_dir))
         t5x_modules._USERS_MODULES.clear()
         seqio.TaskRegistry.remove(TASK)
-    assert code == 2, err[-3000:]
-    assert err.startswith("paxlite: error: "), err[:500]
+    assert exit_code == code, err[-3000:]
+    assert code == 0 or err.startswith("paxlite: error: "), err[:500]
     return err
 
 
@@ -232,3 +233,21 @@ def test_the_model_dir_holds_t5x_s_checkpoints_and_model_info(t5x_run_dirs):
 
     theirs = keys(T5X_RUN / "final_checkpoint" / "checkpoint_7")
     assert len(theirs) == 261 and keys(model_dir / "checkpoint_7") == theirs
+
+
+@pytest.mark.slow
+def test_a_model_dir_t5x_wrote_resumes_from_t5x_s_checkpoint(tmp_path):
+    """MODEL_DIR holding T5X's own checkpoint_7 (no paxlite input state in it): the run
+    resumes from it (the initial checkpoint is not read); its loss at step 8 is T5X's for
+    the same state and batch (T5X's restart of the same run, t5x_resumes_paxlite.json)."""
+    import json
+
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    shutil.copytree(T5X_RUN / "final_checkpoint" / "checkpoint_7", model_dir / "checkpoint_7")
+    err = _run_refused(model_dir, "--gin.TRAIN_STEPS=8", code=0)
+    assert "the training input starts again from its first batch at step 7" in err
+    theirs = json.loads((T5X_RUN / "t5x_resumes_paxlite.json").read_text())["metrics"]
+    got = _ours(model_dir, "train", "loss")
+    assert sorted(got) == [8]
+    assert got[8] == pytest.approx(theirs["train/loss"]["8"], rel=1e-5)

@@ -58,15 +58,19 @@ def test_the_step_and_every_count_are_t5xs(loaded):
 
 
 def test_factored_moments_are_t5xs_reshaped_and_stacked_on_the_layers(loaded):
+    """Our v_row is over 'embed', v_col over the joined heads; T5X's v_row keeps the smaller
+    dim of a 2-D kernel, the first of two equal ones (its ``_factored_dims``): the query's
+    [E=32, N*H=32] embed, the output projection's [N*H=32, E=32] joined heads."""
     moments = _moments(loaded)
     enc = moments["encoder"]["repeat"]["block"]
-    for ours, theirs in (("w_q", "query"), ("w_post", "out")):
+    for ours, theirs, embed_in in (("w_q", "query", "v_row"), ("w_post", "out", "v_col")):
         got = enc["self_attention"][ours]
         assert isinstance(got, fa.FactoredMoment)
+        heads_in = "v_col" if embed_in == "v_row" else "v_row"
         for layer in range(3):
             name = f"encoder/layers_{layer}/attention/{theirs}/kernel/"
-            np.testing.assert_array_equal(got.v_row[layer], _slot(name + "v_row"))
-            np.testing.assert_array_equal(got.v_col[layer], _slot(name + "v_col").reshape(4, 8))
+            np.testing.assert_array_equal(got.v_row[layer], _slot(name + embed_in))
+            np.testing.assert_array_equal(got.v_col[layer], _slot(name + heads_in).reshape(4, 8))
     wo = moments["decoder"]["repeat"]["block"]["ff_layer"]["ffn_layer2"]["w"]
     np.testing.assert_array_equal(wo.v_row[1], _slot("decoder/layers_1/mlp/wo/kernel/v_row"))
     np.testing.assert_array_equal(wo.v_col[1], _slot("decoder/layers_1/mlp/wo/kernel/v_col"))
@@ -91,22 +95,25 @@ def test_a_table_factored_by_t5x_but_whole_in_ours_is_t5xs_estimate(loaded):
 
 def test_a_step_from_the_loaded_moments_is_t5xs_step_from_its_own(loaded):
     """Our factored second-moment step on the loaded state equals T5X's (numpy, on its 2-D
-    [E, N*H] / [N*H, E] kernels) from the fixture's v_row and v_col, at step 7."""
+    [E, N*H] kernel, T5X's ``_factored_dims``: v_row keeps dim 0 of two equal ones) from the
+    fixture's v_row and v_col, at step 7. (Where T5X's v_row is over the heads, as in the
+    [N*H, E] output projection, ours is T5X's v_col: the same estimate for T5X's own states,
+    whose v_row and v_col have one mean, not for the fixture's random ones.)"""
     attention = _moments(loaded)["encoder"]["repeat"]["block"]["self_attention"]
-    moments = {k: attention[k] for k in ("w_q", "w_post")}
+    moments = {k: attention[k] for k in ("w_q",)}
     rng = np.random.default_rng(0)
     grads = {
         k: rng.normal(size=m.v_row.shape[:1] + (32, 32)).astype(np.float32)
         for k, m in moments.items()
-    }  # [L, E, N*H] / [L, N*H, E]
-    shaped = {"w_q": (3, 32, 4, 8), "w_post": (3, 4, 8, 32)}
+    }  # [L, E, N*H]
+    shaped = {"w_q": (3, 32, 4, 8)}
     tx = fa.scale_by_factored_rms(lambda p: None)
     updates, _ = tx.update(
         {k: jnp.asarray(g.reshape(shaped[k])) for k, g in grads.items()},
         fa.FactoredRmsState(loaded.opt_state[0].count, moments),
     )
     decay = 1.0 - 8.0**-0.8  # T5X's at step 7.
-    for ours, theirs, embed_axis in (("w_q", "query", 0), ("w_post", "out", 1)):
+    for ours, theirs, embed_axis in (("w_q", "query", 0),):
         for layer in range(3):
             name = f"encoder/layers_{layer}/attention/{theirs}/kernel/"
             g = grads[ours][layer]

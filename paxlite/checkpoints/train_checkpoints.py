@@ -104,6 +104,10 @@ class CheckpointFormat:
 
     #: Orbax's step directory prefix (``<prefix>_<step>``); None: the bare step.
     step_prefix: str | None = None
+    #: Whether the step directories share their directory with the job's other files.
+    #: Then the Checkpointer removes the steps' unfinished saves itself (orbax's clean-up
+    #: passes over prefixed steps), and nothing else.
+    shares_job_directory: bool = False
 
     def directory(self, job_log_dir: epath.Path) -> epath.Path:
         """Where the step directories go."""
@@ -164,15 +168,20 @@ class Checkpointer:
         self.job_log_dir = storage.job_path(job_log_dir)
         self.directory = self.format.directory(self.job_log_dir)
         self._restore_fallback = restore_fallback
-        self.interrupted_steps = _interrupted_saves(self.directory, self.format)
+        interrupted = _interrupted_saves(self.directory, self.format)
+        self.interrupted_steps = sorted(interrupted)
         self._timeout_secs = timeout_secs
+        shared = self.format.shares_job_directory
+        if shared and jax.process_index() == 0:
+            for path in interrupted.values():
+                path.rmtree(missing_ok=True)
         options = ocp.CheckpointManagerOptions(
             max_to_keep=max_to_keep,
             step_prefix=self.format.step_prefix,
             enable_async_checkpointing=async_save,
             async_options=ocp.AsyncOptions(timeout_secs=timeout_secs),
             create=True,
-            cleanup_tmp_directories=True,  # Removes what interrupted_steps found.
+            cleanup_tmp_directories=not shared,  # Removes what interrupted_steps found.
         )
         _save_whole_arrays_on_cpu()
         # Handlers named up front, so the metadata of a step saved by an earlier run is readable.
@@ -443,8 +452,10 @@ def _free_name(directory: epath.Path, name: str) -> epath.Path:
     return candidate
 
 
-def _interrupted_saves(directory: epath.Path, checkpoint_format: CheckpointFormat) -> list[int]:
-    """Steps whose save was interrupted (process killed mid-write), oldest first.
+def _interrupted_saves(
+    directory: epath.Path, checkpoint_format: CheckpointFormat
+) -> dict[int, epath.Path]:
+    """Steps whose save was interrupted (process killed mid-write), and their directories.
 
     On a local disk orbax writes a step into ``<step>.orbax-checkpoint-tmp...`` and
     renames it to ``<step>`` only once every file is written; in a bucket, which has no
@@ -452,15 +463,15 @@ def _interrupted_saves(directory: epath.Path, checkpoint_format: CheckpointForma
     way such a step is never restored. (``<step>``: the format's step name.)
     """
     if not directory.is_dir():
-        return []
+        return {}
     prefix = "" if checkpoint_format.step_prefix is None else checkpoint_format.step_prefix + "_"
     step_name = re.compile(re.escape(prefix) + r"(\d+)")
     incomplete = re.compile(re.escape(prefix) + _INCOMPLETE.pattern)
     if storage.is_remote(directory):
         steps = ((step_name.fullmatch(p.name), p) for p in directory.iterdir())
-        return sorted(int(m.group(1)) for m, p in steps if m and not (p / _COMMITTED).exists())
-    found = (incomplete.fullmatch(p.name) for p in directory.iterdir())
-    return sorted(int(m.group(1)) for m in found if m)
+        return {int(m.group(1)): p for m, p in steps if m and not (p / _COMMITTED).exists()}
+    found = ((incomplete.fullmatch(p.name), p) for p in directory.iterdir())
+    return {int(m.group(1)): p for m, p in found if m}
 
 
 def abstract_like(tree: Any, shardings: Any) -> Any:

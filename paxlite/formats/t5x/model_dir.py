@@ -75,6 +75,7 @@ class T5xCheckpoints(train_checkpoints.CheckpointFormat):
     min_dim_size_to_factor: int = 128
 
     step_prefix: ClassVar[str] = "checkpoint"
+    shares_job_directory: ClassVar[bool] = True
 
     def directory(self, job_log_dir: epath.Path) -> epath.Path:
         return job_log_dir

@@ -35,3 +35,35 @@ def test_a_kernel_whose_embed_dim_is_the_larger_swaps_our_factors_into_t5x_s_slo
     np.testing.assert_array_equal(slots["v_row"], v_col.reshape(-1))
     np.testing.assert_array_equal(slots["v_col"], v_row)
     assert slots["v"] is unused and slots["m"] is unused
+
+
+@pytest.mark.parametrize("where", ["local", "bucket"])
+def test_an_interrupted_save_is_removed_and_the_job_s_other_folders_stay(where, tmp_path, request):
+    """MODEL_DIR holds T5X's steps beside TensorBoard's runs and paxlite's input positions.
+    A save killed mid-write (on a disk: orbax's ``checkpoint_9.orbax-checkpoint-tmp-*``; in a
+    bucket: ``checkpoint_9/`` without ``commit_success.txt``) is removed at start; the other
+    folders, which have no commit mark either, stay (a real GCS emulator for the bucket)."""
+    from etils import epath
+
+    from paxlite.checkpoints import train_checkpoints
+    from tests.gcs import BUCKET
+
+    if where == "bucket":
+        request.getfixturevalue("emulator")
+        job = epath.Path(f"gs://{BUCKET}/interrupted_{tmp_path.name}")
+        unfinished = job / "checkpoint_9"
+    else:
+        job = epath.Path(tmp_path)
+        unfinished = job / "checkpoint_9.orbax-checkpoint-tmp-1795820000"
+    for path in (job / "train" / "events.out.tfevents.1", unfinished / "state" / "_METADATA"):
+        path.parent.mkdir(parents=True, exist_ok=True)
+        path.write_text("x")
+    checkpointer = train_checkpoints.Checkpointer(
+        job, max_to_keep=None, checkpoint_format=model_dir.T5xCheckpoints()
+    )
+    try:
+        assert checkpointer.interrupted_steps == [9] and checkpointer.all_steps() == []
+    finally:
+        checkpointer.close()
+    assert not unfinished.exists()
+    assert (job / "train" / "events.out.tfevents.1").read_text() == "x"

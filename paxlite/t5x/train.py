@@ -89,10 +89,12 @@ def main(argv: Sequence[str]) -> None:
         run = gin_run.read_train_call(
             FLAGS.gin_file, FLAGS.gin_bindings, search_paths, own, FLAGS.t5_spm_path
         )
-        latest = _latest_step(str(run.call.model_dir))
+        t5x_steps, own_steps = _model_dir_steps(str(run.call.model_dir))
+        latest = max(t5x_steps or own_steps, default=None)
         knobs = translation.knobs(run.call, run.sources, run.config_text, latest)
     except (gin_run.GinRunError, translation.UnsupportedBinding) as e:
         fail(e)
+    _choose_checkpoint_format(knobs, t5x_steps, own_steps, str(run.call.model_dir))
     _join_flags()
     knobs |= _fresh_seeds(run.call)
     FLAGS.exp = translation.EXPERIMENT
@@ -132,19 +134,39 @@ def _fresh_seeds(call: Any) -> dict[str, int]:
     return {knob: seed for knob, _ in unset}
 
 
-def _latest_step(model_dir: str) -> int | None:
-    """MODEL_DIR's newest complete checkpoint step, T5X's ``checkpoint_<step>/`` or paxlite's
-    ``checkpoints/<step>/`` (for T5X's ``relative_steps`` and periods), or None."""
+def _model_dir_steps(model_dir: str) -> tuple[list[int], list[int]]:
+    """MODEL_DIR's complete checkpoint steps: T5X's ``checkpoint_<step>/`` and paxlite's own
+    ``checkpoints/<step>/`` (for T5X's ``relative_steps`` and periods)."""
     path = epath.Path(model_dir)
     try:
         if not path.is_dir():
-            return None
-        found = t5x_checkpoint.steps(path)
-        if (path / "checkpoints").is_dir():
-            found += ocp.utils.checkpoint_steps(path / "checkpoints")
-        return max(found, default=None)
+            return [], []
+        own = path / "checkpoints"
+        return t5x_checkpoint.steps(path), (ocp.utils.checkpoint_steps(own) if own.is_dir() else [])
     except OSError as e:
         fail(f"cannot read MODEL_DIR {model_dir}: {e}")
+
+
+def _choose_checkpoint_format(
+    knobs: dict[str, Any], t5x_steps: list[int], own_steps: list[int], model_dir: str
+) -> None:
+    """T5X's checkpoint format, unless MODEL_DIR already holds paxlite's own (an earlier
+    paxlite's run: resumed in its format, said) or the optimizer state has no place in
+    T5X's while MODEL_DIR holds T5X's steps (refused)."""
+    if knobs["T5X_CHECKPOINTS"] and own_steps and not t5x_steps:
+        knobs["T5X_CHECKPOINTS"] = False
+        print(
+            f"paxlite: note: {model_dir} holds paxlite's own checkpoints/<step> (steps "
+            f"{own_steps[0]}-{own_steps[-1]}): the run resumes from them and goes on in that "
+            "format; a new MODEL_DIR gets T5X's checkpoint_<step>/."
+        )
+    elif not knobs["T5X_CHECKPOINTS"] and t5x_steps:
+        fail(
+            f"{model_dir} holds T5X checkpoints (checkpoint_{t5x_steps[-1]}), which paxlite "
+            "resumes for Adafactor without momentum only; start a new MODEL_DIR with "
+            f'--gin.INITIAL_CHECKPOINT_PATH=\\"{model_dir}/checkpoint_{t5x_steps[-1]}\\" '
+            "(its parameters and step)."
+        )
 
 
 def _join_flags() -> None:

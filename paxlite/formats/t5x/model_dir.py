@@ -84,14 +84,17 @@ class T5xCheckpoints(train_checkpoints.CheckpointFormat):
         """T5X's ``state_dict()`` of ``state``.
 
         Raises:
-          ValueError: a parameter T5X's T5 lacks, or optimizer state T5X's Adafactor has no
-            slot for (momentum, an optax chain's).
+          CheckpointMismatchError: a parameter T5X's T5 lacks, or optimizer state T5X's
+            Adafactor has no slot for (momentum, an optax chain's).
         """
         params = traverse_util.flatten_dict(state.params, sep="/")
         named = hf_layout.their_names(t5x_layout.t5x_table(self.gated), list(params))
         missing = sorted(set(params) - set(named))
         if missing:
-            raise ValueError(f"T5X's T5 has no parameter for {', '.join(missing)}.")
+            raise train_checkpoints.CheckpointMismatchError(
+                f"T5X's T5 has no parameter for {', '.join(missing)}: T5X's checkpoint "
+                "format cannot hold this model."
+            )
         moments = _moments_by_param(state.opt_state, list(params))
         # On the step's devices, replicated (traceable, and a global array in a multi-process job).
         unused = jnp.broadcast_to(jnp.zeros_like(state.step, dtype=jnp.float32), _UNUSED)
@@ -197,14 +200,17 @@ def _moments_by_param(opt_state: Any, params: list[str]) -> dict[str, Any]:
                 continue
         elif leaf.shape == () and np.dtype(leaf.dtype).kind in "iu":
             continue  # A count: T5X's is the step.
-        raise ValueError(
+        raise train_checkpoints.CheckpointMismatchError(
             f"T5X's Adafactor state has no slot for the optimizer state's {name} "
             f"{tuple(leaf.shape) if hasattr(leaf, 'shape') else ''}: T5X's checkpoint format "
             "is written for Adafactor without momentum."
         )
     lacking = sorted(set(params) - set(moments))
     if lacking:
-        raise ValueError(f"no Adafactor moment for {', '.join(lacking)} in the optimizer state.")
+        raise train_checkpoints.CheckpointMismatchError(
+            f"no Adafactor moment for {', '.join(lacking)} in the optimizer state: T5X's "
+            "checkpoint format holds Adafactor's."
+        )
     return moments
 
 

@@ -145,7 +145,9 @@ def _all_knobs(call: TrainCall, check: _Checker, latest_step: int | None) -> dic
         values["SUMMARY_INTERVAL_STEPS"] = int(min(periods, default=values["NUM_TRAIN_STEPS"]))
     values["PERIODS_FROM_STEP"] = start_step  # T5X counts its periods from there.
     # T5X's checkpoint_<step> in MODEL_DIR, but for state T5X's Adafactor has no slot for.
-    values["T5X_CHECKPOINTS"] = not values.get("OPTAX_CHAIN") and not values.get("ADAFACTOR_BETA1")
+    values["T5X_CHECKPOINTS"] = not values.get("OPTAX_CHAIN") and (
+        values.get("ADAFACTOR_BETA1") is None
+    )
     return values
 
 

@@ -251,3 +251,27 @@ def test_a_model_dir_t5x_wrote_resumes_from_t5x_s_checkpoint(tmp_path):
     got = _ours(model_dir, "train", "loss")
     assert sorted(got) == [8]
     assert got[8] == pytest.approx(theirs["train/loss"]["8"], rel=1e-5)
+
+
+@pytest.mark.slow
+def test_t5x_checkpoints_with_momentum_are_refused_in_one_line(tmp_path):
+    """T5X's format holds Adafactor without momentum: with beta1 the run's checkpoints are
+    paxlite's, so a MODEL_DIR of T5X steps is refused, naming the way on."""
+    model_dir = tmp_path / "model"
+    model_dir.mkdir()
+    shutil.copytree(T5X_RUN / "final_checkpoint" / "checkpoint_7", model_dir / "checkpoint_7")
+    err = _run_refused(model_dir, "--gin.adafactor.Adafactor.beta1=0.9")
+    assert len(err.strip().splitlines()) == 1
+    assert "holds T5X checkpoints (checkpoint_7)" in err and "INITIAL_CHECKPOINT_PATH" in err
+
+
+def test_a_model_dir_of_paxlite_s_own_checkpoints_goes_on_in_their_format(capsys):
+    from paxlite.t5x import train
+
+    knobs = {"T5X_CHECKPOINTS": True}
+    train._choose_checkpoint_format(knobs, [], [100, 200], "/m")
+    assert knobs["T5X_CHECKPOINTS"] is False
+    assert "holds paxlite's own checkpoints/<step> (steps 100-200)" in capsys.readouterr().out
+    knobs = {"T5X_CHECKPOINTS": True}
+    train._choose_checkpoint_format(knobs, [100], [], "/m")
+    assert knobs["T5X_CHECKPOINTS"] is True

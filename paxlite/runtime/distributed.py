@@ -48,11 +48,10 @@ def initialize(
     timeout_s: int = 300,
     peer_timeout_s: float = 60.0,
 ) -> bool:
-    """Initializes ``jax.distributed`` from flags, or from the cluster environment.
+    """Initializes ``jax.distributed`` from flags, or from the cluster environment
+    (:func:`join`), then watches the peers.
 
-    With none of the flags and no cluster environment, does nothing (one process); once
-    joined, a second call does nothing either.
-    On CPU, cross-process collectives use gloo so local processes form one job.
+    With none of the flags and no cluster environment, does nothing (one process).
     In a multi-process job a :class:`PeerWatch` then stops this process, naming
     the lost peer, once another process has been silent for ``peer_timeout_s``
     seconds or has failed.
@@ -60,8 +59,34 @@ def initialize(
     Returns:
       Whether this is a multi-process job.
     """
-    if jax.distributed.is_initialized():  # Joined before (e.g. to agree on a seed).
-        return jax.process_count() > 1
+    if not join(coordinator_address, num_processes, process_id, timeout_s, peer_timeout_s):
+        return False
+    if jax.process_count() == 1:
+        return False
+    global _peer_watch
+    if _peer_watch is None:
+        _peer_watch = PeerWatch(peer_timeout_s)
+        _peer_watch.start()
+    return True
+
+
+def join(
+    coordinator_address: str | None,
+    num_processes: int | None,
+    process_id: int | None,
+    timeout_s: int = 300,
+    peer_timeout_s: float = 60.0,
+) -> bool:
+    """``jax.distributed.initialize`` from the flags or the cluster environment, once (a
+    second call finds the processes joined); starts no backend, so it may come before the
+    platform and XLA flags are set. On CPU, cross-process collectives use gloo so local
+    processes form one job.
+
+    Returns:
+      Whether the processes are joined (False: no flags and no cluster environment).
+    """
+    if jax.distributed.is_initialized():
+        return True
     given = [coordinator_address is not None, num_processes is not None, process_id is not None]
     if any(given) and not all(given):
         raise DistributedSetupError(
@@ -89,12 +114,19 @@ def initialize(
         )
     else:
         jax.distributed.initialize(initialization_timeout=timeout_s, **backstop)
-    if jax.process_count() == 1:
-        return False
-    global _peer_watch
-    _peer_watch = PeerWatch(peer_timeout_s)
-    _peer_watch.start()
     return True
+
+
+def agreed(key: str, value: str, timeout_s: float = 300.0) -> str:
+    """Process 0's ``value`` on every process of a joined job (through the coordination
+    service's key-value store; no backend is started)."""
+    from jax._src import distributed as jax_distributed
+
+    state = jax_distributed.global_state
+    if state.process_id == 0:
+        state.client.key_value_set(f"paxlite/agreed/{key}", value)
+        return value
+    return state.client.blocking_key_value_get(f"paxlite/agreed/{key}", int(timeout_s * 1000))
 
 
 PEER_LOST_EXIT_CODE = 4  # Another process of the job died or failed; this one stopped.

@@ -119,16 +119,14 @@ def _fresh_seeds(call: Any) -> dict[str, int]:
     if not unset:
         return {}
     seed = int(np.int32(time.time()))
-    try:  # Joined here already (paxlite's main finds the processes joined).
-        joined = distributed.initialize(
+    try:  # Joined here already (paxlite's main finds the processes joined); no backend yet.
+        joined = distributed.join(
             *pax_flags.distributed_args(), FLAGS.distributed_timeout_s, FLAGS.peer_timeout_s
         )
     except ValueError as e:  # Half the flags given, or a bad process index.
         fail(e)
     if joined:
-        from jax.experimental import multihost_utils
-
-        seed = int(multihost_utils.broadcast_one_to_all(np.int32(seed)))
+        seed = int(distributed.agreed("t5x_seed", str(seed)))
     for _, name in unset:
         print(f"paxlite: {name} is None: this run's seed is {seed} (T5X's, from the time).")
     return {knob: seed for knob, _ in unset}

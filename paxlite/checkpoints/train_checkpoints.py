@@ -316,9 +316,8 @@ class Checkpointer:
                 f"the checkpoint at step {step} in {self.directory} was written by a different "
                 f"model: {len(problems)} arrays differ from this experiment's (saved vs "
                 "expected shape):\n  " + "\n  ".join(shown) + "\nTrain this configuration "
-                f"in another job directory than {self.job_log_dir} (--job_log_dir; T5X's "
-                "MODEL_DIR), or rerun with the knobs that wrote the checkpoint "
-                f"(see {self.job_log_dir / 'config.txt'})."
+                "with a new --job_log_dir (T5X's command: a new MODEL_DIR), or rerun with the "
+                f"knobs that wrote the checkpoint (see {self.job_log_dir / 'config.txt'})."
             )
         with self._reading(step):
             input_state = None  # A step another framework wrote (T5X's) may hold none.

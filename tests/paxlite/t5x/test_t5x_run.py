@@ -27,32 +27,42 @@ LOSSES = ("loss", "cross_ent_loss", "z_loss", "loss_per_nonpadding_target_token"
 OTHERS = ("accuracy", "loss_per_all_target_tokens", "learning_rate", "learning_rate/current")
 
 
-@pytest.fixture(scope="module")
-def t5x_run_dirs(tmp_path_factory) -> tuple[pathlib.Path, str]:
-    """paxlite's run of the fixture's command: its MODEL_DIR and console output."""
+def run_fine_tune(model_dir: pathlib.Path, *extra: str) -> tuple[int, str, str]:
+    """The fixture's command (finetune.gin from init_checkpoint/checkpoint_3) with ``extra``,
+    as a fresh process runs it: the user directory on the path, its ``tasks.py`` imported
+    afresh (and its task unregistered after, for the next command)."""
     import sys
 
     from paxlite.formats.t5x import t5x_modules
 
-    user_dir = tmp_path_factory.mktemp("user") / "user_dir"
-    shutil.copytree(T5X_RUN / "user_dir", user_dir)
-    model_dir = tmp_path_factory.mktemp("t5x_run") / "model"
+    user_dir = T5X_RUN / "user_dir"
     sys.path.insert(0, str(user_dir))
-    saved_modules = dict(t5x_modules._USERS_MODULES)
-    t5x_modules._USERS_MODULES.clear()  # A fresh process per command, as a user has.
+    saved_modules, writes_bytecode = dict(t5x_modules._USERS_MODULES), sys.dont_write_bytecode
+    t5x_modules._USERS_MODULES.clear()
+    sys.dont_write_bytecode = True  # Nothing written into the repository's fixture.
     try:
-        code, out, err = run_t5x_train(
+        return run_t5x_train(
             "--gin_file=finetune.gin",
             f"--gin_search_paths={user_dir}",
             f'--gin.MODEL_DIR="{model_dir}"',
             f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{user_dir}/spm.model"',
             f'--gin.INITIAL_CHECKPOINT_PATH="{T5X_RUN / "init_checkpoint" / "checkpoint_3"}"',
+            *extra,
         )
-    finally:  # The next command (another test) imports the user's tasks.py afresh.
+    finally:
         sys.path.remove(str(user_dir))
+        sys.dont_write_bytecode = writes_bytecode
         t5x_modules._USERS_MODULES.clear()
         t5x_modules._USERS_MODULES.update(saved_modules)
-        seqio.TaskRegistry.remove(TASK)
+        if TASK in seqio.TaskRegistry.names():
+            seqio.TaskRegistry.remove(TASK)
+
+
+@pytest.fixture(scope="module")
+def t5x_run_dirs(tmp_path_factory) -> tuple[pathlib.Path, str]:
+    """paxlite's run of the fixture's command: its MODEL_DIR and console output."""
+    model_dir = tmp_path_factory.mktemp("t5x_run") / "model"
+    code, out, err = run_fine_tune(model_dir)
     assert code == 0, err[-3000:]
     return model_dir, out
 
@@ -125,26 +135,9 @@ def test_a_restart_goes_on_as_t5x_s_own_restart_of_the_same_model_dir(t5x_run_di
     state (``save_dataset = False``), so both replay the data from batch 0. paxlite's restart
     of its own MODEL_DIR logs the same losses, and says the data starts again."""
     import json
-    import sys
-
-    from paxlite.formats.t5x import t5x_modules
 
     model_dir, _ = t5x_run_dirs
-    user_dir = T5X_RUN / "user_dir"
-    sys.path.insert(0, str(user_dir))
-    try:
-        code, out, err = run_t5x_train(
-            "--gin_file=finetune.gin",
-            f"--gin_search_paths={user_dir}",
-            f'--gin.MODEL_DIR="{model_dir}"',
-            f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{user_dir}/spm.model"',
-            f'--gin.INITIAL_CHECKPOINT_PATH="{T5X_RUN / "init_checkpoint" / "checkpoint_3"}"',
-            "--gin.TRAIN_STEPS=9",
-        )
-    finally:
-        sys.path.remove(str(user_dir))
-        t5x_modules._USERS_MODULES.clear()
-        seqio.TaskRegistry.remove(TASK)
+    code, out, err = run_fine_tune(model_dir, "--gin.TRAIN_STEPS=9")
     assert code == 0, err[-3000:]
     assert "paxlite: warning: the training input starts again from its first batch at step 7" in err
     assert "Restored checkpoint at step 7" in out and "step       9/9" in out
@@ -168,25 +161,7 @@ def _checkpoint_steps(model_dir: pathlib.Path) -> list[int]:
 def _run_refused(model_dir: pathlib.Path, *extra: str, code: int = 2) -> str:
     """The fixture's command with ``extra``: exit ``code`` (2: refused, with one error line
     first); its stderr."""
-    import sys
-
-    from paxlite.formats.t5x import t5x_modules
-
-    user_dir = T5X_RUN / "user_dir"
-    sys.path.insert(0, str(user_dir))
-    try:
-        exit_code, _, err = run_t5x_train(
-            "--gin_file=finetune.gin",
-            f"--gin_search_paths={user_dir}",
-            f'--gin.MODEL_DIR="{model_dir}"',
-            f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{user_dir}/spm.model"',
-            f'--gin.INITIAL_CHECKPOINT_PATH="{T5X_RUN / "init_checkpoint" / "checkpoint_3"}"',
-            *extra,
-        )
-    finally:
-        sys.path.remove(str(user_dir))
-        t5x_modules._USERS_MODULES.clear()
-        seqio.TaskRegistry.remove(TASK)
+    exit_code, _, err = run_fine_tune(model_dir, *extra)
     assert exit_code == code, err[-3000:]
     assert code == 0 or err.startswith("paxlite: error: "), err[:500]
     return err

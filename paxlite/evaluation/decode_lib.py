@@ -345,8 +345,9 @@ class DecodeProgram:
         self._replicated = NamedSharding(batch_sharding.mesh, PartitionSpec())
         self._jitted: dict[tuple[int, str], Any] = {}
         self._stops = {i.name: stop_table(i, self.params) for i in self.inputs}
+        self._layout = summaries.layout_of(task)
         self._writers = {
-            i.name: summaries.create_writer(self.job_log_dir, f"decode_{i.name}")
+            i.name: summaries.writer_of(self.job_log_dir, self._layout.decode_run(i.name))
             for i in self.inputs
         }
 
@@ -396,7 +397,8 @@ class DecodeProgram:
             path = output_path(self.job_log_dir, inp.name, step)
             write = functools.partial(write_jsonl, path, rows)
             wrote = best_effort.write(best_effort.Output.DECODER_OUTPUTS, path, write)
-            summaries.write_scalars(self._writers[inp.name], step, f"decode_{inp.name}", metrics)
+            scalars = self._layout.decode_scalars(inp.name, metrics)
+            self._writers[inp.name].write_scalars(step, scalars)
             shown = ", ".join(
                 f"{k} {v:.4f}"
                 for k, v in metrics.items()

@@ -110,6 +110,11 @@ def create_writer(job_log_dir: epath.PathLike, name: str) -> SummaryWriter:
     return SummaryWriter(epath.Path(job_log_dir) / "summaries" / name)
 
 
+#: A decode pass's own statistics (``decode_lib.run_decode_pass``); its other metrics are the
+#: task's (SeqIO's metric functions).
+DECODE_STATISTICS = ("num_examples", "num_batches", "mean_score", "mean_decode_length", "seconds")
+
+
 class SummaryLayout(Protocol):
     """Where a run's TensorBoard runs go (relative to the job directory) and what their
     scalars are called: a task's ``summary_layout`` (None: :class:`PaxliteSummaries`).
@@ -117,7 +122,9 @@ class SummaryLayout(Protocol):
     ``train_scalars`` gets the train step's metrics of every step of the summary period
     (``steps``, oldest first, host floats) and the period's rates
     (:meth:`Progress.report`'s); ``eval_scalars`` one eval pass's metrics
-    (``eval_lib.run_eval_pass``'s); ``first_step_scalars`` the compile time and time to
+    (``eval_lib.run_eval_pass``'s); ``decode_scalars`` one decode pass's
+    (``decode_lib.run_decode_pass``'s: :data:`DECODE_STATISTICS` and the task's metrics);
+    ``first_step_scalars`` the compile time and time to
     the first step (``compile_time_s``, ``time_to_first_step_s``, seconds).
     """
 
@@ -131,12 +138,17 @@ class SummaryLayout(Protocol):
 
     def eval_scalars(self, input_name: str, metrics: Mapping[str, float]) -> dict[str, float]: ...
 
+    def decode_run(self, input_name: str) -> str: ...
+
+    def decode_scalars(self, input_name: str, metrics: Mapping[str, float]) -> dict[str, float]: ...
+
     def first_step_scalars(self, first: Mapping[str, float]) -> dict[str, float]: ...
 
 
 class PaxliteSummaries:
     """paxlite's runs: ``summaries/train`` (the summary step's metrics and the period's
-    rates, as ``train/<name>``) and ``summaries/eval_<input>`` (``eval_<input>/<name>``)."""
+    rates, as ``train/<name>``), ``summaries/eval_<input>`` (``eval_<input>/<name>``) and
+    ``summaries/decode_<input>`` (``decode_<input>/<name>``)."""
 
     uses_every_step = False
 
@@ -153,6 +165,12 @@ class PaxliteSummaries:
 
     def eval_scalars(self, input_name: str, metrics: Mapping[str, float]) -> dict[str, float]:
         return {f"eval_{input_name}/{k}": float(v) for k, v in metrics.items()}
+
+    def decode_run(self, input_name: str) -> str:
+        return f"summaries/decode_{input_name}"
+
+    def decode_scalars(self, input_name: str, metrics: Mapping[str, float]) -> dict[str, float]:
+        return {f"decode_{input_name}/{k}": float(v) for k, v in metrics.items()}
 
     def first_step_scalars(self, first: Mapping[str, float]) -> dict[str, float]:
         return {f"train/{k}": float(v) for k, v in first.items()}

@@ -8,7 +8,9 @@ plus z-loss, summed), ``cross_ent_loss``, ``z_loss``, ``accuracy`` (over ``W``),
 target position of the batch). The train run holds each summary period's average per step
 (``clu``'s ``AveragePerStep``; the ratios are the period's sums divided), ``learning_rate``
 (the period's mean) and ``learning_rate/current``, and ``timing/*`` over the period. A
-training eval's ``loss`` is its per-batch sum averaged over its batches.
+training eval's ``loss`` is its per-batch sum averaged over its batches. An inference
+eval (the task decoded) goes to ``inference_eval/<task>/`` as SeqIO's evaluator names its
+metrics, ``eval/<metric>``.
 
 From paxlite's metrics (``loss``, ``log_pplx`` per counted token, ``num_tokens = W``):
 ``loss = loss * W``, ``cross_ent_loss = log_pplx * W``, ``z_loss`` their difference. T5X's
@@ -20,6 +22,8 @@ from __future__ import annotations
 
 import dataclasses
 from collections.abc import Mapping, Sequence
+
+from paxlite.train.summaries import DECODE_STATISTICS
 
 TRAIN_RUN = "train"
 
@@ -88,6 +92,13 @@ class T5xSummaries:
             **_loss_scalars(sums, per_step=batches, positions=positions),
             "timing/seqs": float(batches * self.eval_batch_size),
         }
+
+    def decode_run(self, input_name: str) -> str:
+        return f"inference_eval/{self.task_name}"
+
+    def decode_scalars(self, input_name: str, metrics: Mapping[str, float]) -> dict[str, float]:
+        """SeqIO's evaluator's names (``eval/<metric>``): the task's metrics only."""
+        return {f"eval/{k}": float(v) for k, v in metrics.items() if k not in DECODE_STATISTICS}
 
     def first_step_scalars(self, first: Mapping[str, float]) -> dict[str, float]:
         return {"timing/compilation_seconds": first["compile_time_s"]}

@@ -23,6 +23,7 @@ import numpy as np
 import pytest
 import seqio
 from absl import flags
+from tensorboard.backend.event_processing import event_accumulator
 
 from paxlite.experiments import registry
 from paxlite.experiments.base_experiment import with_overrides
@@ -136,6 +137,12 @@ def test_fine_tune_from_a_t5x_checkpoint_with_num_partitions_overridden(user_dir
     assert "step      10/10" in out
     assert "sequence_accuracy" in out
     assert _checkpoint_steps(model_dir)[-1] == 10
+    # T5X's inference eval run and names (SeqIO's evaluator's): the task's metrics only.
+    run = model_dir / "inference_eval" / "tiny_reverse_spm"  # finetune.gin's task.
+    inference = event_accumulator.EventAccumulator(str(run), size_guidance={"tensors": 0})
+    inference.Reload()
+    assert inference.Tags()["tensors"] == ["eval/sequence_accuracy"]
+    assert [e.step for e in inference.Tensors("eval/sequence_accuracy")][-1] == 10
     ours = _without_paths(_config_gin_bindings(model_dir / "config.gin"))
     theirs = _without_paths(_config_gin_bindings(T5X_RUNS / "finetune_config.gin"))
     assert ours.pop("partitioning.PjitPartitioner.num_partitions") == "2"  # T5X's run: 1.

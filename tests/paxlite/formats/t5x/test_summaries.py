@@ -64,3 +64,18 @@ def test_a_training_eval_s_loss_is_its_per_batch_sum_averaged():
     assert got["loss_per_nonpadding_target_token"] == pytest.approx(6.0)
     assert got["loss_per_all_target_tokens"] == pytest.approx(600.0 / (2 * 4 * 16))
     assert got["accuracy"] == pytest.approx(0.25)
+
+
+def test_an_inference_eval_s_scalars_are_the_task_s_metrics_as_seqio_names_them():
+    metrics = {
+        "num_examples": 40.0,
+        "num_batches": 5.0,
+        "mean_score": -50.0,
+        "mean_decode_length": 13.0,
+        "seconds": 2.0,
+        "sequence_accuracy": 0.25,
+        "bleu": 12.5,
+    }
+    assert LAYOUT.decode_run("validation_decode") == "inference_eval/my_task"
+    got = LAYOUT.decode_scalars("validation_decode", metrics)
+    assert got == {"eval/sequence_accuracy": 0.25, "eval/bleu": 12.5}

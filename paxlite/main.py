@@ -41,24 +41,11 @@ from praxis_lite.flops import FlopsDefinition  # noqa: E402
 
 
 def main(argv: Sequence[str]) -> None:
-    if not FLAGS["verbosity"].present:  # Progress lines are printed; keep libraries quiet.
-        logging.set_verbosity(logging.WARNING)
-        error_report.hold_library_logs()  # Storage libraries' records: for error reports.
-    storage.configure()  # Before any file system or tensorstore use.
-    chosen = platforms.choose()  # Before JAX starts its backends.
-    if chosen is not None and not FLAGS.print_config:  # Its stdout is the config alone.
-        print(platforms.describe(chosen), flush=True)
-    if not FLAGS.exp:
-        fail(f"--exp is required (e.g. --exp={registry.EXAMPLE_EXPERIMENT}); paxlite --help.")
-    if FLAGS.tfds_data_dir:  # Before datasets() registers tasks; seqio is imported only here.
-        import seqio
-
-        seqio.set_tfds_data_dir_override(FLAGS.tfds_data_dir)
     try:
         mode = cli_flags.resolved_mode()
-        job, configs = _setup(mode)
     except refusals.SETUP_ERRORS as e:
         fail(overrides.unproxied(e))
+    job, configs = prepare(mode)
     if job is None:  # --print_config or --mode=compile: done.
         return
     job_log_dir = job.job_log_dir
@@ -81,6 +68,30 @@ def main(argv: Sequence[str]) -> None:
     exits.report_unwritten()
     if result is not None and result.preempted:
         sys.exit(periodic_actions.PREEMPTED_EXIT_CODE)
+
+
+def prepare(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
+    """Everything before a run, from the flags: library logs quiet, storage and the
+    platform set up, the processes joined, the experiment built into a job (None with
+    --print_config or --mode=compile, done by then). Errors end the process in one line.
+    Nothing is written into the job directory (T5X's eval and infer commands use this)."""
+    if not FLAGS["verbosity"].present:  # Progress lines are printed; keep libraries quiet.
+        logging.set_verbosity(logging.WARNING)
+        error_report.hold_library_logs()  # Storage libraries' records: for error reports.
+    storage.configure()  # Before any file system or tensorstore use.
+    chosen = platforms.choose()  # Before JAX starts its backends.
+    if chosen is not None and not FLAGS.print_config:  # Its stdout is the config alone.
+        print(platforms.describe(chosen), flush=True)
+    if not FLAGS.exp:
+        fail(f"--exp is required (e.g. --exp={registry.EXAMPLE_EXPERIMENT}); paxlite --help.")
+    if FLAGS.tfds_data_dir:  # Before datasets() registers tasks; seqio is imported only here.
+        import seqio
+
+        seqio.set_tfds_data_dir_override(FLAGS.tfds_data_dir)
+    try:
+        return _setup(mode)
+    except refusals.SETUP_ERRORS as e:
+        fail(overrides.unproxied(e))
 
 
 def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:

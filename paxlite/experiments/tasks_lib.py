@@ -153,6 +153,10 @@ class SingleTask:
       save_at_start: save the state a run starts from before its first step, unless a
         checkpoint of that step exists (T5X's: ``checkpoint_0``, or the initial
         checkpoint's step).
+      inference_evaluator: decodes and scores the decoder inputs' task its own way every
+        ``decode_interval_steps`` (``for_job(job, params_shardings)`` -> a program with
+        ``run(params, step)`` and ``close()``, as ``DecodeProgram``; e.g. T5X's, seqio's
+        evaluator with T5X's outputs); None: paxlite's ``DecodeProgram``.
       resume_input: a resumed run continues its training input where the checkpoint left
         it; False: from its first batch again, with a warning (T5X's
         ``SaveCheckpointConfig.save_dataset = False``).
@@ -180,6 +184,7 @@ class SingleTask:
     resume_input: bool = True
     save_at_start: bool = False
     checkpoint_format: Any = None
+    inference_evaluator: Any = None
 
     def __post_init__(self) -> None:
         positive = ("num_train_steps", "save_interval_steps", "summary_interval_steps")

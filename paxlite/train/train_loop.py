@@ -191,6 +191,7 @@ def _evaluation_actions(job: Job, run: train_setup.RunState, evaluate: bool) -> 
         )
         actions.append(Evaluation(task.eval_interval_steps, evaluator, task.target_log_pplx))
     if task.decode_interval_steps and job.decoder_inputs:
-        program = decode_lib.DecodeProgram.for_job(job, run.shardings.params)
+        programs = task.inference_evaluator or decode_lib.DecodeProgram
+        program = programs.for_job(job, run.shardings.params)
         actions.append(Decoding(task.decode_interval_steps, program))
     return actions

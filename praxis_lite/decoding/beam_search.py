@@ -93,7 +93,7 @@ def beam_search(
         the logits controls.
       counted_prompt: ``[B]`` prompt tokens T5X's length counts (an LM's prompt; 0 for an
         encoder-decoder).
-      params: a ``decoding.DecoderParams`` with ``num_beams > 1``.
+      params: a ``decoding.DecoderParams`` with ``num_beams > 1`` (or ``one_beam_search``).
       max_new_tokens: ``N``.
       stop: the stop strings' initial state ``[B * K, S]`` and their step function.
 

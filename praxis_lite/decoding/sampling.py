@@ -86,6 +86,13 @@ class DecoderParams:
       no_repeat_ngram_size: no n-gram of this size appears twice in a row (0: off).
       stop_strings: a row also stops once its new text contains one of these (needs the
         model's tokenizer; a list is kept as a tuple).
+      rescale_log_probs: with ``do_sample``, each token's log-probability (and the score)
+        is under the distribution sampled from (temperature, top-k, top-p applied: T5X's
+        ``temperature_sample`` default); False: under the model's logits.
+      one_beam_search: with ``num_beams`` 1 and not ``do_sample``, beam search with one
+        beam instead of greedy decoding (T5X's ``beam_search`` with ``num_decodes`` 1: of
+        the 2 best continuations each step an EOS one joins the finished hypothesis, the
+        other lives on; a finished hypothesis wins over the live beam at the end).
     """
 
     max_new_tokens: int | None = None
@@ -105,6 +112,8 @@ class DecoderParams:
     repetition_penalty: float = 1.0
     no_repeat_ngram_size: int = 0
     stop_strings: tuple[str, ...] | None = None
+    rescale_log_probs: bool = False
+    one_beam_search: bool = False
 
     def __post_init__(self) -> None:
         if self.max_new_tokens is not None and self.max_new_tokens < 1:
@@ -193,6 +202,12 @@ def sample_logits(logits: jax.Array, key: jax.Array, params: DecoderParams) -> j
     logits = logits.astype(jnp.float32)
     if not params.do_sample:
         return jnp.argmax(logits, axis=-1).astype(jnp.int32)
+    return jax.random.categorical(key, sampled_logits(logits, params), axis=-1).astype(jnp.int32)
+
+
+def sampled_logits(logits: jax.Array, params: DecoderParams) -> jax.Array:
+    """The logits ``[B, V]`` (float32) sampling draws from: divided by the temperature,
+    outside top-k and top-p set to float32's lowest."""
     logits = logits / params.temperature
     neg_inf = jnp.finfo(jnp.float32).min
     if params.top_k:
@@ -205,7 +220,7 @@ def sample_logits(logits: jax.Array, key: jax.Array, params: DecoderParams) -> j
         kept = mass_before < params.top_p  # The most likely token is always kept.
         threshold = jnp.min(jnp.where(kept, ordered, jnp.inf), axis=-1, keepdims=True)
         logits = jnp.where(logits < threshold, neg_inf, logits)
-    return jax.random.categorical(key, logits, axis=-1).astype(jnp.int32)
+    return logits
 
 
 def left_align(ids: jax.Array, lengths: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
@@ -275,7 +290,7 @@ def decode(
     step_at = lambda cache, token, i: step(cache, token, rows_lengths + i - 1)
     stop_fns = None if stop is None else _stop_fns(stop, b * copies)
     first = logits[:, -1].astype(jnp.float32)
-    if params.num_beams > 1:
+    if params.num_beams > 1 or (params.one_beam_search and not params.do_sample):
         counted = prompt_lengths if prompt_is_counted else jnp.zeros_like(prompt_lengths)
         out = beam_search.beam_search(
             step_at, first, cache, axes, history, counted, params, n, stop_fns
@@ -322,7 +337,10 @@ def _sample_loop(
         scored = processors.process(logits, history, i, params)
         token = sample_logits(scored, jax.random.fold_in(key, i), params)
         token = jnp.where(done, params.pad_token_id, token)
-        log_prob = jnp.take_along_axis(jax.nn.log_softmax(logits), token[:, None], axis=1)[:, 0]
+        scoring = logits
+        if params.rescale_log_probs and params.do_sample:
+            scoring = sampled_logits(scored.astype(jnp.float32), params)
+        log_prob = jnp.take_along_axis(jax.nn.log_softmax(scoring), token[:, None], axis=1)[:, 0]
         log_prob = jnp.where(done, 0.0, log_prob)
         state.tokens = state.tokens.at[:, i].set(token)
         state.log_probs = state.log_probs.at[:, i].set(log_prob)

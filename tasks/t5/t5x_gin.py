@@ -14,6 +14,7 @@ from typing import Any
 from paxlite.experiments import registry
 from paxlite.experiments.base_experiment import KnobError
 from paxlite.experiments.tasks_lib import CheckpointLoadingRules
+from paxlite.formats.t5x import inference_eval as t5x_inference_eval
 from paxlite.formats.t5x import model_dir as t5x_model_dir
 from paxlite.formats.t5x import summaries as t5x_summaries
 from paxlite.formats.t5x.api import partitioning
@@ -43,7 +44,7 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     its ``warmup_steps``). USE_CACHED_TASKS: read the tasks' offline caches. DATA_SEED:
     the training data's shuffle seed (None: SEED). TRAIN_SPLIT, EVAL_SPLIT (None: no
     eval), EVAL_DATA_SEED, EVAL_PACKED (None: as training), DECODE_SPLIT,
-    DECODE_BATCH_SIZE: the datasets'. NUM_DECODES:
+    DECODE_BATCH_SIZE, DECODE_DATA_SEED: the datasets'. NUM_DECODES:
     beams per decoded input; BEAM_ALPHA: T5X's length normalization. SAMPLED_DECODING:
     T5X's ``temperature_sample`` instead, with SAMPLE_TEMPERATURE, SAMPLE_TOP_K (T5X's
     ``topk``: 1, its default, is greedy; 0: all) and SAMPLE_TOP_P (``topp``; 0: off).
@@ -82,6 +83,7 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     EVAL_DATA_SEED: int | None = 42
     DECODE_SPLIT: str = "validation"
     DECODE_BATCH_SIZE: int | None = None
+    DECODE_DATA_SEED: int | None = None
     NUM_DECODES: int = 1
     SAMPLED_DECODING: bool = False
     BEAM_ALPHA: float = 0.6
@@ -204,11 +206,23 @@ class T5xGin(T5xGinKnobs):
         task.decoder.do_sample = self.SAMPLED_DECODING
         task.decoder.num_beams = 1 if self.SAMPLED_DECODING else self.NUM_DECODES
         task.decoder.length_norm_alpha = self.BEAM_ALPHA
+        task.decoder.one_beam_search = True  # T5X's beam_search, even with one decode.
         if self.SAMPLED_DECODING:
             task.decoder.temperature = self.SAMPLE_TEMPERATURE
             task.decoder.top_k = self.SAMPLE_TOP_K
             task.decoder.top_p = self.SAMPLE_TOP_P or 1.0  # T5X's 0: no nucleus.
+            task.decoder.rescale_log_probs = True  # T5X's scores: under what it samples from.
         task.decode_interval_steps = self.EVAL_INTERVAL_STEPS if self.DECODE_VALIDATION else 0
+        if self.DECODE_VALIDATION:  # T5X's infer_eval: seqio's evaluator, T5X's outputs.
+            task.inference_evaluator = config_lib.Config(
+                t5x_inference_eval.T5xInferenceEval,
+                mixture_or_task_name=self.MIXTURE_OR_TASK_NAME or "",
+                split=self.DECODE_SPLIT,
+                batch_size=self.DECODE_BATCH_SIZE or self.BATCH_SIZE,
+                seed=self.DECODE_DATA_SEED,
+                use_cached=self.USE_CACHED_TASKS,
+                task_feature_lengths=dict(self.TASK_FEATURE_LENGTHS),
+            )
         task.periods_from_step = self.PERIODS_FROM_STEP
         task.summary_layout = self._t5x_summaries()
         task.resume_input = self.RESUME_INPUT

@@ -57,7 +57,14 @@ def test_praxis_lite_top_level_and_layers_names():
 
 def test_console_scripts_point_at_callables():
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]
-    assert set(scripts) == {"paxlite", "paxlite-bench", "paxlite-export", "paxlite-t5x-train"}
+    assert set(scripts) == {
+        "paxlite",
+        "paxlite-bench",
+        "paxlite-export",
+        "paxlite-t5x-train",
+        "paxlite-t5x-eval",
+        "paxlite-t5x-infer",
+    }
     for target in scripts.values():
         module, _, function = target.partition(":")
         assert callable(getattr(importlib.import_module(module), function)), target

@@ -5,8 +5,11 @@ t5x_modules; T5X's configurables in ``api/``, T5's data package subset in ``t5_s
 turned into the knobs of a paxlite experiment (translation); paxlite's copies of T5X's
 standard gin files (gin_files, ``gin_configs/``); a run's MODEL_DIR as T5X lays it out:
 ``checkpoint_<step>/`` and model-info.txt (model_dir), TensorBoard runs and names
-(summaries). ``paxlite.t5x.train`` is the command.
+(summaries); T5X's eval and infer: its model functions on paxlite's model (inference),
+seqio's evaluator with T5X's outputs (inference_eval), infer's output files (infer_files).
+``paxlite.t5x.train``, ``.eval`` and ``.infer`` are the commands.
 
-May import: `paxlite.checkpoints`, `paxlite.experiments` (the loading rules type),
-`paxlite.formats`, `paxlite.runtime`, `paxlite.train` (the train state) and `praxis_lite`.
+May import: `paxlite.checkpoints`, `paxlite.evaluation` (the decode function),
+`paxlite.experiments` (the loading rules type), `paxlite.formats`, `paxlite.runtime`,
+`paxlite.train` (the train state and steps) and `praxis_lite`.
 """

@@ -1,6 +1,6 @@
 """paxlite's copies of T5X's standard gin files, at T5X's include paths.
 
-``GIN_ROOT`` holds ``t5x/configs/runs/{pretrain,finetune}.gin``,
+``GIN_ROOT`` holds ``t5x/configs/runs/{pretrain,finetune,eval,infer}.gin``,
 ``t5x/examples/t5/t5_1_1/{tiny,small,base,large,xl,xxl}.gin`` and the T5 1.1 example runs,
 written here from what T5X's bindings mean. T5X's commands search it after the user's
 ``--gin_search_paths``, so ``include 't5x/configs/runs/finetune.gin'`` works without a

@@ -1,9 +1,10 @@
-"""T5X's gin files read as T5X reads them, into the call of its train script.
+"""T5X's gin files read as T5X reads them, into the call of its train, eval or infer script.
 
-:func:`read_train_call` checks the files (:mod:`gin_sources`), then lets gin-config parse
-them with T5X's module names answered by paxlite's (:mod:`t5x_modules`) and calls
-``train_script.train`` as T5X's ``main`` does: gin supplies its arguments (scopes, macros,
-references, overrides) and the stand-ins record them. Every failure is a
+:func:`read_call` checks the files (:mod:`gin_sources`), then lets gin-config parse them
+with T5X's module names answered by paxlite's (:mod:`t5x_modules`) and calls the script's
+function (``train_script.train``, ``eval_script.evaluate``, ``infer_script.infer``) as
+T5X's ``main`` does: gin supplies its arguments (scopes, macros, references, overrides)
+and the stand-ins record them. Every failure is a
 :class:`GinRunError` of one line naming the file and line, the configurable or the macro.
 """
 
@@ -23,10 +24,8 @@ from typing import Any
 import gin
 
 from paxlite.formats.t5x import gin_sources, t5x_modules
-from paxlite.formats.t5x.api.train_script import TrainCall
 from paxlite.formats.t5x.t5_subset import data as t5_data
 
-_TRAIN = "train_script.train"
 #: T5's tasks (imported by gin files, never here: a user may register those names).
 _T5_TASKS = "paxlite.formats.t5x.t5_subset.tasks"
 _IN_FILE = re.compile(r'In file "([^"]+)", line (\d+)')
@@ -37,11 +36,36 @@ class GinRunError(ValueError):
 
 
 @dataclasses.dataclass(frozen=True)
-class GinRun:
-    """What T5X's gin files ask for: the train call, where each binding is set, and the
-    config text T5X writes to ``MODEL_DIR/config.gin``."""
+class Script:
+    """One of T5X's commands: its ``__main__`` module's alias in gin files, the function
+    gin calls, the run gin files that bind it, and the call's dataset arguments."""
 
-    call: TrainCall
+    alias: str
+    function: str
+    run_gin: str
+    datasets: tuple[str, ...]
+
+    @property
+    def selector(self) -> str:
+        return f"{self.alias}.{self.function}"
+
+
+TRAIN = Script(
+    "train_script",
+    "train",
+    "t5x/configs/runs/pretrain.gin or finetune.gin",
+    ("train_dataset_cfg", "train_eval_dataset_cfg", "infer_eval_dataset_cfg"),
+)
+EVAL = Script("eval_script", "evaluate", "t5x/configs/runs/eval.gin", ("dataset_cfg",))
+INFER = Script("infer_script", "infer", "t5x/configs/runs/infer.gin", ("dataset_cfg",))
+
+
+@dataclasses.dataclass(frozen=True)
+class GinRun:
+    """What T5X's gin files ask for: the script's call, where each binding is set, and the
+    config text T5X writes to ``config.gin``."""
+
+    call: Any
     sources: gin_sources.GinSources
     config_text: str
 
@@ -58,14 +82,15 @@ def rewrite_gin_args(argv: Sequence[str]) -> list[str]:
     return out
 
 
-def read_train_call(
+def read_call(
+    script: Script,
     gin_files: Sequence[str],
     bindings: Sequence[str],
     search_paths: Sequence[str],
     own_packages: Sequence[str] = (),
     spm_path: str | None = None,
 ) -> GinRun:
-    """The train call of ``gin_files`` with ``bindings`` (``--gin_bindings``) applied
+    """The call of ``script`` in ``gin_files`` with ``bindings`` (``--gin_bindings``) applied
     (``own_packages``: see ``t5x_modules.t5x_names``; ``spm_path``: T5's SentencePiece
     model for the tasks of ``t5.data``, None for T5's own path).
 
@@ -76,7 +101,7 @@ def read_train_call(
     if not gin_files:
         raise GinRunError(
             "give --gin_file (repeatable), e.g. --gin_file=t5x/examples/t5/t5_1_1/tiny.gin "
-            "--gin_file=t5x/configs/runs/finetune.gin (paxlite has both)."
+            f"--gin_file={script.run_gin.split(' or ')[-1]} (paxlite has both)."
         )
     flagged = [(f"--gin.{b.split('=')[0].strip()}", b) for b in bindings]
     try:
@@ -86,13 +111,13 @@ def read_train_call(
     t5_data.set_spm_path(spm_path)
     if _T5_TASKS in sys.modules:  # Registered by an earlier run in this process.
         sys.modules[_T5_TASKS].register()
-    with _gin_parsing(search_paths, own_packages):
+    with _gin_parsing(search_paths, own_packages, script):
         try:
             gin.parse_config_files_and_bindings(
                 list(gin_files), list(bindings), finalize_config=False
             )
-            call = _called(sources)
-            _import_task_modules(call)
+            call = _called(script, sources)
+            _import_task_modules([getattr(call, name) for name in script.datasets])
             return GinRun(call, sources, gin.config_str())
         except GinRunError:
             raise
@@ -101,7 +126,9 @@ def read_train_call(
 
 
 @contextlib.contextmanager
-def _gin_parsing(search_paths: Sequence[str], own_packages: Sequence[str]) -> Iterator[None]:
+def _gin_parsing(
+    search_paths: Sequence[str], own_packages: Sequence[str], script: Script
+) -> Iterator[None]:
     """A fresh gin config with T5X's names and search paths; gin's own log lines hidden."""
     root = logging.getLogger()
     level = root.level
@@ -116,7 +143,7 @@ def _gin_parsing(search_paths: Sequence[str], own_packages: Sequence[str]) -> It
     for path in search_paths:
         gin.add_config_file_search_path(path)
     try:
-        with t5x_modules.t5x_names(own_packages):
+        with t5x_modules.t5x_names(own_packages, script.alias):
             yield
     finally:
         root.setLevel(level)  # gin's config stays: the translation calls gin's configurables.
@@ -124,8 +151,8 @@ def _gin_parsing(search_paths: Sequence[str], own_packages: Sequence[str]) -> It
             prefixes[:] = kept
 
 
-def _called(sources: gin_sources.GinSources) -> TrainCall:
-    """``train_script.train`` called with gin's bindings, as T5X's main calls it."""
+def _called(script: Script, sources: gin_sources.GinSources) -> Any:
+    """The script's function called with gin's bindings, as T5X's main calls it."""
     missing = sources.unset_required()
     if missing:
         first = missing[0]
@@ -134,22 +161,18 @@ def _called(sources: gin_sources.GinSources) -> TrainCall:
             f'--gin.{first.value}=... (strings quoted: --gin.{first.value}=\\"...\\").'
         )
     try:
-        train = gin.get_configurable(_TRAIN)
+        function = gin.get_configurable(script.selector)
     except KeyError:
         raise GinRunError(
-            "no gin file binds train_script.train; include t5x/configs/runs/pretrain.gin or "
-            "finetune.gin (as T5X's train command needs)."
+            f"no gin file binds {script.selector}; include {script.run_gin} (as T5X's "
+            f"{script.alias.split('_')[0]} command needs)."
         ) from None
-    return train()
+    return function()
 
 
-def _import_task_modules(call: TrainCall) -> None:
+def _import_task_modules(configs: Sequence[Any]) -> None:
     """Imports the datasets' ``module`` (T5X's MIXTURE_OR_TASK_MODULE), under T5X's names."""
-    for config in (
-        call.train_dataset_cfg,
-        call.train_eval_dataset_cfg,
-        call.infer_eval_dataset_cfg,
-    ):
+    for config in configs:
         if config is not None and config.module:
             try:
                 importlib.import_module(config.module)

@@ -88,13 +88,7 @@ class T5xCheckpoints(train_checkpoints.CheckpointFormat):
             Adafactor has no slot for (momentum, an optax chain's).
         """
         params = traverse_util.flatten_dict(state.params, sep="/")
-        named = hf_layout.their_names(t5x_layout.t5x_table(self.gated), list(params))
-        missing = sorted(set(params) - set(named))
-        if missing:
-            raise train_checkpoints.CheckpointMismatchError(
-                f"T5X's T5 has no parameter for {', '.join(missing)}: T5X's checkpoint "
-                "format cannot hold this model."
-            )
+        named = self._t5x_names(params)
         moments = _moments_by_param(state.opt_state, list(params))
         # On the step's devices, replicated (traceable, and a global array in a multi-process job).
         unused = jnp.broadcast_to(jnp.zeros_like(state.step, dtype=jnp.float32), _UNUSED)
@@ -115,6 +109,36 @@ class T5xCheckpoints(train_checkpoints.CheckpointFormat):
                 "param_states": traverse_util.unflatten_dict(param_states, sep="/"),
             },
         }
+
+    def _t5x_names(self, params: dict[str, Any]) -> dict[str, Any]:
+        """Where each of paxlite's (flat) parameters goes in T5X's tree.
+
+        Raises:
+          CheckpointMismatchError: a parameter T5X's T5 lacks.
+        """
+        named = hf_layout.their_names(t5x_layout.t5x_table(self.gated), list(params))
+        missing = sorted(set(params) - set(named))
+        if missing:
+            raise train_checkpoints.CheckpointMismatchError(
+                f"T5X's T5 has no parameter for {', '.join(missing)}: T5X's checkpoint "
+                "format cannot hold this model."
+            )
+        return named
+
+    def params_info(self, params: Any) -> str:
+        """T5X's model-info.txt of a state without optimizer (T5X's eval and infer write
+        it): the parameters (arrays or ShapeDtypeStructs, paxlite's tree) and the step."""
+        flat = traverse_util.flatten_dict(params, sep="/")
+        target = {}
+        for path, where in self._t5x_names(flat).items():
+            layers = jax.eval_shape(lambda a, s=where.stacked: _layers(a, s), flat[path])
+            for name, layer in zip(where.layer_names(len(layers)), layers, strict=True):
+                target[name] = jax.eval_shape(
+                    lambda a, w=where: hf_layout.to_theirs(w.layout, a), layer
+                )
+        step = jax.ShapeDtypeStruct((), jnp.int32)
+        saved = {"target": traverse_util.unflatten_dict(target, sep="/"), "state": {"step": step}}
+        return model_info(saved, self.logical_axis_rules)
 
     def _row_axis(self, shape: tuple[int, ...]) -> int | None:
         """The axis T5X's ``v_row`` keeps of a parameter of ``shape``; None: T5X keeps its

@@ -4,7 +4,8 @@ Gin imports the modules a gin file names (``from t5x import utils``, ``import __
 train_script``, ``import t5.data.mixtures``). Inside :func:`t5x_names`, an import hook
 answers ``t5x.*`` with ``paxlite.formats.t5x.api`` (T5X's example network
 ``t5x.examples.t5.network`` included), ``optax`` with calls recorded for paxlite to build,
-``__main__`` with the train script's stand-in (also under pytest), and, only when the real
+``__main__`` with the stand-in of the script being run (train, eval or infer; also under
+pytest), and, only when the real
 ``t5`` package is not installed, ``t5.*`` with the subset in
 ``paxlite.formats.t5x.t5_subset``. Any other ``t5x`` or ``t5`` module is a ``MissingModule``
 error naming it and what exists.
@@ -172,9 +173,10 @@ def import_own_packages(names: Sequence[str], root: pathlib.Path) -> None:
 
 
 @contextlib.contextmanager
-def t5x_names(own_packages: Sequence[str] = ()) -> Iterator[None]:
+def t5x_names(own_packages: Sequence[str] = (), script: str = "train_script") -> Iterator[None]:
     """T5X's (and, without the real ``t5``, T5's) module names answered by paxlite's, and
-    ``__main__`` by the train script's stand-in, until the block ends.
+    ``__main__`` by the stand-in of T5X's ``script`` (``train_script``, ``eval_script``,
+    ``infer_script``), until the block ends.
 
     ``own_packages``: paxlite's top-level packages whose names a user's module may also have
     (imported already): inside the block the user's module answers the name; after it,
@@ -196,7 +198,7 @@ def t5x_names(own_packages: Sequence[str] = ()) -> Iterator[None]:
     alias_finder = _AliasFinder(aliases)
     finders = [alias_finder, _UsersFirstFinder(roots)]
     sys.meta_path[:0] = finders
-    sys.modules["__main__"] = importlib.import_module(f"{_API}.train_script")
+    sys.modules["__main__"] = importlib.import_module(f"{_API}.{script}")
     try:
         yield
     finally:

@@ -1,4 +1,5 @@
-"""A T5X train call (what gin called ``train_script.train`` with) -> a paxlite run's knobs.
+"""A T5X call (what gin called ``train_script.train``, ``eval_script.evaluate`` or
+``infer_script.infer`` with) -> a paxlite run's knobs.
 
 Every argument T5X's runs use is honoured: the model (``EncoderDecoderModel`` of
 ``network.Transformer(T5Config)``), Adafactor, the learning-rate factors, the datasets, the
@@ -21,12 +22,15 @@ import jax.numpy as jnp
 from paxlite.formats.t5x.api import (
     adafactor,
     decoding,
+    infer_script,
     models,
     network,
     partitioning,
     trainer,
     utils,
 )
+from paxlite.formats.t5x.api.eval_script import EvalCall
+from paxlite.formats.t5x.api.infer_script import InferCall
 from paxlite.formats.t5x.api.optimizers import OptaxChain
 from paxlite.formats.t5x.api.train_script import TrainCall
 from paxlite.formats.t5x.gin_sources import GinSources
@@ -181,6 +185,8 @@ _READ_WHOLE = {
     "SaveCheckpointConfig",
     "RestoreCheckpointConfig",
     "train",
+    "evaluate",
+    "infer",
     "chain",
     "beam_search",
     "temperature_sample",
@@ -209,11 +215,18 @@ _READ_PARAMETERS: dict[str, dict[str, Callable[[Any], bool]]] = {
 }
 
 
-def _check_all_read(sources: GinSources, check: _Checker) -> None:
+def _check_all_read(
+    sources: GinSources, check: _Checker, called: frozenset[str] = frozenset()
+) -> None:
     """Refuses a binding of a configurable (or parameter) no knob comes from, with its line:
-    nothing bound is dropped. optax's are recorded and built by optax."""
+    nothing bound is dropped. optax's are recorded and built by optax; ``called``:
+    configurables called as gin binds them (seqio's own ``Evaluator``, in eval)."""
     for (scope, configurable, parameter), assignment in sources.bindings.items():
-        if configurable in _READ_WHOLE or assignment.selector.startswith("optax."):
+        if (
+            configurable in _READ_WHOLE
+            or configurable in called
+            or assignment.selector.startswith("optax.")
+        ):
             continue
         honoured = _READ_PARAMETERS.get(configurable, {}).get(parameter)
         if honoured is None or not honoured(sources.resolved(assignment.value)):
@@ -495,7 +508,11 @@ def _data_knobs(call: TrainCall, check: _Checker) -> dict[str, Any]:
             check.refuse(
                 "DatasetConfig", "pack", True, "infer_eval", why="decoding reads examples unpacked"
             )
-        values |= {"DECODE_SPLIT": infer.split, "DECODE_BATCH_SIZE": int(infer.batch_size)}
+        values |= {
+            "DECODE_SPLIT": infer.split,
+            "DECODE_BATCH_SIZE": int(infer.batch_size),
+            "DECODE_DATA_SEED": infer.seed,
+        }
     return values
 
 
@@ -707,3 +724,128 @@ def knob_text(value: Any) -> str:
     if value in (jnp.float32, jnp.bfloat16):
         return jnp.dtype(value).name
     return repr(value)
+
+
+@dataclasses.dataclass(frozen=True)
+class Restore:
+    """The checkpoints an eval or infer run reads (T5X's ``RestoreCheckpointConfig``).
+
+    Attributes:
+      paths: CHECKPOINT_PATH (T5X also takes several).
+      mode: 'specific' (each path is the checkpoint), 'latest' (each path's newest step),
+        'all' (every step of each path; eval only).
+      dtype: the parameters' dtype once read ('float32' or 'bfloat16'; None: float32).
+    """
+
+    paths: tuple[str, ...]
+    mode: str
+    dtype: str | None
+
+
+@dataclasses.dataclass(frozen=True)
+class Inference:
+    """An eval or infer call as paxlite runs it: the ``T5xGin`` knobs of its model and
+    dataset, the checkpoints to read, and the dataset T5X reads."""
+
+    knobs: dict[str, Any]
+    restore: Restore
+    dataset: utils.DatasetConfig
+
+
+#: T5X's restore modes each command takes.
+_RESTORE_MODES = {"evaluate": ("specific", "latest", "all"), "infer": ("specific", "latest")}
+
+
+def inference_knobs(call: EvalCall | InferCall, sources: GinSources, config_text: str) -> Inference:
+    """The knobs of an eval or infer call's model (its dataset's task, lengths and batch),
+    and what it restores.
+
+    Raises:
+      UnsupportedBinding: a value paxlite does not implement (which, and where it is set).
+    """
+    check = _Checker(sources)
+    command = "infer" if isinstance(call, InferCall) else "evaluate"
+    try:
+        _check_call(call, command, check)
+        values = _model_knobs(call.model, check) | _partitioner_knobs(call.partitioner, check)
+        dataset = call.dataset_cfg
+        _check_dataset(dataset, "", check)
+        restore = _restore(call.restore_checkpoint_cfg, command, check)
+    except (TypeError, ValueError) as e:
+        if isinstance(e, UnsupportedBinding):
+            raise
+        raise UnsupportedBinding(f"a bound value is not of the type T5X takes ({e}).") from None
+    _check_all_read(sources, check, frozenset({"Evaluator"} if command == "evaluate" else ()))
+    values |= {
+        "T5X_CONFIG_GIN": config_text,
+        "MIXTURE_OR_TASK_NAME": _task_name(dataset.mixture_or_task_name),
+        "MIXTURE_OR_TASK_MODULE": None,
+        "TASK_FEATURE_LENGTHS": dict(dataset.task_feature_lengths or {}),
+        "BATCH_SIZE": int(dataset.batch_size),
+        "DECODE_BATCH_SIZE": int(dataset.batch_size),
+        "TRAIN_SPLIT": dataset.split,  # Read for one batch's shapes only.
+        "DECODE_SPLIT": dataset.split,
+        "SHUFFLE_TRAIN_EXAMPLES": False,
+        "PACKED_INPUT": False,
+        "USE_CACHED_TASKS": bool(dataset.use_cached),
+        "EVAL_SPLIT": None,
+        "DECODE_VALIDATION": False,
+        "T5X_CHECKPOINTS": True,  # For T5X's model-info.txt.
+    }
+    return Inference(values, restore, dataset)
+
+
+def _check_call(call: EvalCall | InferCall, command: str, check: _Checker) -> None:
+    """The call's own arguments: what T5X's commands bind by default, and infer's modes."""
+    read = {
+        name: (lambda v: True)
+        for name in (
+            "model",
+            "dataset_cfg",
+            "restore_checkpoint_cfg",
+            "partitioner",
+            "output_dir",
+            "inference_evaluator_cls",  # seqio's Evaluator, called with its gin bindings.
+            "summarize_config_fn",
+            "use_orbax",
+            "checkpoint_period",
+            "shard_id",
+            "num_shards",
+            "checkpoint_ds_iter",
+            "verify_matching_vocabs_fn",
+            "keep_aux_as_numpy",
+            "file_extension",
+        )
+    }
+    if isinstance(call, InferCall) and call.mode not in infer_script.MODES:
+        check.refuse(
+            command,
+            "mode",
+            call.mode,
+            why=f"T5X's infer modes are {', '.join(map(repr, infer_script.MODES))}",
+        )
+    check.only(
+        call,
+        command,
+        read | {"mode": lambda v: True},
+        why="custom train-state initializers, write and merge functions and training "
+        "evaluators are T5X code paxlite does not run",
+    )
+
+
+def _restore(config: utils.RestoreCheckpointConfig, command: str, check: _Checker) -> Restore:
+    modes = _RESTORE_MODES[command]
+    check.only(
+        config,
+        "RestoreCheckpointConfig",
+        {
+            "path": lambda v: bool(v),
+            "mode": lambda v: v in modes,
+            "dtype": lambda v: v in (None, "float32", "bfloat16"),
+            "strict": lambda v: True,  # T5X's eval and infer restore without strictness.
+            "restore_dataset": lambda v: True,
+        },
+        why=f"{command} restores modes {', '.join(map(repr, modes))}, in float32 or bfloat16",
+    )
+    paths = (config.path,) if isinstance(config.path, str) else tuple(config.path)
+    return Restore(tuple(str(p) for p in paths), config.mode, config.dtype)

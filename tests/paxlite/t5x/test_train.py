@@ -28,7 +28,7 @@ from tensorboard.backend.event_processing import event_accumulator
 from paxlite.experiments import registry
 from paxlite.experiments.base_experiment import with_overrides
 from paxlite.formats.t5x import gin_files, gin_run, gin_sources, t5x_modules, translation
-from paxlite.t5x import train
+from paxlite.t5x import command, train
 from praxis_lite import config as config_lib
 from tests import FIXTURES, REPO
 
@@ -263,7 +263,7 @@ def test_t5x_s_multi_host_flags_are_paxlite_s():
                 "--initialization_timeout=90",
             ]
         )
-        train._join_flags()
+        command.join_flags()
         assert flags.FLAGS.coordinator_address == "10.0.0.1:1234"
         assert (flags.FLAGS.num_processes, flags.FLAGS.process_id) == (4, 3)
         assert flags.FLAGS.distributed_timeout_s == 90
@@ -315,7 +315,8 @@ def test_the_training_batches_are_t5x_s(monkeypatch):
     monkeypatch.setattr(t5x_modules, "_USERS_MODULES", {})
     own = registry.DEFAULT_SEARCH_PACKAGES
     t5x_modules.import_own_packages(own, REPO)  # As the command does, before the user's.
-    run = gin_run.read_train_call(
+    run = gin_run.read_call(
+        gin_run.TRAIN,
         ["finetune.gin"],
         ['MODEL_DIR = "/unused"', "INITIAL_CHECKPOINT_PATH = None"],
         [user_dir, str(gin_files.GIN_ROOT)],

@@ -41,8 +41,12 @@ _RUNNABLE = [p for p in sorted(T5X_BINDINGS) if "/examples/t5/t5_1_1/examples/" 
 def test_each_example_run_reads_into_knobs(path, tmp_path):
     """Every example reads through gin (T5's tasks included) and every binding it makes is
     one paxlite honours."""
-    run = gin_run.read_train_call(
-        [path], [f'MODEL_DIR = "{tmp_path}"'], [str(gin_files.GIN_ROOT)], spm_path=SPM
+    run = gin_run.read_call(
+        gin_run.TRAIN,
+        [path],
+        [f'MODEL_DIR = "{tmp_path}"'],
+        [str(gin_files.GIN_ROOT)],
+        spm_path=SPM,
     )
     knobs = translation.knobs(run.call, run.sources, run.config_text)
     t5x = T5X_BINDINGS[path]

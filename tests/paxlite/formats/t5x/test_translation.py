@@ -25,7 +25,8 @@ train_script.train.relative_steps = 30
 
 def _knobs(tmp_path, text, *bindings, latest_step=None):
     (tmp_path / "run.gin").write_text(text)
-    run = gin_run.read_train_call(
+    run = gin_run.read_call(
+        gin_run.TRAIN,
         ["run.gin"],
         [f'MODEL_DIR = "{tmp_path}/m"', *bindings],
         [str(tmp_path), str(gin_files.GIN_ROOT)],

@@ -1,0 +1,104 @@
+"""What T5X's eval and infer commands share: the job their gin files describe (built
+as paxlite's main builds one, nothing written), the checkpoints they restore, and the
+files T5X writes first into the output directory (``config.gin``, ``model-info.txt``).
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+import jax
+import jax.numpy as jnp
+import orbax.checkpoint as ocp
+from etils import epath
+
+import paxlite.main as paxlite_main
+from paxlite.checkpoints import checkpoint_sources
+from paxlite.cli.exits import fail
+from paxlite.cli.flags import FLAGS, Mode
+from paxlite.formats.t5x import checkpoint as t5x_checkpoint
+from paxlite.formats.t5x import translation
+from paxlite.runtime.job import Job
+from paxlite.t5x import command
+from paxlite.train import train_setup
+
+#: T5X's config file, written by ``gin_utils.summarize_gin_config``.
+CONFIG_GIN = "config.gin"
+MODEL_INFO = "model-info.txt"
+#: Lengths for the job's own input when T5X's are None (the longest example's, which
+#: seqio's evaluator measures): that input is read for one batch's structure only.
+_ANY_LENGTHS = {"inputs": 1, "targets": 1}
+
+
+def prepared_job(knobs: dict[str, Any], output_dir: str) -> Job:
+    """The ``T5xGin`` job of ``knobs`` (processes joined, platform set up), its job
+    directory ``output_dir`` (checked writable, nothing written)."""
+    command.join_flags()
+    if not knobs["TASK_FEATURE_LENGTHS"]:
+        knobs = knobs | {"TASK_FEATURE_LENGTHS": _ANY_LENGTHS}
+    FLAGS.exp = translation.EXPERIMENT
+    FLAGS.job_log_dir = output_dir
+    FLAGS.mode = Mode.EVAL
+    FLAGS.set = [f"{name}={translation.knob_text(value)}" for name, value in knobs.items()]
+    job, _ = paxlite_main.prepare(Mode.EVAL)
+    return job
+
+
+def checkpoint_paths(restore: translation.Restore) -> list[str]:
+    """The checkpoints to read, in order: each path ('specific'), its newest step
+    ('latest') or all its steps ('all'); T5X model directories and paxlite's job
+    directories have steps. One line if a path holds nothing paxlite can restore."""
+    paths = []
+    for path in restore.paths:
+        try:
+            kind = checkpoint_sources.identify(path)
+        except checkpoint_sources.CheckpointSourceError as e:
+            fail(f"CHECKPOINT_PATH: {e}")
+        if restore.mode == "specific":
+            paths.append(path)
+            continue
+        steps = _steps(epath.Path(path), kind.name)
+        if not steps:
+            fail(
+                f"CHECKPOINT_PATH {path} is one checkpoint ({kind.name}), not a directory of "
+                f"steps, which RestoreCheckpointConfig.mode={restore.mode!r} reads; give its "
+                "model directory, or set the mode to 'specific'."
+            )
+        chosen = steps[-1:] if restore.mode == "latest" else steps
+        paths += [str(step_dir) for step_dir in chosen]
+    return paths
+
+
+def _steps(path: epath.Path, kind: str) -> list[epath.Path]:
+    """The step directories of a T5X model dir or a paxlite job (or checkpoints) dir."""
+    if (path / "checkpoints").is_dir() and kind == "paxlite job":
+        path = path / "checkpoints"
+    if kind.startswith("t5x") and path.is_dir() and not path.name.startswith("checkpoint_"):
+        return [path / f"checkpoint_{step}" for step in t5x_checkpoint.steps(path)]
+    if kind in ("paxlite job", "paxlite checkpoints dir"):
+        return [path / str(step) for step in ocp.utils.checkpoint_steps(path)]
+    return []
+
+
+def restored_params(job: Job, path: str, dtype: str | None) -> train_setup.RunState:
+    """The parameters and step of checkpoint ``path`` on the job's shardings, cast to
+    ``dtype`` (T5X's ``RestoreCheckpointConfig.dtype``; None: float32)."""
+    try:
+        with job.scope():
+            run = train_setup.restore_params(job, "T5X's restore", path)
+    except (FileNotFoundError, ValueError) as e:
+        fail(f"CHECKPOINT_PATH {path}: {e}")
+    if dtype == "bfloat16":
+        params = jax.tree_util.tree_map(lambda x: x.astype(jnp.bfloat16), run.state.params)
+        run = dataclasses.replace(run, state=run.state.replace(params=params))
+    return run
+
+
+def write_first_files(job: Job, output_dir: epath.Path, config_text: str, params: Any) -> None:
+    """T5X's ``config.gin`` and ``model-info.txt`` (``params``' and the step; process 0)."""
+    if jax.process_index() != 0:
+        return
+    output_dir.mkdir(parents=True, exist_ok=True)
+    (output_dir / CONFIG_GIN).write_text(config_text)
+    (output_dir / MODEL_INFO).write_text(job.task.checkpoint_format.params_info(params))

@@ -1,0 +1,242 @@
+"""``python -m paxlite.t5x.eval`` and ``paxlite.t5x.infer`` in this process, against T5X's own.
+
+Oracle: tests/fixtures/t5x/t5x_eval_infer (tools/t5x_fixtures/make_t5x_eval_infer.py): T5X
+at commit cc342d4 ran its ``t5x.eval`` and ``t5x.infer`` with that directory's gin files
+(T5X's tiny.gin with eval.gin / infer.gin; the validation split of the t5x_run user
+directory's task, float32, batch 8) on T5X's fine-tuned checkpoint_7, and kept what they
+wrote: beam search (T5X's default, one decode) in every mode, and greedy decoding
+(``temperature_sample``, topk 1) with its scores. paxlite runs the same commands on the same
+checkpoint: texts must be T5X's exactly, scores within 1e-4 relative.
+"""
+
+import contextlib
+import io
+import json
+import pathlib
+import sys
+
+import gin
+import numpy as np
+import pytest
+import seqio
+from absl import flags
+
+from paxlite.formats.t5x import gin_run, t5x_modules
+from paxlite.t5x import eval as t5x_eval
+from paxlite.t5x import infer as t5x_infer
+from tests import FIXTURES
+
+ORACLE = FIXTURES / "t5x" / "t5x_eval_infer"
+USER_DIR = FIXTURES / "t5x" / "t5x_run" / "user_dir"
+CHECKPOINT = FIXTURES / "t5x" / "t5x_run" / "final_checkpoint" / "checkpoint_7"
+TASK = "t5x_run_reverse"
+
+
+def run_command(command, *argv: str) -> tuple[int, str, str]:
+    """``python -m paxlite.t5x.<command> ARGV`` (the fixture's user directory on the path,
+    its task registered afresh): ``(exit code, stdout, stderr)``."""
+    stdout, stderr, code = io.StringIO(), io.StringIO(), 0
+    sys.path.insert(0, str(USER_DIR))
+    saved = dict(t5x_modules._USERS_MODULES)
+    t5x_modules._USERS_MODULES.clear()
+    writes_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
+    args = [
+        f"--gin_search_paths={USER_DIR},{ORACLE}",
+        f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{USER_DIR}/spm.model"',
+        *argv,
+    ]
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            flags.FLAGS(gin_run.rewrite_gin_args([command.__name__, *args]))
+            command.main([command.__name__])
+    except SystemExit as e:
+        code = e.code
+    finally:
+        flags.FLAGS.unparse_flags()
+        gin.clear_config(clear_constants=True)
+        sys.path.remove(str(USER_DIR))
+        sys.dont_write_bytecode = writes_bytecode
+        t5x_modules._USERS_MODULES.clear()
+        t5x_modules._USERS_MODULES.update(saved)
+        if TASK in seqio.TaskRegistry.names():
+            seqio.TaskRegistry.remove(TASK)
+    return code, stdout.getvalue(), stderr.getvalue()
+
+
+def _lines(path: pathlib.Path) -> list[dict]:
+    return [json.loads(line) for line in path.read_text().splitlines()]
+
+
+def _refused(code: int, err: str, output_dir: pathlib.Path) -> str:
+    """The one error line of a refused command, checked: exit 2, nothing written."""
+    lines = [line for line in err.splitlines() if line.startswith("paxlite: error:")]
+    assert code == 2 and len(lines) == 1, err[-3000:]
+    assert "Traceback" not in err
+    assert not output_dir.exists() or not any(output_dir.iterdir())
+    return lines[0]
+
+
+@pytest.fixture(scope="module")
+def eval_dir(tmp_path_factory) -> pathlib.Path:
+    """paxlite's run of T5X's eval command on checkpoint_7: its EVAL_OUTPUT_DIR."""
+    out = tmp_path_factory.mktemp("eval") / "out"
+    code, _, err = run_command(
+        t5x_eval,
+        "--gin_file=eval_run.gin",
+        f'--gin.CHECKPOINT_PATH="{CHECKPOINT}"',
+        f'--gin.EVAL_OUTPUT_DIR="{out}"',
+    )
+    assert code == 0, err[-3000:]
+    return out
+
+
+@pytest.mark.slow
+def test_eval_writes_t5x_s_inferences_metrics_and_files(eval_dir):
+    ours, theirs = eval_dir / "inference_eval", ORACLE / "eval" / "inference_eval"
+    # SeqIO's evaluator with T5X's loggers: each example's input, target, output, prediction.
+    jsonl = f"{TASK}-000007.jsonl"
+    assert (ours / jsonl).read_text() == (theirs / jsonl).read_text()
+    metrics = f"{TASK}-metrics.jsonl"
+    assert _lines(ours / metrics) == _lines(theirs / metrics)
+    assert (eval_dir / "model-info.txt").read_text() == (
+        ORACLE / "eval" / "model-info.txt"
+    ).read_text()
+    assert (eval_dir / f"eval.{TASK}.ckpt").read_text() == str(CHECKPOINT)
+    from tests.paxlite.test_main import scalar_series
+
+    tag = "eval/sequence_accuracy"
+    expected = json.loads((ORACLE / "eval" / "scalars.json").read_text())
+    assert dict(scalar_series(ours / TASK, tag)) == {
+        int(k): v for k, v in expected[f"inference_eval/{TASK}/{tag}"].items()
+    }
+    config = (eval_dir / "config.gin").read_text()
+    assert "eval_script.evaluate.output_dir = %EVAL_OUTPUT_DIR" in config
+
+
+def _infer(tmp_path: pathlib.Path, gin_file: str, *extra: str) -> tuple[pathlib.Path, str]:
+    out = tmp_path / "infer"
+    code, stdout, err = run_command(
+        t5x_infer,
+        f"--gin_file={gin_file}",
+        f'--gin.CHECKPOINT_PATH="{CHECKPOINT}"',
+        f'--gin.INFER_OUTPUT_DIR="{out}"',
+        *extra,
+    )
+    assert code == 0, err[-3000:]
+    return out, stdout
+
+
+def _same_inferences(ours: list[dict], theirs: list[dict], score_key: str | None) -> None:
+    """Texts exactly T5X's, in its order; scores within 1e-4 relative."""
+    assert len(ours) == len(theirs) == 40
+    for mine, t5x in zip(ours, theirs, strict=True):
+        assert mine["inputs"] == t5x["inputs"]
+        assert mine.get("prediction") == t5x.get("prediction")
+    if score_key is not None:
+        got = np.array([_score(line, score_key) for line in ours])
+        want = np.array([_score(line, score_key) for line in theirs])
+        np.testing.assert_allclose(got, want, rtol=1e-4, atol=1e-6)
+
+
+def _score(line: dict, key: str) -> float:
+    return line["aux"]["scores"] if key == "aux" else line[key]
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize(
+    "name, mode, score_key",
+    [
+        ("predict", "predict", None),
+        ("score", "score", "score"),
+        ("predict_with_aux", "predict_with_aux", "aux"),
+        ("greedy", "predict_with_aux", "aux"),
+    ],
+)
+def test_infer_writes_t5x_s_file_in_each_mode(tmp_path, name, mode, score_key):
+    out, _ = _infer(tmp_path, f"infer_{name}.gin")
+    file_name = f"{TASK}-{mode}.jsonl-00000-of-00001"
+    theirs = _lines(ORACLE / f"infer_{name}" / file_name)
+    _same_inferences(_lines(out / file_name), theirs, score_key)
+    assert (out / f"{file_name}.COMPLETED").exists()
+    assert not list(out.glob("tmp-*"))  # The chunks merged, the temporary folder gone.
+    assert (out / "model-info.txt").read_text() == (
+        ORACLE / f"infer_{name}" / "model-info.txt"
+    ).read_text()
+
+
+@pytest.mark.slow
+def test_infer_shard_flag_and_completed_task_skipped(tmp_path):
+    """``--shard_id=1`` of ``infer.num_shards=2``: SeqIO's second shard of the split, in
+    T5X's file; run again, the completed task is skipped."""
+    extra = ("--gin.infer_script.infer.num_shards=2", "--shard_id=1")
+    out, _ = _infer(tmp_path, "infer_score.gin", *extra)
+    file_name = f"{TASK}-score.jsonl-00001-of-00002"
+    theirs = _lines(ORACLE / "infer_score" / f"{TASK}-score.jsonl-00000-of-00001")
+    ours = _lines(out / file_name)
+    assert [line["inputs"] for line in ours] == [line["inputs"] for line in theirs[1::2]]
+    np.testing.assert_allclose(
+        [line["score"] for line in ours], [line["score"] for line in theirs[1::2]], rtol=1e-4
+    )
+    assert not (out / "config.gin").exists()  # Shard 0 writes the config, as in T5X.
+    _, again = _infer(tmp_path, "infer_score.gin", *extra)
+    assert "completed already" in again
+
+
+def test_a_checkpoint_path_with_nothing_restorable(tmp_path):
+    empty = tmp_path / "empty"
+    empty.mkdir()
+    out = tmp_path / "out"
+    code, _, err = run_command(
+        t5x_eval,
+        "--gin_file=eval_run.gin",
+        f'--gin.CHECKPOINT_PATH="{empty}"',
+        f'--gin.EVAL_OUTPUT_DIR="{out}"',
+    )
+    line = _refused(code, err, out)
+    assert "CHECKPOINT_PATH" in line and "holds no checkpoint paxlite can read" in line
+
+
+def test_an_output_dir_that_cannot_be_written(tmp_path):
+    blocker = tmp_path / "a_file"
+    blocker.write_text("")
+    out = blocker / "infer"
+    code, _, err = run_command(
+        t5x_infer,
+        "--gin_file=infer_predict.gin",
+        f'--gin.CHECKPOINT_PATH="{CHECKPOINT}"',
+        f'--gin.INFER_OUTPUT_DIR="{out}"',
+    )
+    line = _refused(code, err, out)
+    assert str(out) in line
+
+
+def test_a_mode_t5x_lacks_is_named_with_t5x_s_modes(tmp_path):
+    mode_gin = tmp_path / "infer_bad.gin"
+    mode_gin.write_text(
+        "from __gin__ import dynamic_registration\nimport __main__ as infer_script\n"
+        "include 'infer_run.gin'\ninfer_script.infer.mode = 'predict_batch'\n"
+    )
+    out = tmp_path / "out"
+    code, _, err = run_command(
+        t5x_infer,
+        f"--gin_search_paths={USER_DIR},{ORACLE},{tmp_path}",
+        "--gin_file=infer_bad.gin",
+        f'--gin.CHECKPOINT_PATH="{CHECKPOINT}"',
+        f'--gin.INFER_OUTPUT_DIR="{out}"',
+    )
+    line = _refused(code, err, out)
+    assert "infer.mode = 'predict_batch'" in line
+    assert "'predict', 'score', 'predict_with_aux'" in line
+
+
+def test_infer_refuses_restore_mode_all(tmp_path):
+    out = tmp_path / "out"
+    code, _, err = run_command(
+        t5x_infer,
+        "--gin_file=infer_predict.gin",
+        f'--gin.CHECKPOINT_PATH="{CHECKPOINT.parent}"',
+        "--gin.utils.RestoreCheckpointConfig.mode='all'",
+        f'--gin.INFER_OUTPUT_DIR="{out}"',
+    )
+    line = _refused(code, err, out)
+    assert "RestoreCheckpointConfig.mode = 'all'" in line

@@ -143,6 +143,12 @@ def test_fine_tune_from_a_t5x_checkpoint_with_num_partitions_overridden(user_dir
     inference.Reload()
     assert inference.Tags()["tensors"] == ["eval/sequence_accuracy"]
     assert [e.step for e in inference.Tensors("eval/sequence_accuracy")][-1] == 10
+    # And T5X's JSON lines: each decoded example, and a metrics line per inference eval.
+    decoded = (model_dir / "inference_eval" / "tiny_reverse_spm-000010.jsonl").read_text()
+    first = json.loads(decoded.splitlines()[0])
+    assert set(first) == {"input", "target", "output", "prediction"}
+    metric_lines = (model_dir / "inference_eval" / "tiny_reverse_spm-metrics.jsonl").read_text()
+    assert json.loads(metric_lines.splitlines()[-1])["step"] == 10
     ours = _without_paths(_config_gin_bindings(model_dir / "config.gin"))
     theirs = _without_paths(_config_gin_bindings(T5X_RUNS / "finetune_config.gin"))
     assert ours.pop("partitioning.PjitPartitioner.num_partitions") == "2"  # T5X's run: 1.

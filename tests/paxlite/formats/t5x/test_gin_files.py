@@ -25,7 +25,8 @@ def test_paxlite_has_t5x_s_run_model_and_example_files():
     assert sorted(T5X_BINDINGS) == files
     for name in ("tiny", "small", "base", "large", "xl", "xxl"):
         assert f"t5x/examples/t5/t5_1_1/{name}.gin" in files
-    assert {"t5x/configs/runs/pretrain.gin", "t5x/configs/runs/finetune.gin"} <= set(files)
+    runs = ("pretrain", "finetune", "eval", "infer")
+    assert {f"t5x/configs/runs/{run}.gin" for run in runs} <= set(files)
 
 
 @pytest.mark.parametrize("path", sorted(T5X_BINDINGS))

@@ -28,7 +28,7 @@ CONFIG_GIN = "config.gin"
 MODEL_INFO = "model-info.txt"
 #: Lengths for the job's own input when T5X's are None (the longest example's, which
 #: seqio's evaluator measures): that input is read for one batch's structure only.
-_ANY_LENGTHS = {"inputs": 1, "targets": 1}
+_ANY_LENGTHS = {"inputs": 2, "targets": 2}
 
 
 def prepared_job(knobs: dict[str, Any], output_dir: str) -> Job:

@@ -113,6 +113,75 @@ def test_eval_writes_t5x_s_inferences_metrics_and_files(eval_dir):
     assert "eval_script.evaluate.output_dir = %EVAL_OUTPUT_DIR" in config
 
 
+def _eval(out: pathlib.Path, checkpoint: pathlib.Path, *extra: str) -> str:
+    code, stdout, err = run_command(
+        t5x_eval,
+        "--gin_file=eval_run.gin",
+        f'--gin.CHECKPOINT_PATH="{checkpoint}"',
+        f'--gin.EVAL_OUTPUT_DIR="{out}"',
+        *extra,
+    )
+    assert code == 0, err[-3000:]
+    return stdout
+
+
+def _same_eval_inferences(out: pathlib.Path, step: int = 7) -> bool:
+    """Whether ``out`` holds T5X's inferences (at ``step``: a Hugging Face directory's is 0)."""
+    theirs = ORACLE / "eval" / "inference_eval" / f"{TASK}-000007.jsonl"
+    return (out / "inference_eval" / f"{TASK}-{step:06}.jsonl").read_text() == theirs.read_text()
+
+
+@pytest.mark.slow
+def test_eval_of_each_step_of_a_model_dir(tmp_path):
+    """``RestoreCheckpointConfig.mode = 'all'`` over T5X's model directory: T5X's
+    inferences; a second run finds every step evaluated (``eval.<task>.ckpt``)."""
+    out = tmp_path / "eval"
+    extra = ("--gin.utils.RestoreCheckpointConfig.mode='all'",)
+    _eval(out, CHECKPOINT.parent, *extra)
+    assert _same_eval_inferences(out)
+    assert (out / f"eval.{TASK}.ckpt").read_text() == str(CHECKPOINT)
+    again = _eval(out, CHECKPOINT.parent, *extra)
+    assert "evaluated already" in again
+    assert len((out / "inference_eval" / f"{TASK}-metrics.jsonl").read_text().splitlines()) == 1
+
+
+@pytest.mark.slow
+def test_eval_of_a_hugging_face_directory_of_the_same_model(tmp_path):
+    """CHECKPOINT_PATH a Hugging Face directory (T5X's checkpoint written in Hugging Face's
+    T5 names and config): the same inferences as T5X's from its own checkpoint."""
+    import shutil
+
+    import jax
+    from flax import traverse_util
+
+    from paxlite.formats.hf import checkpoint as hf_checkpoint
+    from paxlite.formats.hf import models as hf_models
+    from paxlite.pretrained.loading import from_pretrained
+
+    t5x_dir = tmp_path / "t5x_model_dir"
+    t5x_dir.mkdir()
+    shutil.copy(FIXTURES / "t5x" / "t5x_run" / "config.gin", t5x_dir / "config.gin")
+    (t5x_dir / "checkpoint_7").symlink_to(CHECKPOINT)
+    params = traverse_util.flatten_dict(from_pretrained(t5x_dir).params, sep="/")
+    config = json.loads((FIXTURES / "hf" / "t5_flan" / "config.json").read_text())
+    config |= {  # T5X's tiny.gin in Hugging Face's T5 fields.
+        "d_model": 8,
+        "d_ff": 16,
+        "d_kv": 3,
+        "num_heads": 4,
+        "num_layers": 2,
+        "num_decoder_layers": 2,
+        "vocab_size": 384,
+        "tie_word_embeddings": False,
+    }
+    host = {path: np.asarray(jax.device_get(value)) for path, value in params.items()}
+    hf_checkpoint.save(tmp_path / "hf", host, hf_models.FAMILIES["t5"], config)
+    out = tmp_path / "eval"
+    _eval(out, tmp_path / "hf")
+    assert _same_eval_inferences(out, step=0)  # One set of weights: no step.
+    assert (out / f"eval.{TASK}.ckpt").read_text() == str(tmp_path / "hf")
+
+
 def _infer(tmp_path: pathlib.Path, gin_file: str, *extra: str) -> tuple[pathlib.Path, str]:
     out = tmp_path / "infer"
     code, stdout, err = run_command(

@@ -8,6 +8,7 @@ restores that checkpoint whole (parameters, Adafactor's moments, the step), trai
 same batches and writes T5X's runs and names.
 """
 
+import json
 import pathlib
 import shutil
 
@@ -27,10 +28,12 @@ LOSSES = ("loss", "cross_ent_loss", "z_loss", "loss_per_nonpadding_target_token"
 OTHERS = ("accuracy", "loss_per_all_target_tokens", "learning_rate", "learning_rate/current")
 
 
-def run_fine_tune(model_dir: pathlib.Path, *extra: str) -> tuple[int, str, str]:
-    """The fixture's command (finetune.gin from init_checkpoint/checkpoint_3; no inference
-    eval) with ``extra``, as a fresh process runs it: the user directory on the path, its
-    ``tasks.py`` imported afresh (and its task unregistered after, for the next command)."""
+def run_fine_tune(
+    model_dir: pathlib.Path, *extra: str, decode: bool = False
+) -> tuple[int, str, str]:
+    """The fixture's command (finetune.gin from init_checkpoint/checkpoint_3; the inference
+    eval only with ``decode``) with ``extra``, as a fresh process runs it: the user directory
+    on the path, its ``tasks.py`` imported afresh (and its task unregistered after)."""
     import sys
 
     from paxlite.formats.t5x import t5x_modules
@@ -47,9 +50,9 @@ def run_fine_tune(model_dir: pathlib.Path, *extra: str) -> tuple[int, str, str]:
             f'--gin.MODEL_DIR="{model_dir}"',
             f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{user_dir}/spm.model"',
             f'--gin.INITIAL_CHECKPOINT_PATH="{T5X_RUN / "init_checkpoint" / "checkpoint_3"}"',
-            # No decoding (T5X's inference evals are issue 59's): the numbers compared are
-            # the train and training-eval ones, which decoding does not change.
-            "--gin.train_script.train.infer_eval_dataset_cfg=None",
+            # Without decoding, where the numbers compared are the train and training-eval
+            # ones, which decoding does not change.
+            *(() if decode else ("--gin.train_script.train.infer_eval_dataset_cfg=None",)),
             *extra,
         )
     finally:
@@ -65,7 +68,7 @@ def run_fine_tune(model_dir: pathlib.Path, *extra: str) -> tuple[int, str, str]:
 def t5x_run_dirs(tmp_path_factory) -> tuple[pathlib.Path, str]:
     """paxlite's run of the fixture's command: its MODEL_DIR and console output."""
     model_dir = tmp_path_factory.mktemp("t5x_run") / "model"
-    code, out, err = run_fine_tune(model_dir)
+    code, out, err = run_fine_tune(model_dir, decode=True)
     assert code == 0, err[-3000:]
     return model_dir, out
 
@@ -107,6 +110,22 @@ def test_the_training_evals_are_t5x_s_at_its_steps(t5x_run_dirs):
         assert sorted(got) == sorted(expected) == [5, 7], tag
         for step, value in expected.items():
             assert got[step] == pytest.approx(value, rel=2e-3, abs=1e-6), (tag, step)
+
+
+@pytest.mark.slow
+def test_the_inference_evals_are_t5x_s_at_its_steps(t5x_run_dirs):
+    """T5X's infer_eval every EVAL_PERIOD (5, 7) by seqio's evaluator: T5X's scalars, and at
+    step 7 the decodes T5X's own eval of T5X's checkpoint_7 wrote, byte for byte."""
+    model_dir, _ = t5x_run_dirs
+    tag = "eval/sequence_accuracy"
+    expected = _theirs()[f"inference_eval/{TASK}/{tag}"]
+    got = _ours(model_dir, f"inference_eval/{TASK}", tag)
+    assert got == {int(step): value for step, value in expected.items()}
+    oracle = T5X_RUN.parent / "t5x_eval_infer" / "eval" / "inference_eval"
+    name = f"{TASK}-000007.jsonl"
+    assert (model_dir / "inference_eval" / name).read_text() == (oracle / name).read_text()
+    lines = (model_dir / "inference_eval" / f"{TASK}-metrics.jsonl").read_text().splitlines()
+    assert [json.loads(line)["step"] for line in lines] == [5, 7]
 
 
 @pytest.mark.slow

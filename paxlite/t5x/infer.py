@@ -99,18 +99,18 @@ def _infer_task(
     vocabulary = task.output_features[call.output_vocab_feature_name].vocabulary
     chunk_size = int(call.checkpoint_period) * int(dataset.batch_size)
     chunks = _chunks(task, dataset, shard_id, call.num_shards, chunk_size, call.mode, functions)
-    if jax.process_index() != 0:  # Every process computes; process 0 writes.
-        for compute in chunks:
-            compute()
-        return
-    count = infer_files.write_task(
-        output_dir,
-        name,
-        infer_files.tmp_name(task.name, shard_id, call.num_shards),
-        call.mode,
-        chunks,
-        lambda ids: _decoded_text(vocabulary, ids),
-    )
+    try:
+        count = infer_files.write_task(
+            output_dir,
+            name,
+            infer_files.tmp_name(task.name, shard_id, call.num_shards),
+            call.mode,
+            chunks,
+            lambda ids: _decoded_text(vocabulary, ids),
+            writes=jax.process_index() == 0,  # Every process computes; process 0 writes.
+        )
+    except ValueError as e:
+        fail(e)
     summaries.log(f"infer '{task.name}' ({call.mode}): {count} examples; wrote {output_dir / name}")
 
 

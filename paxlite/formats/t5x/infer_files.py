@@ -61,13 +61,16 @@ def write_task(
     mode: str,
     chunks: Iterator[Callable[[], ChunkOutputs]],
     decode: Callable[[Sequence[int]], str],
+    writes: bool = True,
 ) -> int:
     """Writes a task's inferences chunk by chunk (``chunks``: a callable per chunk that
     computes it) under ``output_dir/tmp_name``, merges them into ``output_dir/name`` and
     marks it completed; returns the number of examples computed. A chunk completed by an
-    earlier run is not recomputed."""
+    earlier run is not recomputed. Every process computes each chunk (the model runs on all
+    devices); only the one that ``writes`` (process 0) writes."""
     tmp = output_dir / tmp_name
-    tmp.mkdir(parents=True, exist_ok=True)
+    if writes:
+        tmp.mkdir(parents=True, exist_ok=True)
     count = 0
     paths = []
     for number, compute in enumerate(chunks):
@@ -76,18 +79,21 @@ def write_task(
         if (tmp / f"{path.name}.COMPLETED").exists():
             continue
         examples, outputs, aux = compute()
+        count += len(examples)
+        if not writes:
+            continue
         lines = [
             json_line(example, mode, output, {k: v[i] for k, v in aux.items()}, decode)
             for i, (example, output) in enumerate(zip(examples, outputs, strict=True))
         ]
         path.write_text("".join(line + "\n" for line in lines))
         (tmp / f"{path.name}.COMPLETED").write_text("")
-        count += len(lines)
     if not paths:
         raise ValueError(f"no example to infer for {name}: the split is empty.")
-    (output_dir / name).write_text("".join(p.read_text() for p in paths))
-    tmp.rmtree()
-    (output_dir / f"{name}.COMPLETED").write_text("")
+    if writes:
+        (output_dir / name).write_text("".join(p.read_text() for p in paths))
+        tmp.rmtree()
+        (output_dir / f"{name}.COMPLETED").write_text("")
     return count
 
 

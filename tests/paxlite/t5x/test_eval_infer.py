@@ -125,20 +125,24 @@ def _eval(out: pathlib.Path, checkpoint: pathlib.Path, *extra: str) -> str:
     return stdout
 
 
-def _same_eval_inferences(out: pathlib.Path, step: int = 7) -> bool:
-    """Whether ``out`` holds T5X's inferences (at ``step``: a Hugging Face directory's is 0)."""
-    theirs = ORACLE / "eval" / "inference_eval" / f"{TASK}-000007.jsonl"
+def _same_eval_inferences(out: pathlib.Path, step: int = 7, oracle: str = "eval") -> bool:
+    """Whether ``out`` holds the inferences of T5X's run ``oracle`` (at ``step``: a Hugging
+    Face directory's is 0)."""
+    theirs = ORACLE / oracle / "inference_eval" / f"{TASK}-000007.jsonl"
     return (out / "inference_eval" / f"{TASK}-{step:06}.jsonl").read_text() == theirs.read_text()
 
 
 @pytest.mark.slow
-def test_eval_of_each_step_of_a_model_dir(tmp_path):
-    """``RestoreCheckpointConfig.mode = 'all'`` over T5X's model directory: T5X's
-    inferences; a second run finds every step evaluated (``eval.<task>.ckpt``)."""
+def test_eval_of_each_step_of_a_model_dir_at_the_longest_lengths(tmp_path):
+    """``RestoreCheckpointConfig.mode = 'all'`` over T5X's model directory, with eval.gin's
+    ``TASK_FEATURE_LENGTHS = None`` (seqio measures the longest example; decoding runs to
+    that target length): T5X's inferences of the same; a second run finds every step
+    evaluated (``eval.<task>.ckpt``)."""
     out = tmp_path / "eval"
-    extra = ("--gin.utils.RestoreCheckpointConfig.mode='all'",)
+    extra = ("--gin.utils.RestoreCheckpointConfig.mode='all'", "--gin.TASK_FEATURE_LENGTHS=None")
     _eval(out, CHECKPOINT.parent, *extra)
-    assert _same_eval_inferences(out)
+    assert _same_eval_inferences(out, oracle="eval_longest")
+    assert not _same_eval_inferences(out)  # Longer decodes than with the lengths 32/16.
     assert (out / f"eval.{TASK}.ckpt").read_text() == str(CHECKPOINT)
     again = _eval(out, CHECKPOINT.parent, *extra)
     assert "evaluated already" in again
@@ -215,10 +219,10 @@ def _score(line: dict, key: str) -> float:
 @pytest.mark.parametrize(
     "name, mode, score_key",
     [
-        ("predict", "predict", None),
         ("score", "score", "score"),
         ("predict_with_aux", "predict_with_aux", "aux"),
         ("greedy", "predict_with_aux", "aux"),
+        ("bf16", "predict_with_aux", "aux"),  # infer.gin's dtype: 2 of 40 decodes differ.
     ],
 )
 def test_infer_writes_t5x_s_file_in_each_mode(tmp_path, name, mode, score_key):
@@ -234,21 +238,79 @@ def test_infer_writes_t5x_s_file_in_each_mode(tmp_path, name, mode, score_key):
 
 
 @pytest.mark.slow
-def test_infer_shard_flag_and_completed_task_skipped(tmp_path):
+def test_infer_of_a_shard_goes_on_from_an_interrupted_run_s_chunks(tmp_path):
     """``--shard_id=1`` of ``infer.num_shards=2``: SeqIO's second shard of the split, in
-    T5X's file; run again, the completed task is skipped."""
-    extra = ("--gin.infer_script.infer.num_shards=2", "--shard_id=1")
-    out, _ = _infer(tmp_path, "infer_score.gin", *extra)
-    file_name = f"{TASK}-score.jsonl-00001-of-00002"
-    theirs = _lines(ORACLE / "infer_score" / f"{TASK}-score.jsonl-00000-of-00001")
-    ours = _lines(out / file_name)
-    assert [line["inputs"] for line in ours] == [line["inputs"] for line in theirs[1::2]]
-    np.testing.assert_allclose(
-        [line["score"] for line in ours], [line["score"] for line in theirs[1::2]], rtol=1e-4
+    T5X's file. With ``infer.checkpoint_period=1`` (a chunk per batch in T5X's temporary
+    folder), the first chunk as an interrupted run left it (with its ``.COMPLETED``) is
+    kept, not recomputed. Run again, the completed task is skipped."""
+    name = f"{TASK}-score.jsonl-00001-of-00002"
+    theirs = _lines(ORACLE / "infer_score" / f"{TASK}-score.jsonl-00000-of-00001")[1::2]
+    tmp = tmp_path / "infer" / f"tmp-{TASK}-00001-of-00002"
+    tmp.mkdir(parents=True)
+    kept = [dict(line, score=-1.0) for line in theirs[:8]]  # Marked: not recomputed.
+    (tmp / f"{name}-chunk00000").write_text("".join(json.dumps(k) + "\n" for k in kept))
+    (tmp / f"{name}-chunk00000.COMPLETED").write_text("")
+    extra = (
+        "--gin.infer_script.infer.num_shards=2",
+        "--shard_id=1",
+        "--gin.infer_script.infer.checkpoint_period=1",
     )
+    out, _ = _infer(tmp_path, "infer_score.gin", *extra)
+    ours = _lines(out / name)
+    assert ours[:8] == kept
+    assert [line["inputs"] for line in ours] == [line["inputs"] for line in theirs]
+    np.testing.assert_allclose(
+        [line["score"] for line in ours[8:]], [line["score"] for line in theirs[8:]], rtol=1e-4
+    )
+    assert not tmp.exists()
     assert not (out / "config.gin").exists()  # Shard 0 writes the config, as in T5X.
     _, again = _infer(tmp_path, "infer_score.gin", *extra)
     assert "completed already" in again
+
+
+@pytest.mark.slow
+def test_infer_in_two_processes_is_t5x_s(tmp_path):
+    """T5X's multi-host flags: 2 processes (one CPU device each) joined by JAX, each
+    passing its rows of every batch; process 0 writes T5X's file (mode predict: the
+    decoded texts only)."""
+    import os
+    import subprocess
+
+    from tests import cpu_xla_flags
+    from tests.gcs import free_port
+    from tests.paxlite.test_main import assert_ended_cleanly
+
+    out, port = tmp_path / "infer", free_port()
+    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=cpu_xla_flags(1))
+    env |= {"PYTHONPATH": str(USER_DIR), "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
+    procs = [
+        subprocess.Popen(
+            [sys.executable, "-m", "paxlite.t5x.infer", f"--gin_search_paths={USER_DIR},{ORACLE}"]
+            + ["--gin_file=infer_predict.gin", f'--gin.CHECKPOINT_PATH="{CHECKPOINT}"']
+            + [
+                f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{USER_DIR}/spm.model"'
+            ]
+            + [f'--gin.INFER_OUTPUT_DIR="{out}"', f"--coordinator_address=127.0.0.1:{port}"]
+            + ["--process_count=2", f"--process_index={i}", "--initialization_timeout=120"],
+            cwd=tmp_path,  # Not the repository root: its own `tasks` package is not the user's.
+            env=env,
+            stdout=subprocess.PIPE,
+            stderr=subprocess.PIPE,
+            text=True,
+        )
+        for i in range(2)
+    ]
+    try:
+        outputs = [p.communicate(timeout=300) for p in procs]
+    finally:
+        for p in procs:
+            p.kill()
+    for p, (stdout, err) in zip(procs, outputs, strict=True):
+        assert_ended_cleanly(subprocess.CompletedProcess(p.args, p.returncode, stdout, err))
+    name = f"{TASK}-predict.jsonl-00000-of-00001"
+    ours, theirs = _lines(out / name), _lines(ORACLE / "infer_predict" / name)
+    assert set(ours[0]) == {"inputs", "prediction"}
+    _same_inferences(ours, theirs, None)
 
 
 def test_a_checkpoint_path_with_nothing_restorable(tmp_path):

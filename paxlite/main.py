@@ -41,11 +41,7 @@ from praxis_lite.flops import FlopsDefinition  # noqa: E402
 
 
 def main(argv: Sequence[str]) -> None:
-    try:
-        mode = cli_flags.resolved_mode()
-    except refusals.SETUP_ERRORS as e:
-        fail(overrides.unproxied(e))
-    job, configs = prepare(mode)
+    mode, job, configs = prepare()
     if job is None:  # --print_config or --mode=compile: done.
         return
     job_log_dir = job.job_log_dir
@@ -70,11 +66,12 @@ def main(argv: Sequence[str]) -> None:
         sys.exit(periodic_actions.PREEMPTED_EXIT_CODE)
 
 
-def prepare(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
+def prepare() -> tuple[Mode, Job | None, tuple[Any, ...]]:
     """Everything before a run, from the flags: library logs quiet, storage and the
-    platform set up, the processes joined, the experiment built into a job (None with
-    --print_config or --mode=compile, done by then). Errors end the process in one line.
-    Nothing is written into the job directory (T5X's eval and infer commands use this)."""
+    platform set up, the mode resolved, the processes joined, the experiment built into a
+    job (None with --print_config or --mode=compile, done by then). Errors end the process
+    in one line. Nothing is written into the job directory (T5X's eval and infer commands
+    use this)."""
     if not FLAGS["verbosity"].present:  # Progress lines are printed; keep libraries quiet.
         logging.set_verbosity(logging.WARNING)
         error_report.hold_library_logs()  # Storage libraries' records: for error reports.
@@ -89,7 +86,8 @@ def prepare(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
 
         seqio.set_tfds_data_dir_override(FLAGS.tfds_data_dir)
     try:
-        return _setup(mode)
+        mode = cli_flags.resolved_mode()
+        return (mode, *_setup(mode))
     except refusals.SETUP_ERRORS as e:
         fail(overrides.unproxied(e))
 

@@ -44,6 +44,20 @@ flags.DEFINE_integer(
 )
 
 
+#: paxlite's flags that have no place in T5X's eval and infer commands (the gin files say
+#: what they would): flag -> what decides it.
+INFERENCE_DECIDED = {
+    "exp": "the gin files are the experiment",
+    "mode": "the command says what it does (infer: infer.mode in a gin file)",
+    "set": "bind the value in gin: --gin.NAME=VALUE",
+    "print_config": "the command writes the gin config to its output dir's config.gin",
+    "init_from": 'the checkpoint is CHECKPOINT_PATH: --gin.CHECKPOINT_PATH=\\"...\\"',
+    "init_from_exp": "the gin files describe the model",
+    "restore_checkpoint_dir": 'the checkpoint is CHECKPOINT_PATH: --gin.CHECKPOINT_PATH=\\"...\\"',
+    "restore_checkpoint_step": "CHECKPOINT_PATH names the step (or RestoreCheckpointConfig.mode)",
+}
+
+
 def reject_flags(decided: dict[str, str], command: str) -> None:
     """One line for a paxlite flag the gin files decide in T5X's ``command`` (``decided``:
     flag -> what decides it)."""

@@ -35,11 +35,8 @@ from paxlite.formats.t5x import gin_run, inference_eval, translation  # noqa: E4
 from paxlite.t5x import command, inference_run  # noqa: E402
 
 #: paxlite's flags the gin files decide here.
-_DECIDED_BY_GIN = {
-    "exp": "the gin files are the experiment",
+_DECIDED_BY_GIN = command.INFERENCE_DECIDED | {
     "job_log_dir": 'the outputs go to EVAL_OUTPUT_DIR: --gin.EVAL_OUTPUT_DIR=\\"...\\"',
-    "mode": "T5X's eval command evaluates",
-    "set": "bind the value in gin: --gin.NAME=VALUE",
 }
 
 
@@ -56,8 +53,7 @@ def main(argv: Sequence[str]) -> None:
     output_dir = epath.Path(call.output_dir)
     record = output_dir / f"eval.{inference.knobs['MIXTURE_OR_TASK_NAME']}.ckpt"
     if inference.restore.mode == "all":  # T5X skips what an earlier run evaluated.
-        done = set(record.read_text().split("\n")) if record.exists() else set()
-        paths = [p for p in paths if p not in done]
+        paths = [p for p in paths if p not in _evaluated(record)]
     job = inference_run.prepared_job(inference.knobs, str(output_dir))
     dataset = inference.dataset
     config = inference_eval.T5xInferenceEval(
@@ -69,27 +65,31 @@ def main(argv: Sequence[str]) -> None:
         task_feature_lengths=dataset.task_feature_lengths,
         use_memory_cache=bool(dataset.use_memory_cache),
     )
-    evaluator = None
+    program = None
     for path in paths:
         restored = inference_run.restored_params(job, path, inference.restore.dtype)
-        if evaluator is None:  # Once the first checkpoint is read: nothing written before.
+        if program is None:  # Once the first checkpoint is read: nothing written before.
             try:
                 evaluator = config.evaluator(output_dir, call.inference_evaluator_cls)
             except inference_eval.InferenceEvalError as e:
                 fail(e)
             inference_run.write_first_files(job, output_dir, run.config_text, restored.state.params)
-        program = inference_eval.InferenceEvalProgram(
-            evaluator, job, restored.shardings.params, config
-        )
+            shardings = restored.shardings.params
+            program = inference_eval.InferenceEvalProgram(evaluator, job, shardings, config)
         program.run(restored.state.params, int(restored.state.step))
         if jax.process_index() == 0:
-            done = set(record.read_text().split("\n")) if record.exists() else set()
-            record.write_text("\n".join(sorted(done | {path}, key=_step_order)))
+            done = _evaluated(record) | {path}
+            record.write_text("\n".join(sorted(done, key=_step_order)))
     if not paths:
         print(
             f"paxlite: every checkpoint of {', '.join(inference.restore.paths)} is evaluated "
             f"already ({record})."
         )
+
+
+def _evaluated(record: epath.Path) -> set[str]:
+    """The checkpoints ``eval.<task>.ckpt`` lists (T5X's record of what eval evaluated)."""
+    return set(record.read_text().split()) if record.exists() else set()
 
 
 def _step_order(path: str) -> tuple[int, str]:

@@ -13,7 +13,8 @@ has). ``infer.mode``: 'predict' (decode, as the gin files say: beam search or
 decodes and their scores). CHECKPOINT_PATH: as for ``paxlite.t5x.eval`` (modes 'specific'
 and 'latest'); ``RestoreCheckpointConfig.dtype`` (infer.gin: 'bfloat16') is the
 parameters' dtype. ``--shard_id`` (or ``infer.shard_id``) of ``infer.num_shards``: the
-part of the dataset this process infers. Into INFER_OUTPUT_DIR goes what T5X writes:
+part of the dataset this job infers (all its processes together; T5X runs one job per
+shard). Into INFER_OUTPUT_DIR goes what T5X writes:
 ``config.gin`` and ``model-info.txt`` (shard 0), and per task of the mixture
 ``<task>-<mode>.jsonl-<shard:05>-of-<shards:05>`` with its ``.COMPLETED`` (a task already
 completed is skipped), written in chunks of ``infer.checkpoint_period`` batches.
@@ -32,6 +33,7 @@ os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # Before TensorFlow (SeqIO's
 import jax  # noqa: E402
 from absl import flags  # noqa: E402
 from etils import epath  # noqa: E402
+from jax.experimental import multihost_utils  # noqa: E402
 
 from paxlite.cli.exits import fail  # noqa: E402
 from paxlite.cli.flags import FLAGS  # noqa: E402
@@ -45,11 +47,8 @@ flags.DEFINE_integer(
 )
 
 #: paxlite's flags the gin files decide here.
-_DECIDED_BY_GIN = {
-    "exp": "the gin files are the experiment",
+_DECIDED_BY_GIN = command.INFERENCE_DECIDED | {
     "job_log_dir": 'the outputs go to INFER_OUTPUT_DIR: --gin.INFER_OUTPUT_DIR=\\"...\\"',
-    "mode": "T5X's infer mode is infer.mode in a gin file",
-    "set": "bind the value in gin: --gin.NAME=VALUE",
 }
 
 
@@ -65,6 +64,11 @@ def main(argv: Sequence[str]) -> None:
     shard_id = call.shard_id if FLAGS.shard_id is None else FLAGS.shard_id
     if not 0 <= shard_id < call.num_shards:
         fail(f"--shard_id={shard_id} is not in [0, infer.num_shards={call.num_shards}).")
+    if len(inference.restore.paths) > 1:  # T5X: "Cannot restore multiple checkpoints".
+        fail(
+            f"CHECKPOINT_PATH names {len(inference.restore.paths)} checkpoints; infer reads "
+            "one (T5X's too): give one path."
+        )
     path = inference_run.checkpoint_paths(inference.restore)[0]
     output_dir = epath.Path(call.output_dir)
     job = inference_run.prepared_job(inference.knobs, str(output_dir))
@@ -72,9 +76,8 @@ def main(argv: Sequence[str]) -> None:
     if shard_id == 0:
         inference_run.write_first_files(job, output_dir, run.config_text, restored.state.params)
     dataset = inference.dataset
-    functions = T5xModelFunctions(
-        job, restored.state.params, restored.shardings.params, int(dataset.batch_size)
-    )
+    functions = T5xModelFunctions(job, restored.shardings.params, int(dataset.batch_size))
+    functions.params = restored.state.params
     import seqio
 
     for task in seqio.get_subtasks(seqio.get_mixture_or_task(dataset.mixture_or_task_name)):
@@ -108,6 +111,7 @@ def _infer_task(
             chunks,
             lambda ids: _decoded_text(vocabulary, ids),
             writes=jax.process_index() == 0,  # Every process computes; process 0 writes.
+            barrier=multihost_utils.sync_global_devices,
         )
     except ValueError as e:
         fail(e)

@@ -41,14 +41,17 @@ def prepared_job(knobs: dict[str, Any], output_dir: str) -> Job:
     FLAGS.job_log_dir = output_dir
     FLAGS.mode = Mode.EVAL
     FLAGS.set = [f"{name}={translation.knob_text(value)}" for name, value in knobs.items()]
-    job, _ = paxlite_main.prepare(Mode.EVAL)
+    _, job, _ = paxlite_main.prepare()
     return job
 
 
 def checkpoint_paths(restore: translation.Restore) -> list[str]:
-    """The checkpoints to read, in order: each path ('specific'), its newest step
-    ('latest') or all its steps ('all'); T5X model directories and paxlite's job
+    """The checkpoints to read, in order, as T5X's ``utils.RestoreCheckpointConfig`` modes
+    say: each path ('specific'), the newest step of the first path that has steps
+    ('latest'), or every step of each path ('all'); T5X model directories and paxlite's job
     directories have steps. One line if a path holds nothing paxlite can restore."""
+    if restore.mode == "latest":
+        return _latest(restore)
     paths = []
     for path in restore.paths:
         try:
@@ -65,9 +68,25 @@ def checkpoint_paths(restore: translation.Restore) -> list[str]:
                 f"steps, which RestoreCheckpointConfig.mode={restore.mode!r} reads; give its "
                 "model directory, or set the mode to 'specific'."
             )
-        chosen = steps[-1:] if restore.mode == "latest" else steps
-        paths += [str(step_dir) for step_dir in chosen]
+        paths += [str(step_dir) for step_dir in steps]
     return paths
+
+
+def _latest(restore: translation.Restore) -> list[str]:
+    """T5X's 'latest': the newest step of the first path that holds steps."""
+    for path in restore.paths:
+        try:
+            kind = checkpoint_sources.identify(path)
+        except checkpoint_sources.CheckpointSourceError:
+            continue
+        steps = _steps(epath.Path(path), kind.name)
+        if steps:
+            return [str(steps[-1])]
+    fail(
+        f"CHECKPOINT_PATH {', '.join(restore.paths)}: no directory of checkpoint steps, which "
+        "RestoreCheckpointConfig.mode='latest' reads; give a model directory, or set the "
+        "mode to 'specific'."
+    )
 
 
 def _steps(path: epath.Path, kind: str) -> list[epath.Path]:
@@ -83,7 +102,7 @@ def _steps(path: epath.Path, kind: str) -> list[epath.Path]:
 
 def restored_params(job: Job, path: str, dtype: str | None) -> train_setup.RunState:
     """The parameters and step of checkpoint ``path`` on the job's shardings, cast to
-    ``dtype`` (T5X's ``RestoreCheckpointConfig.dtype``; None: float32)."""
+    ``dtype`` (T5X's ``RestoreCheckpointConfig.dtype``; None: the model's float32)."""
     try:
         with job.scope():
             run = train_setup.restore_params(job, "T5X's restore", path)

@@ -44,7 +44,8 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     its ``warmup_steps``). USE_CACHED_TASKS: read the tasks' offline caches. DATA_SEED:
     the training data's shuffle seed (None: SEED). TRAIN_SPLIT, EVAL_SPLIT (None: no
     eval), EVAL_DATA_SEED, EVAL_PACKED (None: as training), DECODE_SPLIT,
-    DECODE_BATCH_SIZE, DECODE_DATA_SEED: the datasets'. NUM_DECODES:
+    DECODE_BATCH_SIZE, DECODE_DATA_SEED: the datasets'; DECODE_FEATURE_LENGTHS: the decoded
+    examples' lengths (None: the longest example's, T5X's infer_eval default). NUM_DECODES:
     beams per decoded input; BEAM_ALPHA: T5X's length normalization. SAMPLED_DECODING:
     T5X's ``temperature_sample`` instead, with SAMPLE_TEMPERATURE, SAMPLE_TOP_K (T5X's
     ``topk``: 1, its default, is greedy; 0: all) and SAMPLE_TOP_P (``topp``; 0: off).
@@ -84,6 +85,7 @@ class T5xGinKnobs(T5Knobs, T5xTrainKnobs, T5xDataKnobs, LoopKnobs):
     DECODE_SPLIT: str = "validation"
     DECODE_BATCH_SIZE: int | None = None
     DECODE_DATA_SEED: int | None = None
+    DECODE_FEATURE_LENGTHS: dict[str, int] | None = None
     NUM_DECODES: int = 1
     SAMPLED_DECODING: bool = False
     BEAM_ALPHA: float = 0.6
@@ -221,7 +223,7 @@ class T5xGin(T5xGinKnobs):
                 batch_size=self.DECODE_BATCH_SIZE or self.BATCH_SIZE,
                 seed=self.DECODE_DATA_SEED,
                 use_cached=self.USE_CACHED_TASKS,
-                task_feature_lengths=dict(self.TASK_FEATURE_LENGTHS),
+                task_feature_lengths=self.DECODE_FEATURE_LENGTHS,
             )
         task.periods_from_step = self.PERIODS_FROM_STEP
         task.summary_layout = self._t5x_summaries()

@@ -38,11 +38,13 @@ class GinRunError(ValueError):
 @dataclasses.dataclass(frozen=True)
 class Script:
     """One of T5X's commands: its ``__main__`` module's alias in gin files, the function
-    gin calls, the run gin files that bind it, and the call's dataset arguments."""
+    gin calls, the run gin files that bind it (in words, and one of them by its include
+    path), and the call's dataset arguments."""
 
     alias: str
     function: str
     run_gin: str
+    example_gin: str
     datasets: tuple[str, ...]
 
     @property
@@ -54,10 +56,12 @@ TRAIN = Script(
     "train_script",
     "train",
     "t5x/configs/runs/pretrain.gin or finetune.gin",
+    "t5x/configs/runs/finetune.gin",
     ("train_dataset_cfg", "train_eval_dataset_cfg", "infer_eval_dataset_cfg"),
 )
-EVAL = Script("eval_script", "evaluate", "t5x/configs/runs/eval.gin", ("dataset_cfg",))
-INFER = Script("infer_script", "infer", "t5x/configs/runs/infer.gin", ("dataset_cfg",))
+_EVAL_GIN, _INFER_GIN = "t5x/configs/runs/eval.gin", "t5x/configs/runs/infer.gin"
+EVAL = Script("eval_script", "evaluate", _EVAL_GIN, _EVAL_GIN, ("dataset_cfg",))
+INFER = Script("infer_script", "infer", _INFER_GIN, _INFER_GIN, ("dataset_cfg",))
 
 
 @dataclasses.dataclass(frozen=True)
@@ -101,7 +105,7 @@ def read_call(
     if not gin_files:
         raise GinRunError(
             "give --gin_file (repeatable), e.g. --gin_file=t5x/examples/t5/t5_1_1/tiny.gin "
-            f"--gin_file={script.run_gin.split(' or ')[-1]} (paxlite has both)."
+            f"--gin_file={script.example_gin} (paxlite has both)."
         )
     flagged = [(f"--gin.{b.split('=')[0].strip()}", b) for b in bindings]
     try:

@@ -62,12 +62,15 @@ def write_task(
     chunks: Iterator[Callable[[], ChunkOutputs]],
     decode: Callable[[Sequence[int]], str],
     writes: bool = True,
+    barrier: Callable[[str], None] = lambda name: None,
 ) -> int:
     """Writes a task's inferences chunk by chunk (``chunks``: a callable per chunk that
     computes it) under ``output_dir/tmp_name``, merges them into ``output_dir/name`` and
     marks it completed; returns the number of examples computed. A chunk completed by an
     earlier run is not recomputed. Every process computes each chunk (the model runs on all
-    devices); only the one that ``writes`` (process 0) writes."""
+    devices); only the one that ``writes`` (process 0) writes. ``barrier(name)`` waits for
+    every process (T5X's ``sync_global_devices``): after each chunk, so that all decide on
+    the next chunk from the same files, and around the merge."""
     tmp = output_dir / tmp_name
     if writes:
         tmp.mkdir(parents=True, exist_ok=True)
@@ -76,25 +79,36 @@ def write_task(
     for number, compute in enumerate(chunks):
         path = tmp / f"{name}-chunk{number:05}"
         paths.append(path)
-        if (tmp / f"{path.name}.COMPLETED").exists():
-            continue
-        examples, outputs, aux = compute()
-        count += len(examples)
-        if not writes:
-            continue
-        lines = [
-            json_line(example, mode, output, {k: v[i] for k, v in aux.items()}, decode)
-            for i, (example, output) in enumerate(zip(examples, outputs, strict=True))
-        ]
-        path.write_text("".join(line + "\n" for line in lines))
-        (tmp / f"{path.name}.COMPLETED").write_text("")
+        if not (tmp / f"{path.name}.COMPLETED").exists():
+            count += _write_chunk(path, compute, mode, decode, writes)
+        barrier(f"{name}:chunk{number:05}")
     if not paths:
         raise ValueError(f"no example to infer for {name}: the split is empty.")
     if writes:
         (output_dir / name).write_text("".join(p.read_text() for p in paths))
         tmp.rmtree()
         (output_dir / f"{name}.COMPLETED").write_text("")
+    barrier(f"{name}:complete")
     return count
+
+
+def _write_chunk(
+    path: epath.Path,
+    compute: Callable[[], ChunkOutputs],
+    mode: str,
+    decode: Callable[[Sequence[int]], str],
+    writes: bool,
+) -> int:
+    """Computes one chunk and (where ``writes``) writes it with its ``.COMPLETED``."""
+    examples, outputs, aux = compute()
+    if writes:
+        lines = [
+            json_line(example, mode, output, {k: v[i] for k, v in aux.items()}, decode)
+            for i, (example, output) in enumerate(zip(examples, outputs, strict=True))
+        ]
+        path.write_text("".join(line + "\n" for line in lines))
+        (path.parent / f"{path.name}.COMPLETED").write_text("")
+    return len(examples)
 
 
 def tmp_name(task: str, shard_id: int, num_shards: int) -> str:

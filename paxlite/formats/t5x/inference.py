@@ -37,17 +37,20 @@ Indexed = list[tuple[int, Any]]
 
 
 class T5xModelFunctions:
-    """The predict, score and predict-with-aux functions of a job's model with ``params``.
+    """The predict, score and predict-with-aux functions of a job's model with the
+    parameters ``params`` (set before a call; on ``params_shardings``). Each function is
+    compiled once per shape and kept for later calls.
 
     Args:
       job: the job (its task's model and decoder settings, mesh and batch sharding).
-      params: the model's parameters, on ``params_shardings``.
+      params_shardings: the shardings of the model's parameters.
       batch_size: examples per call of the model (T5X's ``DatasetConfig.batch_size``).
     """
 
-    def __init__(self, job: Any, params: Any, params_shardings: Any, batch_size: int):
+    def __init__(self, job: Any, params_shardings: Any, batch_size: int):
         self._task = job.task
-        self._params = params
+        self.params: Any = None
+        self._calls = 0  # Folded into the sampling key: each call samples afresh.
         self._batch_size = batch_size
         self._layout = job.batch_sharding
         replicated = NamedSharding(job.mesh, PartitionSpec())
@@ -69,7 +72,8 @@ class T5xModelFunctions:
         """``([(index, token ids)], {"scores": [score, ...]})`` in the dataset's order."""
         decodes: Indexed = []
         scores: list[float] = []
-        key = jax.random.key(self._decoder.seed)
+        key = jax.random.fold_in(jax.random.key(self._decoder.seed), self._calls)
+        self._calls += 1
         for number, (indices, features) in enumerate(self._batches(dataset)):
             steps = int(features["decoder_target_tokens"].shape[1])
             out = self._decoded(_decode_batch(features), jax.random.fold_in(key, number), steps)
@@ -86,7 +90,7 @@ class T5xModelFunctions:
         """``[(index, sum of the targets' log-probabilities)]``."""
         scored: Indexed = []
         for indices, features in self._batches(dataset):
-            out = self._scorer(self._params, self._global(NestedMap(features)))
+            out = self._scorer(self.params, self._global(NestedMap(features)))
             per_example = np.asarray(jax.device_get(out["per_example"]["score"]))
             scored += [(int(index), float(per_example[i])) for i, index in enumerate(indices)]
         return scored
@@ -111,7 +115,7 @@ class T5xModelFunctions:
                 in_shardings=self._in_shardings,
                 out_shardings=self._replicated,
             )
-        out = self._decoders[steps](self._params, self._global(batch), key)
+        out = self._decoders[steps](self.params, self._global(batch), key)
         return jax.device_get(out)
 
     def _global(self, batch: NestedMap) -> Any:

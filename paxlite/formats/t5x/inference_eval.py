@@ -75,21 +75,40 @@ class T5xInferenceEval:
             )
         return evaluator
 
-    def for_job(self, job: Any, params_shardings: Any) -> InferenceEvalProgram:
-        """The program a training run calls every eval period (into the job directory)."""
-        return InferenceEvalProgram(self.evaluator(job.job_log_dir), job, params_shardings, self)
+    def for_job(self, job: Any, params_shardings: Any) -> InferenceEvalProgram | SkippedEval:
+        """The program a training run calls every eval period (into the job directory); a
+        task without metrics or without the split is skipped with a note, as T5X's
+        training skips it."""
+        try:
+            evaluator = self.evaluator(job.job_log_dir)
+        except InferenceEvalError as e:
+            summaries.log(f"paxlite: note: no inference eval during training: {e}")
+            return SkippedEval()
+        return InferenceEvalProgram(evaluator, job, params_shardings, self)
+
+
+class SkippedEval:
+    """No inference eval (T5X's training skips a task it cannot evaluate)."""
+
+    def run(self, params: Any, step: int) -> dict[str, dict[str, float]]:
+        return {}
+
+    def close(self) -> None:
+        """Nothing to close."""
 
 
 class InferenceEvalProgram:
     """seqio's evaluator run on a job's parameters: ``run(params, step)`` -> metrics."""
 
     def __init__(self, evaluator: Any, job: Any, params_shardings: Any, config: T5xInferenceEval):
-        self._evaluator, self._job, self._shardings = evaluator, job, params_shardings
-        self._config = config
+        self._evaluator = evaluator
+        # Compiled once, for every eval period (or checkpoint) of the program.
+        self._functions = T5xModelFunctions(job, params_shardings, config.batch_size)
 
     def run(self, params: Any, step: int) -> dict[str, dict[str, float]]:
         """Evaluates every task of the mixture; their metrics by task name (process 0's)."""
-        functions = T5xModelFunctions(self._job, params, self._shardings, self._config.batch_size)
+        functions = self._functions
+        functions.params = params
         all_metrics, _ = self._evaluator.evaluate(
             compute_metrics=jax.process_index() == 0,
             step=step,

@@ -148,11 +148,35 @@ def _all_knobs(call: TrainCall, check: _Checker, latest_step: int | None) -> dic
         ]
         values["SUMMARY_INTERVAL_STEPS"] = int(min(periods, default=values["NUM_TRAIN_STEPS"]))
     values["PERIODS_FROM_STEP"] = start_step  # T5X counts its periods from there.
+    if values["LABEL_SMOOTHING"] and values["DECODE_VALIDATION"]:
+        _check_unsmoothed_scores(values["MIXTURE_OR_TASK_NAME"], check)
     # T5X's checkpoint_<step> in MODEL_DIR, but for state T5X's Adafactor has no slot for.
     values["T5X_CHECKPOINTS"] = not values.get("OPTAX_CHAIN") and (
         values.get("ADAFACTOR_BETA1") is None
     )
     return values
+
+
+def _check_unsmoothed_scores(task_name: str, check: _Checker) -> None:
+    """T5X's inference eval scores targets by their log-likelihood (``score_batch``: no
+    label smoothing); paxlite's model scores with the loss it trains, so a task with score
+    metrics and label smoothing is refused rather than scored otherwise."""
+    import seqio
+
+    try:
+        tasks = seqio.get_subtasks(seqio.get_mixture_or_task(task_name))
+    except ValueError:  # Not registered: the data's own check names it.
+        return
+    scored = [task.name for task in tasks if task.score_metric_fns]
+    if scored:
+        check.refuse(
+            "EncoderDecoderModel",
+            "label_smoothing",
+            "> 0",
+            why=f"the inference eval's score metrics of {', '.join(scored)} would be of "
+            "smoothed targets; evaluate them with paxlite.t5x.eval (unsmoothed, as T5X) "
+            "and set infer_eval_dataset_cfg = None here",
+        )
 
 
 def _start_step(call: TrainCall, latest_step: int | None) -> int:
@@ -198,16 +222,19 @@ def _any(value: Any) -> bool:
     return True
 
 
+#: The loggers of T5X's inference evaluator, which paxlite's training uses.
+_T5X_LOGGERS = ["seqio.PyLoggingLogger", "seqio.TensorBoardLogger", "seqio.JSONLogger"]
+
 #: Other configurables: parameter -> whether its value is one paxlite honours.
 _READ_PARAMETERS: dict[str, dict[str, Callable[[Any], bool]]] = {
     "Trainer": {"learning_rate_fn": _any, "num_microbatches": _any},
     # The model's vocabulary: the tasks' vocabularies tokenize and detokenize.
     "SentencePieceVocabulary": {"sentencepiece_model_file": _any, "extra_ids": _any},
     "ByteVocabulary": {"extra_ids": _any},
-    # T5X's infer_eval evaluator: paxlite decodes and scores every example, logs the
-    # metrics to the console and TensorBoard and writes each decode.
+    # T5X's infer_eval evaluator: seqio's Evaluator with T5X's three loggers, over every
+    # example (its memory cache changes no output).
     "Evaluator": {
-        "logger_cls": _any,
+        "logger_cls": lambda value: [getattr(v, "name", v) for v in value] == _T5X_LOGGERS,
         "num_examples": lambda value: value is None,
         "use_memory_cache": _any,
     },
@@ -501,8 +528,6 @@ def _data_knobs(call: TrainCall, check: _Checker) -> dict[str, Any]:
     if infer is not None:
         _check_dataset(infer, "infer_eval", check)
         same = ("mixture_or_task_name", "module", "use_cached")
-        if infer.task_feature_lengths is not None:  # None: T5X's longest; paxlite's training's.
-            same += ("task_feature_lengths",)
         _check_same_as_train(infer, train, "infer_eval", check, same)
         if infer.pack:
             check.refuse(
@@ -512,6 +537,9 @@ def _data_knobs(call: TrainCall, check: _Checker) -> dict[str, Any]:
             "DECODE_SPLIT": infer.split,
             "DECODE_BATCH_SIZE": int(infer.batch_size),
             "DECODE_DATA_SEED": infer.seed,
+            "DECODE_FEATURE_LENGTHS": (
+                None if infer.task_feature_lengths is None else dict(infer.task_feature_lengths)
+            ),
         }
     return values
 
@@ -734,7 +762,8 @@ class Restore:
       paths: CHECKPOINT_PATH (T5X also takes several).
       mode: 'specific' (each path is the checkpoint), 'latest' (each path's newest step),
         'all' (every step of each path; eval only).
-      dtype: the parameters' dtype once read ('float32' or 'bfloat16'; None: float32).
+      dtype: the parameters' dtype once read ('float32' or 'bfloat16'; None: the model's,
+        float32).
     """
 
     paths: tuple[str, ...]
@@ -791,6 +820,9 @@ def inference_knobs(call: EvalCall | InferCall, sources: GinSources, config_text
         "EVAL_SPLIT": None,
         "DECODE_VALIDATION": False,
         "T5X_CHECKPOINTS": True,  # For T5X's model-info.txt.
+        # T5X's score_batch: the targets' log-likelihood, never of smoothed targets (the
+        # training loss's smoothing changes nothing else here).
+        "LABEL_SMOOTHING": 0.0,
     }
     return Inference(values, restore, dataset)
 

@@ -360,6 +360,55 @@ def test_a_mode_t5x_lacks_is_named_with_t5x_s_modes(tmp_path):
     assert "'predict', 'score', 'predict_with_aux'" in line
 
 
+def test_paxlite_s_checkpoint_flags_are_refused_naming_checkpoint_path(tmp_path):
+    out = tmp_path / "out"
+    code, _, err = run_command(
+        t5x_eval,
+        "--gin_file=eval_run.gin",
+        f'--gin.CHECKPOINT_PATH="{CHECKPOINT}"',
+        f'--gin.EVAL_OUTPUT_DIR="{out}"',
+        f"--init_from={CHECKPOINT}",
+    )
+    line = _refused(code, err, out)
+    assert "--init_from is not a flag of T5X's eval command" in line
+    assert "CHECKPOINT_PATH" in line
+
+
+def test_infer_reads_one_checkpoint(tmp_path):
+    out = tmp_path / "out"
+    code, _, err = run_command(
+        t5x_infer,
+        "--gin_file=infer_predict.gin",
+        f"--gin.CHECKPOINT_PATH=['{CHECKPOINT}', '{CHECKPOINT}']",
+        f'--gin.INFER_OUTPUT_DIR="{out}"',
+    )
+    assert "names 2 checkpoints; infer reads one" in _refused(code, err, out)
+
+
+def test_a_task_without_metrics_is_skipped_during_training(tmp_path, capsys):
+    """T5X's training skips an inference eval it cannot run; eval refuses it (test above)."""
+    import types
+
+    from paxlite.formats.t5x import inference_eval
+
+    name = "task_without_metrics"
+    seqio.TaskRegistry.add(
+        name,
+        source=seqio.FunctionDataSource(lambda split, shuffle_files: None, splits=["validation"]),
+        preprocessors=[],
+        output_features={"targets": seqio.Feature(seqio.ByteVocabulary())},
+    )
+    try:
+        config = inference_eval.T5xInferenceEval(name, "validation", batch_size=8)
+        program = config.for_job(types.SimpleNamespace(job_log_dir=tmp_path), None)
+        assert program.run(None, 5) == {}
+        assert "no inference eval during training" in capsys.readouterr().out
+        with pytest.raises(inference_eval.InferenceEvalError, match="has no metrics"):
+            config.evaluator(tmp_path)
+    finally:
+        seqio.TaskRegistry.remove(name)
+
+
 def test_infer_refuses_restore_mode_all(tmp_path):
     out = tmp_path / "out"
     code, _, err = run_command(

@@ -115,13 +115,14 @@ def test_the_training_evals_are_t5x_s_at_its_steps(t5x_run_dirs):
 @pytest.mark.slow
 def test_the_inference_evals_are_t5x_s_at_its_steps(t5x_run_dirs):
     """T5X's infer_eval every EVAL_PERIOD (5, 7) by seqio's evaluator: T5X's scalars, and at
-    step 7 the decodes T5X's own eval of T5X's checkpoint_7 wrote, byte for byte."""
+    step 7 the decodes T5X's own eval of T5X's checkpoint_7 wrote, byte for byte, at the
+    same lengths (finetune.gin's infer_eval: None, the longest example's)."""
     model_dir, _ = t5x_run_dirs
     tag = "eval/sequence_accuracy"
     expected = _theirs()[f"inference_eval/{TASK}/{tag}"]
     got = _ours(model_dir, f"inference_eval/{TASK}", tag)
     assert got == {int(step): value for step, value in expected.items()}
-    oracle = T5X_RUN.parent / "t5x_eval_infer" / "eval" / "inference_eval"
+    oracle = T5X_RUN.parent / "t5x_eval_infer" / "eval_longest" / "inference_eval"
     name = f"{TASK}-000007.jsonl"
     assert (model_dir / "inference_eval" / name).read_text() == (oracle / name).read_text()
     lines = (model_dir / "inference_eval" / f"{TASK}-metrics.jsonl").read_text().splitlines()

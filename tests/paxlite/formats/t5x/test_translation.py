@@ -79,6 +79,35 @@ def test_label_smoothing_is_kept(tmp_path):
     assert _knobs(tmp_path, _RUN, "LABEL_SMOOTHING = 0.1")["LABEL_SMOOTHING"] == 0.1
 
 
+_FINETUNE = _RUN.replace("pretrain.gin", "finetune.gin").replace(
+    "TRAIN_STEPS = 100", "TRAIN_STEPS = 100\nINITIAL_CHECKPOINT_PATH = '/c/checkpoint_0'"
+)
+
+
+def test_label_smoothing_with_an_inference_eval_that_scores_is_refused(tmp_path):
+    """T5X's inference eval scores unsmoothed targets; paxlite's model scores what it trains,
+    so smoothing is refused where the infer_eval task has score metrics, and only there."""
+    import seqio
+
+    name = "some_scored_task"
+    seqio.TaskRegistry.add(
+        name,
+        source=seqio.FunctionDataSource(lambda split, shuffle_files: None, splits=["validation"]),
+        preprocessors=[],
+        output_features={"targets": seqio.Feature(seqio.ByteVocabulary())},
+        metric_fns=[lambda targets, scores: {"mean_score": sum(scores) / len(scores)}],
+    )
+    try:
+        scored = (_FINETUNE.replace("some_task", name),)
+        assert _knobs(tmp_path, *scored)["DECODE_FEATURE_LENGTHS"] is None  # The longest.
+        with pytest.raises(translation.UnsupportedBinding, match="label_smoothing.*some_scored"):
+            _knobs(tmp_path, *scored, "LABEL_SMOOTHING = 0.1")
+        knobs = _knobs(tmp_path, _FINETUNE, "LABEL_SMOOTHING = 0.1")  # Unregistered: unchecked.
+        assert knobs["LABEL_SMOOTHING"] == 0.1 and knobs["DECODE_VALIDATION"]
+    finally:
+        seqio.TaskRegistry.remove(name)
+
+
 def test_standard_rules_in_paxlite_s_axis_names():
     rules = translation.paxlite_rules(partitioning.standard_logical_axis_rules())
     assert ("batch", ("replica", "data")) in rules

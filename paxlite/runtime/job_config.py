@@ -72,8 +72,9 @@ def _flattened(cfg: Any) -> str:
     return "\n".join(kept)
 
 
-def check_job_dir_writable(job_log_dir: epath.Path) -> None:
-    """Raises :class:`UsageError` unless ``job_log_dir`` is (or can be made) a writable directory.
+def check_job_dir_writable(job_log_dir: epath.Path, name: str = "--job_log_dir") -> None:
+    """Raises :class:`UsageError` unless ``job_log_dir`` is (or can be made) a writable directory
+    (``name``: what the user calls it, in the message).
 
     Creates nothing: the nearest existing directory is probed with a temporary
     directory that is removed at once. A bucket (``gs://...``) is probed with an object
@@ -93,7 +94,7 @@ def check_job_dir_writable(job_log_dir: epath.Path) -> None:
         if (blocker.exists() or blocker.is_symlink()) and not blocker.is_dir():
             where = "is" if blocker == path else f"cannot be used: {blocker} is"
             raise UsageError(
-                f"--job_log_dir {job_log_dir} {where} a file, not a directory; pass another "
+                f"{name} {job_log_dir} {where} a file, not a directory; pass another "
                 "path, or move that file."
             )
     try:
@@ -101,7 +102,7 @@ def check_job_dir_writable(job_log_dir: epath.Path) -> None:
     except OSError as e:
         where = "" if existing == path else f" (its nearest existing parent {existing} is not)"
         raise UsageError(
-            f"--job_log_dir {job_log_dir} is not writable{where}: {e.strerror}; pass a "
+            f"{name} {job_log_dir} is not writable{where}: {e.strerror}; pass a "
             "directory you can write to, or fix its permissions."
         ) from None
 

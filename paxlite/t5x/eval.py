@@ -54,7 +54,7 @@ def main(argv: Sequence[str]) -> None:
     record = output_dir / f"eval.{inference.knobs['MIXTURE_OR_TASK_NAME']}.ckpt"
     if inference.restore.mode == "all":  # T5X skips what an earlier run evaluated.
         paths = [p for p in paths if p not in _evaluated(record)]
-    job = inference_run.prepared_job(inference.knobs, str(output_dir))
+    job = inference_run.prepared_job(inference.knobs, str(output_dir), "EVAL_OUTPUT_DIR")
     dataset = inference.dataset
     config = inference_eval.T5xInferenceEval(
         mixture_or_task_name=inference.knobs["MIXTURE_OR_TASK_NAME"],

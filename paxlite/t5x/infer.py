@@ -71,7 +71,7 @@ def main(argv: Sequence[str]) -> None:
         )
     path = inference_run.checkpoint_paths(inference.restore)[0]
     output_dir = epath.Path(call.output_dir)
-    job = inference_run.prepared_job(inference.knobs, str(output_dir))
+    job = inference_run.prepared_job(inference.knobs, str(output_dir), "INFER_OUTPUT_DIR")
     restored = inference_run.restored_params(job, path, inference.restore.dtype)
     if shard_id == 0:
         inference_run.write_first_files(job, output_dir, run.config_text, restored.state.params)

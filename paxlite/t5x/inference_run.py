@@ -16,9 +16,10 @@ from etils import epath
 import paxlite.main as paxlite_main
 from paxlite.checkpoints import checkpoint_sources
 from paxlite.cli.exits import fail
-from paxlite.cli.flags import FLAGS, Mode
+from paxlite.cli.flags import FLAGS, Mode, UsageError
 from paxlite.formats.t5x import checkpoint as t5x_checkpoint
 from paxlite.formats.t5x import translation
+from paxlite.runtime import job_config, storage
 from paxlite.runtime.job import Job
 from paxlite.t5x import command
 from paxlite.train import train_setup
@@ -31,9 +32,14 @@ MODEL_INFO = "model-info.txt"
 _ANY_LENGTHS = {"inputs": 2, "targets": 2}
 
 
-def prepared_job(knobs: dict[str, Any], output_dir: str) -> Job:
+def prepared_job(knobs: dict[str, Any], output_dir: str, name: str) -> Job:
     """The ``T5xGin`` job of ``knobs`` (processes joined, platform set up), its job
-    directory ``output_dir`` (checked writable, nothing written)."""
+    directory ``output_dir`` (checked writable, nothing written; ``name``: the macro that
+    set it, for the message)."""
+    try:
+        job_config.check_job_dir_writable(storage.job_path(output_dir), name)
+    except UsageError as e:
+        fail(e)
     command.join_flags()
     if not knobs["TASK_FEATURE_LENGTHS"]:
         knobs = knobs | {"TASK_FEATURE_LENGTHS": _ANY_LENGTHS}

@@ -338,7 +338,7 @@ def test_an_output_dir_that_cannot_be_written(tmp_path):
         f'--gin.INFER_OUTPUT_DIR="{out}"',
     )
     line = _refused(code, err, out)
-    assert str(out) in line
+    assert f"INFER_OUTPUT_DIR {out} cannot be used: {blocker} is a file" in line
 
 
 def test_a_mode_t5x_lacks_is_named_with_t5x_s_modes(tmp_path):

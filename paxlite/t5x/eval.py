@@ -31,24 +31,14 @@ import jax  # noqa: E402
 from etils import epath  # noqa: E402
 
 from paxlite.cli.exits import fail  # noqa: E402
-from paxlite.formats.t5x import gin_run, inference_eval, translation  # noqa: E402
+from paxlite.formats.t5x import gin_run, inference_eval  # noqa: E402
 from paxlite.t5x import command, inference_run  # noqa: E402
-
-#: paxlite's flags the gin files decide here.
-_DECIDED_BY_GIN = command.INFERENCE_DECIDED | {
-    "job_log_dir": 'the outputs go to EVAL_OUTPUT_DIR: --gin.EVAL_OUTPUT_DIR=\\"...\\"',
-}
 
 
 def main(argv: Sequence[str]) -> None:
     """Evaluates each checkpoint CHECKPOINT_PATH names, as T5X's ``evaluate`` does."""
-    command.reject_flags(_DECIDED_BY_GIN, "eval")
-    run = command.read(gin_run.EVAL)
+    run, inference = inference_run.read_inference(gin_run.EVAL, "EVAL_OUTPUT_DIR")
     call = run.call
-    try:
-        inference = translation.inference_knobs(call, run.sources, run.config_text)
-    except translation.UnsupportedBinding as e:
-        fail(e)
     paths = inference_run.checkpoint_paths(inference.restore)
     output_dir = epath.Path(call.output_dir)
     record = output_dir / f"eval.{inference.knobs['MIXTURE_OR_TASK_NAME']}.ckpt"

@@ -37,7 +37,7 @@ from jax.experimental import multihost_utils  # noqa: E402
 
 from paxlite.cli.exits import fail  # noqa: E402
 from paxlite.cli.flags import FLAGS  # noqa: E402
-from paxlite.formats.t5x import gin_run, infer_files, translation  # noqa: E402
+from paxlite.formats.t5x import gin_run, infer_files  # noqa: E402
 from paxlite.formats.t5x.inference import T5xModelFunctions  # noqa: E402
 from paxlite.t5x import command, inference_run  # noqa: E402
 from paxlite.train import summaries  # noqa: E402
@@ -46,21 +46,11 @@ flags.DEFINE_integer(
     "shard_id", None, "T5X: the dataset shard this process infers (overrides infer.shard_id)."
 )
 
-#: paxlite's flags the gin files decide here.
-_DECIDED_BY_GIN = command.INFERENCE_DECIDED | {
-    "job_log_dir": 'the outputs go to INFER_OUTPUT_DIR: --gin.INFER_OUTPUT_DIR=\\"...\\"',
-}
-
 
 def main(argv: Sequence[str]) -> None:
     """Infers each task of the dataset's mixture, as T5X's ``infer`` does."""
-    command.reject_flags(_DECIDED_BY_GIN, "infer")
-    run = command.read(gin_run.INFER)
+    run, inference = inference_run.read_inference(gin_run.INFER, "INFER_OUTPUT_DIR")
     call = run.call
-    try:
-        inference = translation.inference_knobs(call, run.sources, run.config_text)
-    except translation.UnsupportedBinding as e:
-        fail(e)
     shard_id = call.shard_id if FLAGS.shard_id is None else FLAGS.shard_id
     if not 0 <= shard_id < call.num_shards:
         fail(f"--shard_id={shard_id} is not in [0, infer.num_shards={call.num_shards}).")

@@ -18,7 +18,7 @@ from paxlite.checkpoints import checkpoint_sources
 from paxlite.cli.exits import fail
 from paxlite.cli.flags import FLAGS, Mode, UsageError
 from paxlite.formats.t5x import checkpoint as t5x_checkpoint
-from paxlite.formats.t5x import translation
+from paxlite.formats.t5x import gin_run, translation
 from paxlite.runtime import job_config, storage
 from paxlite.runtime.job import Job
 from paxlite.t5x import command
@@ -30,6 +30,23 @@ MODEL_INFO = "model-info.txt"
 #: Lengths for the job's own input when T5X's are None (the longest example's, which
 #: seqio's evaluator measures): that input is read for one batch's structure only.
 _ANY_LENGTHS = {"inputs": 2, "targets": 2}
+
+
+def read_inference(
+    script: gin_run.Script, output_macro: str
+) -> tuple[gin_run.GinRun, translation.Inference]:
+    """The eval or infer command's gin files read into ``script``'s call and translated,
+    after refusing paxlite's own flags (``output_macro``: where the outputs go, named in
+    the refusal of ``--job_log_dir``)."""
+    outputs = f'the outputs go to {output_macro}: --gin.{output_macro}=\\"...\\"'
+    command.reject_flags(
+        command.INFERENCE_DECIDED | {"job_log_dir": outputs}, script.alias.split("_")[0]
+    )
+    run = command.read(script)
+    try:
+        return run, translation.inference_knobs(run.call, run.sources, run.config_text)
+    except translation.UnsupportedBinding as e:
+        fail(e)
 
 
 def prepared_job(knobs: dict[str, Any], output_dir: str, name: str) -> Job:

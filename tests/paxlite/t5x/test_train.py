@@ -321,19 +321,23 @@ def test_the_training_batches_are_t5x_s(monkeypatch):
     monkeypatch.setattr(t5x_modules, "_USERS_MODULES", {})
     own = registry.DEFAULT_SEARCH_PACKAGES
     t5x_modules.import_own_packages(own, REPO)  # As the command does, before the user's.
-    run = gin_run.read_call(
-        gin_run.TRAIN,
-        ["finetune.gin"],
-        ['MODEL_DIR = "/unused"', "INITIAL_CHECKPOINT_PATH = None"],
-        [user_dir, str(gin_files.GIN_ROOT)],
-        own,
-    )
-    knobs = translation.knobs(run.call, run.sources, run.config_text)
-    experiment = with_overrides(registry.get(translation.EXPERIMENT, own), knobs)()
-    inputs = config_lib.instantiate(experiment.datasets()[0])
-    theirs = json.loads((T5X_RUN / "t5x_batches.json").read_text())["batches"]
-    for index, expected in enumerate(theirs):
-        batch = inputs.get_next()
-        for key, meta in expected.items():
-            ours = np.ascontiguousarray(np.asarray(batch[key]).astype(meta["dtype"]))
-            assert hashlib.sha256(ours.tobytes()).hexdigest() == meta["sha256"], (index, key)
+    try:
+        run = gin_run.read_call(
+            gin_run.TRAIN,
+            ["finetune.gin"],
+            ['MODEL_DIR = "/unused"', "INITIAL_CHECKPOINT_PATH = None"],
+            [user_dir, str(gin_files.GIN_ROOT)],
+            own,
+        )
+        knobs = translation.knobs(run.call, run.sources, run.config_text)
+        experiment = with_overrides(registry.get(translation.EXPERIMENT, own), knobs)()
+        inputs = config_lib.instantiate(experiment.datasets()[0])
+        theirs = json.loads((T5X_RUN / "t5x_batches.json").read_text())["batches"]
+        for index, expected in enumerate(theirs):
+            batch = inputs.get_next()
+            for key, meta in expected.items():
+                ours = np.ascontiguousarray(np.asarray(batch[key]).astype(meta["dtype"]))
+                assert hashlib.sha256(ours.tobytes()).hexdigest() == meta["sha256"], (index, key)
+    finally:  # The user's module registered its task: gone for the next command's import.
+        if "t5x_run_reverse" in seqio.TaskRegistry.names():
+            seqio.TaskRegistry.remove("t5x_run_reverse")

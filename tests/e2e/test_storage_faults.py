@@ -25,6 +25,7 @@ from tests.paxlite.test_main import (
     run_main_in_process,
     run_until_preempted,
 )
+from tests.processes import run_together
 from tests.tasks.lm.test_text import write
 
 pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
@@ -120,27 +121,12 @@ def run_two_processes(command: list[str]) -> list[subprocess.CompletedProcess]:
     )
     join = ["--set=ICI_MESH_SHAPE=1,2,1", "--set=DCN_MESH_SHAPE=1,1,2", "--num_processes=2"]
     join += [f"--coordinator_address=127.0.0.1:{port}", "--distributed_timeout_s=120"]
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "paxlite.main", f"--exp={TEXT}", *command, *join]
-            + [f"--process_id={i}"],
-            cwd=REPO,
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    commands = [
+        [sys.executable, "-m", "paxlite.main", f"--exp={TEXT}", *command, *join]
+        + [f"--process_id={i}"]
         for i in range(2)
     ]
-    try:
-        outputs = [p.communicate(timeout=120) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    return [
-        subprocess.CompletedProcess(p.args, p.returncode, out, err)
-        for p, (out, err) in zip(procs, outputs, strict=True)
-    ]
+    return run_together(commands, REPO, env, timeout=120)
 
 
 @pytest.mark.slow

@@ -6,7 +6,6 @@ from __future__ import annotations
 
 import json
 import os
-import subprocess
 import sys
 
 import jax
@@ -28,6 +27,7 @@ from tests.e2e.test_multiprocess import _free_port
 from tests.gcs import BUCKET
 from tests.paxlite.test_main import REPO, assert_ended_cleanly, main_in_process, restore_params
 from tests.praxis_lite.inputs.test_seqio_input import assert_batches_equal
+from tests.processes import run_together
 from tests.tasks.lm.test_text import FAST, write
 
 T = 24
@@ -237,34 +237,23 @@ def test_two_hosts_save_their_own_positions_and_one_process_cannot_resume_them(t
         "--peak_tflops=1",
     ]
     port = _free_port()
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "paxlite.main", *knobs, "--set=NUM_TRAIN_STEPS=2"]
-            + ["--set=PERCORE_BATCH_SIZE=2", "--set=ICI_MESH_SHAPE=1,2,1"]
-            + ["--set=DCN_MESH_SHAPE=2,1,1", f"--coordinator_address=127.0.0.1:{port}"]
-            + ["--num_processes=2", f"--process_id={i}", "--distributed_timeout_s=120"],
-            cwd=REPO,
-            # Compiled with most of XLA's optimizations off (about 4 s of CPU less in each):
-            # the test reads where each host's input stopped, not how fast the step runs.
-            env=dict(
-                os.environ,
-                JAX_PLATFORMS="cpu",
-                XLA_FLAGS=cpu_xla_flags(2),
-                JAX_DISABLE_MOST_OPTIMIZATIONS="1",
-            ),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    commands = [
+        [sys.executable, "-m", "paxlite.main", *knobs, "--set=NUM_TRAIN_STEPS=2"]
+        + ["--set=PERCORE_BATCH_SIZE=2", "--set=ICI_MESH_SHAPE=1,2,1"]
+        + ["--set=DCN_MESH_SHAPE=2,1,1", f"--coordinator_address=127.0.0.1:{port}"]
+        + ["--num_processes=2", f"--process_id={i}", "--distributed_timeout_s=120"]
         for i in range(2)
     ]
-    try:
-        outputs = [p.communicate(timeout=400) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for p, (out, err) in zip(procs, outputs, strict=True):
-        assert_ended_cleanly(subprocess.CompletedProcess(p.args, p.returncode, out, err))
+    # Compiled with most of XLA's optimizations off (about 4 s of CPU less in each):
+    # the test reads where each host's input stopped, not how fast the step runs.
+    env = dict(
+        os.environ,
+        JAX_PLATFORMS="cpu",
+        XLA_FLAGS=cpu_xla_flags(2),
+        JAX_DISABLE_MOST_OPTIMIZATIONS="1",
+    )
+    for result in run_together(commands, REPO, env, timeout=400):
+        assert_ended_cleanly(result)
     step = job / "checkpoints" / input_positions.DIRNAME / "2"
     assert sorted(p.name for p in step.iterdir()) == ["host_0_of_2", "host_1_of_2"]
 

@@ -21,10 +21,11 @@ import pytest
 import seqio
 from absl import flags
 
-from paxlite.formats.t5x import gin_run, t5x_modules
+from paxlite.formats.t5x import gin_run
 from paxlite.t5x import eval as t5x_eval
 from paxlite.t5x import infer as t5x_infer
 from tests import FIXTURES
+from tests.paxlite.t5x.user_dirs import fresh_user_directory
 
 ORACLE = FIXTURES / "t5x" / "t5x_eval_infer"
 USER_DIR = FIXTURES / "t5x" / "t5x_run" / "user_dir"
@@ -36,17 +37,17 @@ def run_command(command, *argv: str) -> tuple[int, str, str]:
     """``python -m paxlite.t5x.<command> ARGV`` (the fixture's user directory on the path,
     its task registered afresh): ``(exit code, stdout, stderr)``."""
     stdout, stderr, code = io.StringIO(), io.StringIO(), 0
-    sys.path.insert(0, str(USER_DIR))
-    saved = dict(t5x_modules._USERS_MODULES)
-    t5x_modules._USERS_MODULES.clear()
-    writes_bytecode, sys.dont_write_bytecode = sys.dont_write_bytecode, True
     args = [
         f"--gin_search_paths={USER_DIR},{ORACLE}",
         f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{USER_DIR}/spm.model"',
         *argv,
     ]
     try:
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+        with (
+            fresh_user_directory(USER_DIR, TASK),
+            contextlib.redirect_stdout(stdout),
+            contextlib.redirect_stderr(stderr),
+        ):
             flags.FLAGS(gin_run.rewrite_gin_args([command.__name__, *args]))
             command.main([command.__name__])
     except SystemExit as e:
@@ -54,12 +55,6 @@ def run_command(command, *argv: str) -> tuple[int, str, str]:
     finally:
         flags.FLAGS.unparse_flags()
         gin.clear_config(clear_constants=True)
-        sys.path.remove(str(USER_DIR))
-        sys.dont_write_bytecode = writes_bytecode
-        t5x_modules._USERS_MODULES.clear()
-        t5x_modules._USERS_MODULES.update(saved)
-        if TASK in seqio.TaskRegistry.names():
-            seqio.TaskRegistry.remove(TASK)
     return code, stdout.getvalue(), stderr.getvalue()
 
 
@@ -274,39 +269,26 @@ def test_infer_in_two_processes_is_t5x_s(tmp_path):
     passing its rows of every batch; process 0 writes T5X's file (mode predict: the
     decoded texts only)."""
     import os
-    import subprocess
 
     from tests import cpu_xla_flags
     from tests.gcs import free_port
     from tests.paxlite.test_main import assert_ended_cleanly
+    from tests.processes import run_together
 
     out, port = tmp_path / "infer", free_port()
     env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=cpu_xla_flags(1))
     env |= {"PYTHONPATH": str(USER_DIR), "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
-    procs = [
-        subprocess.Popen(
-            [sys.executable, "-m", "paxlite.t5x.infer", f"--gin_search_paths={USER_DIR},{ORACLE}"]
-            + ["--gin_file=infer_predict.gin", f'--gin.CHECKPOINT_PATH="{CHECKPOINT}"']
-            + [
-                f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{USER_DIR}/spm.model"'
-            ]
-            + [f'--gin.INFER_OUTPUT_DIR="{out}"', f"--coordinator_address=127.0.0.1:{port}"]
-            + ["--process_count=2", f"--process_index={i}", "--initialization_timeout=120"],
-            cwd=tmp_path,  # Not the repository root: its own `tasks` package is not the user's.
-            env=env,
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    commands = [
+        [sys.executable, "-m", "paxlite.t5x.infer", f"--gin_search_paths={USER_DIR},{ORACLE}"]
+        + ["--gin_file=infer_predict.gin", f'--gin.CHECKPOINT_PATH="{CHECKPOINT}"']
+        + [f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{USER_DIR}/spm.model"']
+        + [f'--gin.INFER_OUTPUT_DIR="{out}"', f"--coordinator_address=127.0.0.1:{port}"]
+        + ["--process_count=2", f"--process_index={i}", "--initialization_timeout=120"]
         for i in range(2)
     ]
-    try:
-        outputs = [p.communicate(timeout=300) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for p, (stdout, err) in zip(procs, outputs, strict=True):
-        assert_ended_cleanly(subprocess.CompletedProcess(p.args, p.returncode, stdout, err))
+    # Not from the repository root: its own `tasks` package is not the user's.
+    for result in run_together(commands, tmp_path, env, timeout=300):
+        assert_ended_cleanly(result)
     name = f"{TASK}-predict.jsonl-00000-of-00001"
     ours, theirs = _lines(out / name), _lines(ORACLE / "infer_predict" / name)
     assert set(ours[0]) == {"inputs", "prediction"}

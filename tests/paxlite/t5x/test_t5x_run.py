@@ -14,10 +14,10 @@ import shutil
 
 import numpy as np
 import pytest
-import seqio
 
 from paxlite.pretrained.loading import from_pretrained
 from tests.paxlite.t5x.test_train import T5X_RUN, run_t5x_train
+from tests.paxlite.t5x.user_dirs import fresh_user_directory
 from tests.paxlite.test_main import scalar_series
 
 #: T5X's scalars, ``{"<run>/<tag>": {"<step>": value}}``.
@@ -34,16 +34,8 @@ def run_fine_tune(
     """The fixture's command (finetune.gin from init_checkpoint/checkpoint_3; the inference
     eval only with ``decode``) with ``extra``, as a fresh process runs it: the user directory
     on the path, its ``tasks.py`` imported afresh (and its task unregistered after)."""
-    import sys
-
-    from paxlite.formats.t5x import t5x_modules
-
     user_dir = T5X_RUN / "user_dir"
-    sys.path.insert(0, str(user_dir))
-    saved_modules, writes_bytecode = dict(t5x_modules._USERS_MODULES), sys.dont_write_bytecode
-    t5x_modules._USERS_MODULES.clear()
-    sys.dont_write_bytecode = True  # Nothing written into the repository's fixture.
-    try:
+    with fresh_user_directory(user_dir, TASK):
         return run_t5x_train(
             "--gin_file=finetune.gin",
             f"--gin_search_paths={user_dir}",
@@ -55,13 +47,6 @@ def run_fine_tune(
             *(() if decode else ("--gin.train_script.train.infer_eval_dataset_cfg=None",)),
             *extra,
         )
-    finally:
-        sys.path.remove(str(user_dir))
-        sys.dont_write_bytecode = writes_bytecode
-        t5x_modules._USERS_MODULES.clear()
-        t5x_modules._USERS_MODULES.update(saved_modules)
-        if TASK in seqio.TaskRegistry.names():
-            seqio.TaskRegistry.remove(TASK)
 
 
 @pytest.fixture(scope="module")

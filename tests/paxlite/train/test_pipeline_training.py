@@ -6,7 +6,6 @@ pipeline knobs get one line, exit 2, and nothing written.
 from __future__ import annotations
 
 import pathlib
-import subprocess
 import sys
 
 import jax
@@ -19,6 +18,7 @@ from paxlite.train import train_loop
 from tasks.lm.synthetic import LmSyntheticTinyPipeline
 from tests.e2e.test_multiprocess import _env, _free_port
 from tests.paxlite.test_main import REPO, main_in_process, restore_params, run_main, scalar_series
+from tests.processes import run_together
 
 pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
 
@@ -161,34 +161,15 @@ def test_circular_pipeline_trains_checkpoints_and_matches_unpipelined(
 def _run_two_processes(*args: str) -> str:
     """Runs the experiment as 2 processes of 1 CPU device each; process 0's stdout."""
     port = _free_port()
-    procs = [
-        subprocess.Popen(
-            [
-                sys.executable,
-                "-m",
-                "paxlite.main",
-                f"--exp={EXP}",
-                *args,
-                f"--coordinator_address=127.0.0.1:{port}",
-                "--num_processes=2",
-                f"--process_id={i}",
-            ],
-            cwd=REPO,
-            env=_env(1),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    commands = [
+        [sys.executable, "-m", "paxlite.main", f"--exp={EXP}", *args]
+        + [f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"]
         for i in range(2)
     ]
-    try:
-        outputs = [p.communicate(timeout=300) for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    for p, (_, err) in zip(procs, outputs, strict=True):
-        assert p.returncode == 0, err[-3000:]
-    return outputs[0][0]
+    results = run_together(commands, REPO, _env(1), timeout=300)
+    for result in results:
+        assert result.returncode == 0, result.stderr[-3000:]
+    return results[0].stdout
 
 
 def _main_in_process(*argv: str) -> tuple[int, str]:

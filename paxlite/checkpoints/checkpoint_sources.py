@@ -13,11 +13,13 @@ paxlite checkpoints ``<step>/_CHECKPOINT_METADATA`` steps (``<job>/checkpoints``
 paxml step          ``state/mdl_vars.params.*`` (``<job>/checkpoints/checkpoint_00001000``)
 paxml checkpoints   ``checkpoint_<8 digits>/`` steps (Pax's ``--restore_checkpoint_dir``)
 t5x checkpoint      ``checkpoint_<step>/checkpoint`` or ``checkpoint_<step>/state/_METADATA``
+mtf checkpoint      ``<prefix>.index`` beside the prefix given, or ``<name>-<step>.index`` files
 ==================  ==========================================================================
 
 The paxml kinds live with the rest of Pax's format (``paxlite.formats.pax.checkpoint``, registered
 when it is imported; ``init_from``, which every reader goes through, imports it), as the
-T5X kind does with T5X's (``paxlite.formats.t5x.checkpoint``).
+T5X kind does with T5X's (``paxlite.formats.t5x.checkpoint``) and Mesh TensorFlow's with
+its (``paxlite.formats.mtf.checkpoint``).
 A :class:`Source` names its variables as its framework does (``params/<path>``, ``/``
 between keys, Pax's names for a paxml checkpoint) and reads any of them straight onto a
 run's shardings: each device's slice is read by itself, never a whole array on one host.
@@ -185,11 +187,11 @@ def identify(path: epath.PathLike) -> Kind:
         message lists what each looks for).
     """
     path = storage.job_path(path)
-    if not path.exists():
-        raise CheckpointSourceError(f"{path} does not exist: no checkpoint to read there.")
-    for kind in KINDS:
+    for kind in KINDS:  # Before existence: a TensorFlow checkpoint's prefix is no file.
         if kind.recognises(path):
             return kind
+    if not path.exists():
+        raise CheckpointSourceError(f"{path} does not exist: no checkpoint to read there.")
     looked = "; ".join(f"a {k.name} ({k.marker})" for k in KINDS)
     raise CheckpointSourceError(
         f"{path} holds no checkpoint paxlite can read: looked for {looked}."

@@ -29,6 +29,7 @@ from paxlite.checkpoints import checkpoint_sources, train_checkpoints
 from paxlite.checkpoints.train_checkpoints import CheckpointMismatchError
 from paxlite.experiments.tasks_lib import CheckpointLoadingRules
 from paxlite.formats.hf import checkpoint as hf_checkpoint
+from paxlite.formats.mtf import checkpoint as mtf_checkpoint
 from paxlite.formats.pax import checkpoint as pax_checkpoint
 from paxlite.formats.pax import layout as pax_layout
 from paxlite.formats.peft import adapter as peft_adapter
@@ -38,7 +39,7 @@ from paxlite.train import summaries
 from paxlite.train.train_state import TrainState
 
 # Imported to register their checkpoint kinds.
-del hf_checkpoint, pax_checkpoint, peft_adapter, t5x_checkpoint
+del hf_checkpoint, mtf_checkpoint, pax_checkpoint, peft_adapter, t5x_checkpoint
 _MAX_LISTED = 20  # Problems listed in an InitFromError.
 _MAX_NAMED = 6  # Fresh variables named on the console.
 

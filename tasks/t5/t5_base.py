@@ -14,9 +14,11 @@ from typing import Any
 import jax.numpy as jnp
 from etils import epath
 
+from paxlite.checkpoints.checkpoint_sources import CheckpointSourceError
 from paxlite.experiments.base_experiment import BaseExperiment, KnobError
 from paxlite.formats.hf import checkpoint as hf_checkpoint
 from paxlite.formats.hf import models as hf_models
+from paxlite.formats.mtf import checkpoint as mtf_checkpoint
 from paxlite.formats.t5x import gin as t5x_gin
 from paxlite.pretrained import export
 from paxlite.runtime import mesh_checks
@@ -106,12 +108,13 @@ class T5Knobs(BaseExperiment):
         return {}
 
     def job_texts(self) -> dict[str, str]:
-        """With a T5X INIT_FROM whose config.gin says which T5: Hugging Face's config.json
-        and generation config of that T5, so the job exports as Hugging Face T5."""
-        gin_file = t5x_gin.find(self.INIT_FROM) if self.INIT_FROM else None
-        if gin_file is None or self.job_files():
+        """With a T5X INIT_FROM whose config.gin says which T5, or a Mesh TensorFlow one
+        (its tensors do): Hugging Face's config.json and generation config of that T5, so
+        the job exports as Hugging Face T5."""
+        described = _described_shape(epath.Path(self.INIT_FROM)) if self.INIT_FROM else None
+        if described is None or self.job_files():
             return {}
-        config = hf_models.t5_config(t5x_gin.t5_shape(gin_file))
+        config = hf_models.t5_config(described[1])
         generation = {
             k: config[k] for k in ("decoder_start_token_id", "eos_token_id", "pad_token_id")
         }
@@ -129,7 +132,7 @@ class T5Knobs(BaseExperiment):
         name = type(self).__qualname__
         try:
             described = _described_shape(epath.Path(self.INIT_FROM))
-        except (hf_models.HfConfigError, t5x_gin.GinConfigError) as e:
+        except (hf_models.HfConfigError, t5x_gin.GinConfigError, CheckpointSourceError) as e:
             raise KnobError(f"{name}: INIT_FROM: {e}") from None
         if described is None:
             return
@@ -218,7 +221,11 @@ def check_t5_mesh(experiment: T5Knobs) -> None:
 
 def _described_shape(path: epath.Path) -> tuple[str, T5Shape] | None:
     """``(its config file, the T5 it describes)`` of a checkpoint path that says what it
-    holds: a Hugging Face T5 directory's config.json, a T5X checkpoint's config.gin."""
+    holds: a Hugging Face T5 directory's config.json, a T5X checkpoint's config.gin, a Mesh
+    TensorFlow checkpoint's tensors (and operative_config.gin)."""
+    if mtf_checkpoint.recognises(path):
+        config_file, shape = mtf_checkpoint.shape_of_checkpoint(path)
+        return config_file.name, shape
     if (path / hf_models.CONFIG_FILE).is_file():
         config = hf_models.HfConfig.load(path)
         if config.get("model_type") != "t5":

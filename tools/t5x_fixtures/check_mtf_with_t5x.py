@@ -18,10 +18,9 @@ import sys
 
 import numpy as np
 from flax import traverse_util
+from make_t5x_fixtures import t5x_params
 from safetensors.numpy import load_file
 from t5x import checkpoint_importer
-
-from make_t5x_fixtures import t5x_params
 
 
 def check(fixtures: pathlib.Path, mtf: str, hf: str, step: int, rtol: float) -> None:

@@ -13,9 +13,8 @@ one host.
 from __future__ import annotations
 
 import json
-import math
 import os
-from collections.abc import Mapping
+from collections.abc import Callable, Mapping
 from typing import Any
 
 import ml_dtypes
@@ -277,27 +276,43 @@ def _write_tensors(
     directory: epath.Path, tensors: dict[str, np.ndarray], max_shard_bytes: int
 ) -> list[str]:
     """One file, or shards of at most ``max_shard_bytes`` (a bigger tensor alone) + index."""
-    shards: list[dict[str, np.ndarray]] = [{}]
+    sizes = {name: tensor.nbytes for name, tensor in tensors.items()}
+    return write_tensors(directory, sizes, tensors.__getitem__, max_shard_bytes)
+
+
+def write_tensors(
+    directory: epath.PathLike,
+    sizes: Mapping[str, int],
+    produce: Callable[[str], np.ndarray],
+    max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
+) -> list[str]:
+    """Writes the tensors ``sizes`` names (name -> bytes) as ``model.safetensors``, or as
+    shards of at most ``max_shard_bytes`` (a bigger tensor alone) and their index, as
+    transformers writes them. ``produce(name)`` gives each tensor when its file is written:
+    no more than one file's tensors are held at once. Returns the files written."""
+    directory = epath.Path(directory)
+    shards: list[list[str]] = [[]]
     size = 0
-    for name in sorted(tensors):
-        nbytes = tensors[name].nbytes
-        if shards[-1] and size + nbytes > max_shard_bytes:
-            shards.append({})
+    for name in sorted(sizes):
+        if shards[-1] and size + sizes[name] > max_shard_bytes:
+            shards.append([])
             size = 0
-        shards[-1][name] = tensors[name]
-        size += nbytes
+        shards[-1].append(name)
+        size += sizes[name]
     metadata = {"format": "pt"}  # transformers refuses safetensors without it.
     if len(shards) == 1:
+        tensors = {name: produce(name) for name in shards[0]}
         save_file(tensors, os.fspath(directory / SINGLE_FILE), metadata=metadata)
         (directory / INDEX_FILE).unlink(missing_ok=True)
         return [SINGLE_FILE]
     files = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     weight_map = {}
-    for file, shard in zip(files, shards, strict=True):
-        save_file(shard, os.fspath(directory / file), metadata=metadata)
-        weight_map.update(dict.fromkeys(shard, file))
-    total = sum(math.prod(t.shape) * t.dtype.itemsize for t in tensors.values())
-    index = {"metadata": {"total_size": total}, "weight_map": weight_map}
+    for file, names in zip(files, shards, strict=True):
+        tensors = {name: produce(name) for name in names}
+        save_file(tensors, os.fspath(directory / file), metadata=metadata)
+        del tensors
+        weight_map.update(dict.fromkeys(names, file))
+    index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
     (directory / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
     (directory / SINGLE_FILE).unlink(missing_ok=True)
     return [*files, INDEX_FILE]

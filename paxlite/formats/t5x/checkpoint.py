@@ -36,7 +36,7 @@ from __future__ import annotations
 import json
 import re
 from collections.abc import Iterator, Mapping
-from typing import Any
+from typing import Any, ClassVar
 
 import jax
 import ml_dtypes
@@ -74,6 +74,8 @@ class T5xSource(LayoutSource):
     """
 
     kind = "t5x checkpoint"
+    #: The 2-D parameters whose 'embed' dim (the one our v_row keeps) is the last.
+    embed_last: ClassVar[tuple[str, ...]] = _EMBED_LAST
 
     def __init__(self, step_dir: epath.Path, observer: checkpoint_sources.ReadObserver | None):
         self.path, self._observer = step_dir, observer
@@ -125,11 +127,15 @@ class T5xSource(LayoutSource):
         return out
 
     def _leaf_parts(self, run_params: Mapping[str, Any]) -> list[tuple[str, Any, list[str]]]:
-        named = hf_layout.their_names(t5x_layout.t5x_table(self.gated), list(run_params))
+        named = hf_layout.their_names(self._table(), list(run_params))
         return [
             (path, where, [PARAMS + n for n in where.layer_names(run_params[path].shape[0])])
             for path, where in named.items()
         ]
+
+    def _table(self) -> hf_layout.Table:
+        """The names and layouts of this checkpoint's parameters."""
+        return t5x_layout.t5x_table(self.gated)
 
     def close(self) -> None:
         self._stores.clear()
@@ -242,7 +248,7 @@ class T5xSource(LayoutSource):
         dim (ours: ``v_row`` and ``v_col``), whichever of T5X's slots holds each: T5X's
         Adafactor factors a 2-D parameter by its sizes alone (:func:`t5x_row_axis`)."""
         shape = self._variable(PARAMS + name).shape
-        embed = 1 if name.endswith(_EMBED_LAST) else 0
+        embed = 1 if name.endswith(self.embed_last) else 0
         if len(shape) != 2:
             raise CheckpointSourceError(
                 f"{self.path}: T5X's {SLOTS}{name} is factored but its parameter {shape} is "
@@ -266,7 +272,7 @@ class T5xSource(LayoutSource):
             v = slots["v"]
         elif "v_row" in slots and "v_col" in slots:
             over_embed, over_other = self._factors(name, slots)
-            embed = 1 if name.endswith(_EMBED_LAST) else 0
+            embed = 1 if name.endswith(self.embed_last) else 0
             v = np.expand_dims(over_embed, 1 - embed) * np.expand_dims(over_other, embed)
             v = v / slots["v_row"].mean()
         else:

@@ -83,6 +83,17 @@ def bindings(text: str, where: str = CONFIG_GIN) -> dict[str, Any]:
     Raises:
       GinConfigError: the text does not parse, or a macro is never bound.
     """
+    return bindings_and_macros(text, where)[0]
+
+
+def bindings_and_macros(
+    text: str, where: str = CONFIG_GIN
+) -> tuple[dict[str, Any], dict[str, Any]]:
+    """:func:`bindings`, and ``{macro: value}`` of the macros ``text`` binds (resolved).
+
+    Raises:
+      GinConfigError: the text does not parse, or a macro is never bound.
+    """
     values, macros = {}, {}
     try:
         for statement in config_parser.ConfigParser(text, ValueDelegate()):
@@ -96,7 +107,8 @@ def bindings(text: str, where: str = CONFIG_GIN) -> dict[str, Any]:
         raise GinConfigError(f"{where} does not parse as gin: {e.msg} (line {e.lineno}).") from None
     except tokenize.TokenError as e:
         raise GinConfigError(f"{where} does not parse as gin: {e.args[0]}.") from None
-    return {key: _resolved(value, macros, where) for key, value in values.items()}
+    resolved = {key: _resolved(value, macros, where) for key, value in values.items()}
+    return resolved, {name: _resolved(value, macros, where) for name, value in macros.items()}
 
 
 def _resolved(value: Any, macros: dict[str, Any], where: str) -> Any:
@@ -131,8 +143,17 @@ def t5_shape(gin_file: epath.PathLike) -> T5Shape:
         raise GinConfigError(f"{gin_file}: {e} Known activations: {sorted(ACTIVATIONS)}.") from None
 
 
+def t5_config_text(shape: T5Shape) -> str:
+    """A config.gin naming the T5 of ``shape`` by ``network.T5Config``'s bindings (what
+    :func:`t5_shape` reads back), for a model directory paxlite writes."""
+    lines = [f"# The T5 of this model directory ({_T5_CONFIG}), written by paxlite.", ""]
+    for field, (parameter, _) in _FIELDS.items():
+        lines.append(f"{_T5_CONFIG}.{parameter} = {getattr(shape, field)!r}")
+    return "\n".join(lines) + "\n"
+
+
 #: T5's SentencePiece ids: decoding stops at EOS 1 and pads with 0.
-_T5_DECODING = sampling.DecoderParams(eos_token_id=1, pad_token_id=0)
+T5_DECODING = sampling.DecoderParams(eos_token_id=1, pad_token_id=0)
 
 
 def described(path: epath.PathLike) -> tuple[config_lib.Config, sampling.DecoderParams] | None:
@@ -141,4 +162,4 @@ def described(path: epath.PathLike) -> tuple[config_lib.Config, sampling.Decoder
     gin_file = find(path)
     if gin_file is None:
         return None
-    return t5_model(t5_shape(gin_file), fprop_dtype=jnp.float32, scanned=False), _T5_DECODING
+    return t5_model(t5_shape(gin_file), fprop_dtype=jnp.float32, scanned=False), T5_DECODING

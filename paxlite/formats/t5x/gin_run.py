@@ -164,6 +164,7 @@ def _called(script: Script, sources: gin_sources.GinSources) -> Any:
             f"{first.value} is %gin.REQUIRED ({first.where}) and not set; set it with "
             f'--gin.{first.value}=... (strings quoted: --gin.{first.value}=\\"...\\").'
         )
+    _refuse_misnamed_macros(sources)
     try:
         function = gin.get_configurable(script.selector)
     except KeyError:
@@ -172,6 +173,24 @@ def _called(script: Script, sources: gin_sources.GinSources) -> Any:
             f"{script.alias.split('_')[0]} command needs)."
         ) from None
     return function()
+
+
+#: Macros T5X users set that T5X's gin files never use -> the one they meant.
+_MISNAMED_MACROS = {"INIT_CHECKPOINT": "INITIAL_CHECKPOINT_PATH"}
+
+
+def _refuse_misnamed_macros(sources: gin_sources.GinSources) -> None:
+    """GinRunError for a macro set that binds nothing in T5X and has a name T5X does use
+    (T5X's README sets ``INIT_CHECKPOINT``; its finetune.gin restores
+    ``INITIAL_CHECKPOINT_PATH``): T5X would silently start from scratch."""
+    used = sources.used_macros()
+    for macro, meant in _MISNAMED_MACROS.items():
+        if macro in sources.macros and macro not in used:
+            raise GinRunError(
+                f"{macro} ({sources.macros[macro].where}) binds nothing: no gin file uses it, "
+                f"so T5X would start from scratch; set {meant} (finetune.gin restores it), "
+                f'e.g. --gin.{meant}=\\"gs://.../model.ckpt-1000000\\".'
+            )
 
 
 def _import_task_modules(configs: Sequence[Any]) -> None:

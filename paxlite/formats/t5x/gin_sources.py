@@ -71,11 +71,15 @@ class GinSources:
             value = self.macros[value.name].value
         return value
 
+    def used_macros(self) -> set[str]:
+        """The macros some binding or macro names."""
+        used = {a.value.name for a in self.bindings.values() if isinstance(a.value, Macro)}
+        return used | {a.value.name for a in self.macros.values() if isinstance(a.value, Macro)}
+
     def unset_required(self) -> list[Assignment]:
         """The macros still ``%gin.REQUIRED`` that some binding uses, as ``Assignment(name,
         where it was marked required)``."""
-        used = {a.value.name for a in self.bindings.values() if isinstance(a.value, Macro)}
-        used |= {a.value.name for a in self.macros.values() if isinstance(a.value, Macro)}
+        used = self.used_macros()
         return [
             Assignment(name, a.where)
             for name, a in self.macros.items()

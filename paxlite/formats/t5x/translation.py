@@ -181,13 +181,14 @@ def _check_unsmoothed_scores(task_name: str, check: _Checker) -> None:
 
 def _start_step(call: TrainCall, latest_step: int | None) -> int:
     """The step a run starts from (T5X's ``host_step``, for ``relative_steps``): MODEL_DIR's
-    latest checkpoint, else the restored checkpoint's (``checkpoint_<step>``), else 0."""
+    latest checkpoint, else the restored checkpoint's (``checkpoint_<step>``, or a Mesh
+    TensorFlow ``model.ckpt-<step>``), else 0."""
     if latest_step is not None:
         return latest_step
     restore = call.checkpoint_cfg.restore if call.checkpoint_cfg is not None else None
     if restore is not None and restore.path:
         path = restore.path if isinstance(restore.path, str) else restore.path[0]
-        found = re.search(r"checkpoint_(\d+)/*$", str(path))
+        found = re.search(r"(?:checkpoint_|\.ckpt-)(\d+)/*$", str(path))  # T5X's, MTF's.
         if found:
             return int(found.group(1))
     return 0

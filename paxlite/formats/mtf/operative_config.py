@@ -1,0 +1,89 @@
+"""A Mesh TensorFlow checkpoint's ``operative_config.gin``, read for what its tensors'
+shapes cannot say.
+
+The T5 library writes the run's operative gin config beside its checkpoints. paxlite reads
+three things from it, with gin-config's own parser (nothing of MTF is imported or run):
+the MLP's activation (``DenseReluDense.activation``: ``'relu'`` for T5 1.0, ``['gelu',
+'linear']`` for T5 1.1's gated GELU), the vocabulary (``SentencePieceVocabulary.
+sentencepiece_model_file``) and the size macros (``d_model``, ``d_ff``, ``d_kv``,
+``num_heads``, ``num_layers``), which the tensors must agree with.
+"""
+
+from __future__ import annotations
+
+import dataclasses
+from typing import Any
+
+from etils import epath
+
+from paxlite.formats.t5x import gin as t5x_gin
+
+OPERATIVE_CONFIG = "operative_config.gin"
+_ACTIVATION = "DenseReluDense.activation"
+_VOCABULARY = "SentencePieceVocabulary.sentencepiece_model_file"
+#: MTF's activation names -> paxlite's T5 (``praxis_lite.models.t5.ACTIVATIONS``).
+_ACTIVATIONS = {"relu": "relu", "gelu": "gelu", "swish": "silu", "silu": "silu", "linear": "linear"}
+#: The size macros MTF's T5 gins bind.
+SIZE_MACROS = ("d_model", "d_ff", "d_kv", "num_heads", "num_layers")
+
+
+class OperativeConfigError(ValueError):
+    """An operative_config.gin paxlite cannot honour (the file and what)."""
+
+
+@dataclasses.dataclass(frozen=True)
+class OperativeConfig:
+    """What a checkpoint's operative config says.
+
+    Attributes:
+      file: where it was read.
+      activations: the MLP's activations in paxlite's names (``('gelu', 'linear')``), or
+        None when the config does not bind them.
+      vocabulary: the SentencePiece model file it names, or None.
+      sizes: the size macros it binds (of :data:`SIZE_MACROS`).
+    """
+
+    file: epath.Path
+    activations: tuple[str, ...] | None
+    vocabulary: str | None
+    sizes: dict[str, int]
+
+
+def read(directory: epath.Path) -> OperativeConfig | None:
+    """The operative config in ``directory``, or None when there is none.
+
+    Raises:
+      OperativeConfigError: it does not parse, or names an activation paxlite lacks.
+    """
+    file = directory / OPERATIVE_CONFIG
+    if not file.is_file():
+        return None
+    try:
+        values, macros = t5x_gin.bindings_and_macros(file.read_text(), str(file))
+    except t5x_gin.GinConfigError as e:
+        raise OperativeConfigError(str(e)) from None
+    activation = _bound(values, _ACTIVATION)
+    vocabulary = _bound(values, _VOCABULARY)
+    sizes = {name: int(macros[name]) for name in SIZE_MACROS if isinstance(macros.get(name), int)}
+    return OperativeConfig(file, _activations(activation, file), vocabulary, sizes)
+
+
+def _bound(values: dict[str, Any], name: str) -> Any:
+    """The value bound to ``name`` (``Configurable.parameter``), under any module prefix."""
+    for key, value in values.items():
+        if key == name or key.endswith("." + name):
+            return value
+    return None
+
+
+def _activations(value: Any, file: epath.Path) -> tuple[str, ...] | None:
+    if value is None:
+        return None
+    names = [value] if isinstance(value, str) else list(value)
+    unknown = [n for n in names if not isinstance(n, str) or n not in _ACTIVATIONS]
+    if unknown:
+        raise OperativeConfigError(
+            f"{file}: {_ACTIVATION} = {value!r}: paxlite's T5 has no {unknown[0]!r} "
+            f"(it has {', '.join(sorted(_ACTIVATIONS))})."
+        )
+    return tuple(_ACTIVATIONS[n] for n in names)

@@ -46,10 +46,11 @@ class Script:
     run_gin: str
     example_gin: str
     datasets: tuple[str, ...]
+    configurable: str | None = None  # A name the script registers itself (no module).
 
     @property
     def selector(self) -> str:
-        return f"{self.alias}.{self.function}"
+        return self.configurable or f"{self.alias}.{self.function}"
 
 
 TRAIN = Script(
@@ -62,6 +63,15 @@ TRAIN = Script(
 _EVAL_GIN, _INFER_GIN = "t5x/configs/runs/eval.gin", "t5x/configs/runs/infer.gin"
 EVAL = Script("eval_script", "evaluate", _EVAL_GIN, _EVAL_GIN, ("dataset_cfg",))
 INFER = Script("infer_script", "infer", _INFER_GIN, _INFER_GIN, ("dataset_cfg",))
+_MODEL_GIN = "t5x/examples/t5/t5_1_1/base.gin"
+CONVERT = Script(
+    "convert_script",
+    "convert_checkpoint",
+    f"a model gin file ({_MODEL_GIN}) and --gin.convert_checkpoint.model=%MODEL",
+    _MODEL_GIN,
+    (),
+    configurable="convert_checkpoint",
+)
 
 
 @dataclasses.dataclass(frozen=True)

@@ -244,24 +244,33 @@ def t5_shape(variables: Mapping[str, Variable], config: Any, where: epath.Path) 
     joined = shape_of("encoder/block_000/layer_000/SelfAttention/q")[1]
     first = "wi_0" if names.gated else "wi"
     hidden = shape_of(f"encoder/block_000/layer_001/DenseReluDense/{first}/kernel")[1]
-    blocks = {"encoder": set(), "decoder": set()}
+    blocks = {"encoder": 0, "decoder": 0}  # Each stack's blocks: its largest number + 1.
     for name in variables:
         found = _BLOCK.match(name)
         if found:
-            blocks[found.group(1)].add(int(found.group(2)))
+            stack = found.group(1)
+            blocks[stack] = max(blocks[stack], int(found.group(2)) + 1)
+    tied = mtf_layout.LOGITS not in variables
+    missing = [n for n in mtf_layout.expected_names(names, blocks, tied) if n not in variables]
+    if missing:
+        raise CheckpointSourceError(
+            f"{where} lacks {len(missing)} of the variables an MTF T5 of its sizes has: "
+            f"{', '.join(missing[:3])}{' ...' if len(missing) > 3 else ''}; the checkpoint is "
+            "incomplete: copy it again."
+        )
     activations = config.activations if config is not None else None
     if activations is None:  # T5 1.1 and mT5 are gated GELU; T5 1.0 ReLU.
         activations = ("gelu", "linear") if names.gated else ("relu",)
     shape = T5Shape(
-        num_encoder_layers=len(blocks["encoder"]),
-        num_decoder_layers=len(blocks["decoder"]),
+        num_encoder_layers=blocks["encoder"],
+        num_decoder_layers=blocks["decoder"],
         model_dims=dims,
         hidden_dims=hidden,
         num_heads=heads,
         dims_per_head=joined // heads,
         vocab_size=vocab,
         mlp_activations=activations,
-        logits_via_embedding=mtf_layout.LOGITS not in variables,
+        logits_via_embedding=tied,
         relative_buckets=buckets,
     )
     if config is not None:

@@ -102,3 +102,22 @@ def mtf_table(names: Names) -> Table:
         *_attention("decoder", "cross_attention", 1, "EncDecAttention"),
         *_mlp("decoder", 2, names),
     )
+
+
+def expected_names(names: Names, blocks: dict[str, int], tied: bool) -> list[str]:
+    """The parameters an MTF T5 spelled ``names`` with ``blocks`` per stack has (``tied``:
+    its logits are the shared table's)."""
+    attentions = {"encoder": ("SelfAttention",), "decoder": ("SelfAttention", "EncDecAttention")}
+    mlp = ("wi_0", "wi_1", "wo") if names.gated else ("wi", "wo")
+    out = [SHARED_EMBEDDING] + ([] if tied else [LOGITS])
+    for stack, count in blocks.items():
+        out += [RELATIVE_BIAS.format(stack=stack), f"{stack}/{names.final_norm}/scale"]
+        for block in range(count):
+            for layer, attention in enumerate(attentions[stack]):
+                prefix = block_name(stack, layer, "").format(block)
+                out += [f"{prefix}{attention}/{x}" for x in "qkvo"]
+                out.append(f"{prefix}{names.norm}/scale")
+            prefix = block_name(stack, len(attentions[stack]), "").format(block)
+            out += [f"{prefix}DenseReluDense/{w}/kernel" for w in mlp]
+            out.append(f"{prefix}{names.norm}/scale")
+    return out

@@ -1,27 +1,28 @@
 """``python -m paxlite.t5x.convert_tf_checkpoint``: T5X's ``t5x/scripts/convert_tf_checkpoint.py``,
-which converts a Mesh TensorFlow T5 checkpoint (the T5 library's ``model.ckpt-<step>``), run
-by paxlite. With plain flags::
+which converts a Mesh TensorFlow checkpoint (``model.ckpt-<step>``), run by paxlite. With
+plain flags::
 
     python -m paxlite.t5x.convert_tf_checkpoint \\
-      --tf_checkpoint_path=gs://t5-data/pretrained_models/t5.1.1.base/model.ckpt-1000000 \\
-      --output_dir=/tmp/t5_1_1_base --output_format=t5x
+      --tf_checkpoint_path=gs://BUCKET/pretrained_models/base/model.ckpt-1000000 \\
+      --output_dir=/tmp/base --output_format=t5x
 
-or T5X's own gin form (a model gin file, which only has to agree with the checkpoint)::
+or T5X's own gin form (a model gin file of the checkpoint's size, which must agree with it)::
 
-    python -m paxlite.t5x.convert_tf_checkpoint --gin_file=t5x/examples/t5/t5_1_1/base.gin \\
+    python -m paxlite.t5x.convert_tf_checkpoint --gin_file=MODEL.gin \\
       --gin.convert_checkpoint.model=%MODEL \\
       --gin.convert_checkpoint.tf_checkpoint_path=\\"gs://.../model.ckpt-1000000\\" \\
-      --gin.convert_checkpoint.output_dir=\\"/tmp/t5x_checkpoints/t5_1_1_base\\"
+      --gin.convert_checkpoint.output_dir=\\"/tmp/t5x_checkpoints/base\\"
 
 ``--tf_checkpoint_path``: the prefix (its ``.index`` beside it) or its directory (the newest
 step). ``--output_format``: ``t5x`` (T5X's ``checkpoint_<step>/``, as T5X's script writes it,
-with a ``config.gin`` naming the T5), ``hf`` (a Hugging Face ``T5ForConditionalGeneration``
+with a ``config.gin`` naming the model), ``hf`` (a Hugging Face ``T5ForConditionalGeneration``
 directory; ``--sentencepiece_model`` copied in as ``spiece.model``, by default the vocabulary
 the checkpoint's operative_config.gin names when it can be read) or ``paxlite`` (a job
 directory's ``checkpoints/<step>/``, for ``--init_from`` or ``from_pretrained(dir, exp=...)``).
 ``--save_dtype``: float32 (T5X's default) or bfloat16. The model's sizes are the
 checkpoint's. The t5x and hf outputs are written a tensor at a time (hf: a safetensors file
 at a time, ``--max_shard_bytes``); paxlite's holds the model once, read a tensor at a time.
+docs/t5x.md has the commands for T5X's README's checkpoints.
 """
 
 from __future__ import annotations
@@ -29,6 +30,7 @@ from __future__ import annotations
 import os
 import sys
 from collections.abc import Sequence
+from typing import Any
 
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # Before TensorFlow loads.
 
@@ -48,11 +50,11 @@ from paxlite.formats.mtf import bundle as mtf_bundle  # noqa: E402
 from paxlite.formats.mtf import checkpoint as mtf_checkpoint  # noqa: E402
 from paxlite.formats.mtf import convert, operative_config  # noqa: E402
 from paxlite.formats.t5x import gin_run  # noqa: E402
+from paxlite.formats.t5x.api import convert_script  # noqa: E402
 from paxlite.pretrained.loading import from_described  # noqa: E402
 from paxlite.runtime import job_config, platforms, storage  # noqa: E402
 from paxlite.t5x import command  # noqa: E402
 from paxlite.train.train_state import TrainState  # noqa: E402
-from praxis_lite.models.t5 import T5Shape, t5_model  # noqa: E402
 
 FORMATS = ("t5x", "hf", "paxlite")
 _DTYPES = {"float32": np.dtype(np.float32), "bfloat16": np.dtype(ml_dtypes.bfloat16)}
@@ -88,18 +90,23 @@ def main(argv: Sequence[str]) -> None:
         config_file, shape = mtf_checkpoint.shape_of_checkpoint(prefix)
     except CheckpointSourceError as e:
         fail(e)
-    if gin_shape is not None:
-        _check_gin_model(gin_shape, shape, prefix)
+    differ = convert.gin_model_mismatches(gin_shape, shape) if gin_shape is not None else []
+    if differ:
+        fail(
+            f"convert_checkpoint.model is not the model of {prefix}: {'; '.join(differ)}; "
+            "use the model gin file of the checkpoint's size."
+        )
     output = storage.job_path(output_dir)
     job_config.check_job_dir_writable(output, name="--output_dir")
     _check_empty(output)
-    print(f"paxlite: converting {prefix} ({_describe(shape)}; sizes from {config_file.name})")
+    described = convert.described(shape)
+    print(f"paxlite: converting {prefix} ({described}; sizes from {config_file.name})")
     written = _convert(prefix, shape, output, dtype)
     print(f"paxlite: wrote {written}")
 
 
-def _request() -> tuple[str, str, np.dtype, T5Shape | None]:
-    """``(checkpoint path, output dir, dtype, the gin model's T5 or None)`` from the flags
+def _request() -> tuple[str, str, np.dtype, Any]:
+    """``(checkpoint path, output dir, dtype, the gin model's sizes or None)`` from the flags
     or, with ``--gin_file``, from T5X's ``convert_checkpoint`` call."""
     if not FLAGS.gin_file:
         if not FLAGS.tf_checkpoint_path or not FLAGS.output_dir:
@@ -114,37 +121,11 @@ def _request() -> tuple[str, str, np.dtype, T5Shape | None]:
             "(convert_checkpoint.tf_checkpoint_path, .output_dir); drop --tf_checkpoint_path "
             "and --output_dir."
         )
-    call = command.read(gin_run.CONVERT).call
+    call: convert_script.ConvertCall = command.read(gin_run.CONVERT).call
     name = str(getattr(call.save_dtype, "__name__", call.save_dtype))
     if name not in _DTYPES:
         fail(f"convert_checkpoint.save_dtype = {name}: give float32 or bfloat16.")
     return call.tf_checkpoint_path, call.output_dir, _DTYPES[name], call.t5_shape()
-
-
-def _check_gin_model(gin_shape: T5Shape, shape: T5Shape, prefix: epath.Path) -> None:
-    """One line naming each size of the gin file's model that the checkpoint's tensors do
-    not have (T5X's own check: a shape mismatch per variable)."""
-    fields = (
-        "num_encoder_layers",
-        "num_decoder_layers",
-        "model_dims",
-        "hidden_dims",
-        "num_heads",
-        "dims_per_head",
-        "vocab_size",
-        "mlp_activations",
-        "logits_via_embedding",
-    )
-    differ = [
-        f"{f} {getattr(gin_shape, f)!r} (the checkpoint's {getattr(shape, f)!r})"
-        for f in fields
-        if getattr(gin_shape, f) != getattr(shape, f)
-    ]
-    if differ:
-        fail(
-            f"convert_checkpoint.model is not the T5 of {prefix}: {'; '.join(differ)}; "
-            "use the model gin file of the checkpoint's size."
-        )
 
 
 def _check_empty(output: epath.Path) -> None:
@@ -153,7 +134,7 @@ def _check_empty(output: epath.Path) -> None:
         fail(f"--output_dir={output} is not empty; give a new directory (nothing is overwritten).")
 
 
-def _convert(prefix: epath.Path, shape: T5Shape, output: epath.Path, dtype: np.dtype) -> str:
+def _convert(prefix: epath.Path, shape: Any, output: epath.Path, dtype: np.dtype) -> str:
     """Writes the output and says what it is."""
     kind = FLAGS.output_format
     if kind == "paxlite":
@@ -166,7 +147,7 @@ def _convert(prefix: epath.Path, shape: T5Shape, output: epath.Path, dtype: np.d
             return f"a T5X checkpoint: {step_dir}"
         spm = _sentencepiece_model(prefix)
         files = convert.to_hf(source, shape, output, dtype, spm, FLAGS.max_shard_bytes)
-        return f"a Hugging Face T5 directory: {output} ({', '.join(files)})"
+        return f"a Hugging Face directory: {output} ({', '.join(files)})"
     finally:
         source.close()
 
@@ -193,13 +174,11 @@ def _sentencepiece_model(prefix: epath.Path) -> epath.Path | None:
         return None
 
 
-def _to_paxlite(
-    prefix: epath.Path, shape: T5Shape, output: epath.Path, dtype: np.dtype
-) -> epath.Path:
+def _to_paxlite(prefix: epath.Path, shape: Any, output: epath.Path, dtype: np.dtype) -> epath.Path:
     """The model read onto this host's devices (a tensor at a time) and saved as a paxlite
-    job's checkpoint step: its parameters, in the scanned layout paxlite's T5 experiments
-    train with (``USE_REPEATED_LAYER``), and its step."""
-    model_cfg = t5_model(shape, fprop_dtype=jnp.dtype(dtype), scanned=True)  # Experiments'.
+    job's checkpoint step: its parameters, in the scanned layout paxlite's experiments train
+    with (``USE_REPEATED_LAYER``), and its step."""
+    model_cfg = convert.scanned_model(shape, jnp.dtype(dtype))
     model = from_described(prefix, model_cfg, dtype=jnp.dtype(dtype))
     step = mtf_bundle.step_of(prefix)
     replicated = jax.sharding.NamedSharding(model.mesh, jax.sharding.PartitionSpec())
@@ -218,14 +197,6 @@ def _to_paxlite(
     finally:
         checkpointer.close()
     return checkpointer.directory / str(step)
-
-
-def _describe(shape: T5Shape) -> str:
-    return (
-        f"T5 {shape.num_encoder_layers}+{shape.num_decoder_layers} blocks, d_model "
-        f"{shape.model_dims}, {shape.num_heads} heads x {shape.dims_per_head}, d_ff "
-        f"{shape.hidden_dims} {'/'.join(shape.mlp_activations)}, vocab {shape.vocab_size}"
-    )
 
 
 parse = command.parser(__doc__)

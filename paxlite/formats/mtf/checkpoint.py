@@ -314,6 +314,12 @@ def prefix_of(path: epath.Path, step: int | None = None) -> epath.Path:
             raise CheckpointSourceError(f"{path} is step {tf_bundle.step_of(path)}, not {step}.")
         return path
     found = tf_bundle.prefixes(path)
+    if not found:
+        what = "does not exist" if not path.exists() else "holds no <name>-<step>.index"
+        raise CheckpointSourceError(
+            f"{path} {what}: no Mesh TensorFlow checkpoint there (give its prefix, e.g. "
+            ".../model.ckpt-1000000, or the directory holding it)."
+        )
     chosen = tf_bundle.newest(path, found) if step is None else step
     return found[checkpoint_sources.pick_step(path, sorted(found), chosen)]
 

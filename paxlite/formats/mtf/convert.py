@@ -15,6 +15,7 @@ from __future__ import annotations
 
 import dataclasses
 import json
+from typing import Any
 
 import jax
 import numpy as np
@@ -153,3 +154,42 @@ def to_hf(
 
 def _their_shape(move: Move) -> tuple[int, ...]:
     return hf_layout.their_shape(move.theirs, move.our_shape)
+
+
+#: The sizes a gin file's model must share with the checkpoint.
+_SIZES = (
+    "num_encoder_layers",
+    "num_decoder_layers",
+    "model_dims",
+    "hidden_dims",
+    "num_heads",
+    "dims_per_head",
+    "vocab_size",
+    "mlp_activations",
+    "logits_via_embedding",
+)
+
+
+def gin_model_mismatches(gin_shape: T5Shape, shape: T5Shape) -> list[str]:
+    """Each size of a gin file's T5 (T5X's ``convert_checkpoint.model``) that the
+    checkpoint's tensors do not have (T5X's own check: a shape mismatch per variable)."""
+    return [
+        f"{f} {getattr(gin_shape, f)!r} (the checkpoint's {getattr(shape, f)!r})"
+        for f in _SIZES
+        if getattr(gin_shape, f) != getattr(shape, f)
+    ]
+
+
+def described(shape: T5Shape) -> str:
+    """The T5 of ``shape`` in a few words, for the console."""
+    return (
+        f"T5 {shape.num_encoder_layers}+{shape.num_decoder_layers} blocks, d_model "
+        f"{shape.model_dims}, {shape.num_heads} heads x {shape.dims_per_head}, d_ff "
+        f"{shape.hidden_dims} {'/'.join(shape.mlp_activations)}, vocab {shape.vocab_size}"
+    )
+
+
+def scanned_model(shape: T5Shape, dtype: Any) -> config_lib.Config:
+    """paxlite's T5 of ``shape`` with scanned stacks (its experiments' layout, which a
+    paxlite checkpoint keeps), computing in ``dtype``."""
+    return t5_model(shape, fprop_dtype=dtype, scanned=True)

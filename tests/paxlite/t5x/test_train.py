@@ -25,6 +25,7 @@ import seqio
 from absl import flags
 from tensorboard.backend.event_processing import event_accumulator
 
+from paxlite.checkpoints import checkpoint_sources
 from paxlite.experiments import registry
 from paxlite.experiments.base_experiment import with_overrides
 from paxlite.formats.t5x import gin_files, gin_run, gin_sources, t5x_modules, translation
@@ -341,3 +342,62 @@ def test_the_training_batches_are_t5x_s(monkeypatch):
     finally:  # The user's module registered its task: gone for the next command's import.
         if "t5x_run_reverse" in seqio.TaskRegistry.names():
             seqio.TaskRegistry.remove("t5x_run_reverse")
+
+
+MTF_PREFIX = FIXTURES / "mtf" / "t5_1_1" / "model.ckpt-1000"  # flan_legacy's weights, in MTF.
+
+
+@pytest.mark.slow
+def test_fine_tune_from_a_mesh_tensorflow_checkpoint_prefix(user_dir, tmp_path):
+    """T5X's README: an MTF prefix (its .index beside it) as INITIAL_CHECKPOINT_PATH. The
+    start, saved as checkpoint_1000 (T5X saves its start), is the MTF checkpoint's weights,
+    step and Adafactor slots, read back by T5X's reader."""
+    model_dir = tmp_path / "model"
+    code, out, err = run_t5x_train(
+        "--gin_file=finetune.gin",
+        f"--gin_search_paths={user_dir}",
+        f'--gin.MODEL_DIR="{model_dir}"',
+        f'--gin.INITIAL_CHECKPOINT_PATH="{MTF_PREFIX}"',
+        f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{user_dir}/spiece.model"',
+        "--gin.TRAIN_STEPS=1001",
+        "--gin.EVAL_PERIOD=1000",
+        "--gin.adafactor.Adafactor.min_dim_size_to_factor=32",
+    )
+    assert code == 0, err[-3000:]
+    assert re.search(r"step\s+1001/1001", out), out[-2000:]
+    assert _checkpoint_steps(model_dir) == [1000, 1001]
+    start = checkpoint_sources.open_source(model_dir, step=1000)
+    mtf = checkpoint_sources.open_source(MTF_PREFIX)
+    pairs = {
+        "encoder/layers_2/attention/query/kernel": "encoder/block_002/layer_000/SelfAttention/q",
+        "decoder/logits_dense/kernel": "decoder/logits/kernel",
+        "decoder/decoder_norm/scale": "decoder/rms_norm/scale",
+    }
+    for t5x_name, mtf_name in pairs.items():
+        np.testing.assert_array_equal(
+            start.read_whole(f"params/{t5x_name}"), mtf.read_whole(f"params/{mtf_name}")
+        )
+    assert int(start.read_whole("state/step")) == 1000
+    wi = (
+        "encoder/layers_0/mlp/wi_0/kernel",
+        "encoder/block_000/layer_001/DenseReluDense/wi_0/kernel",
+    )
+    for slot in ("v_row", "v_col"):
+        np.testing.assert_array_equal(
+            start.read_whole(f"state/param_states/{wi[0]}/{slot}"),
+            mtf.read_whole(f"state/param_states/{wi[1]}/{slot}"),
+        )
+
+
+def test_t5x_s_readme_init_checkpoint_macro_names_initial_checkpoint_path(user_dir, tmp_path):
+    """T5X's README sets INIT_CHECKPOINT, which no gin file uses: T5X would train from
+    scratch in silence."""
+    line = _run_bad(
+        user_dir,
+        tmp_path,
+        "include 'finetune.gin'\n"
+        "INIT_CHECKPOINT = 'gs://t5-data/pretrained_models/t5.1.1.base/model.ckpt-1000000'\n",
+        f'--gin.INITIAL_CHECKPOINT_PATH="{FLAN_CHECKPOINT}"',
+    )
+    assert "INIT_CHECKPOINT (" in line and "binds nothing" in line
+    assert "set INITIAL_CHECKPOINT_PATH" in line

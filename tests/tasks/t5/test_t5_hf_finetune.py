@@ -141,3 +141,28 @@ def test_knobs_that_disagree_with_the_directorys_config_are_one_line():
     message = str(e.value)
     assert "\n" not in message and "disagrees with these knobs" in message
     assert "NUM_DECODER_LAYERS=3 (its 2); MODEL_DIMS=64 (its 32)" in message
+
+
+MTF_FIXTURE = FIXTURES / "mtf" / "t5_1_1" / "model.ckpt-1000"  # The same weights, in MTF.
+
+
+@pytest.mark.slow
+def test_flan_t5_fine_tunes_from_a_mesh_tensorflow_checkpoint_and_exports_as_hugging_face(
+    tmp_path,
+):
+    """INIT_FROM an MTF prefix (scanned stacks, read layer by layer): the first loss is
+    transformers'; the job keeps the config.json of the T5 the tensors describe."""
+    job_dir = tmp_path / "job"
+    (first,) = _fine_tune(MTF_FIXTURE, job_dir, steps=1)
+    np.testing.assert_allclose(first["loss"], _transformers_loss(), rtol=1e-5)
+    export.export(job_dir, tmp_path / "hf")
+    _assert_same_logits(from_pretrained(tmp_path / "hf"), from_pretrained(job_dir))
+
+
+def test_knobs_that_disagree_with_an_mtf_checkpoint_s_tensors_are_one_line():
+    knobs = {**FIXTURE_KNOBS, "HIDDEN_DIMS": 64, "INIT_FROM": str(MTF_FIXTURE)}
+    with pytest.raises(KnobError) as e:
+        base_experiment.with_overrides(FlanT5Small, knobs)()
+    message = str(e.value)
+    assert "\n" not in message and "operative_config.gin disagrees with these knobs" in message
+    assert "HIDDEN_DIMS=64 (its 48)" in message

@@ -1,0 +1,177 @@
+"""``python -m paxlite.t5x.convert_tf_checkpoint`` in this process, on the Mesh TensorFlow
+fixture tests/fixtures/mtf/t5_1_1 (t5_flan's weights saved by TensorFlow).
+
+Oracles: transformers' logits for those weights (tests/fixtures/hf/t5_flan/outputs.npz): each
+of the three outputs loads back to them; TensorFlow's reader for the Adafactor slots T5X's
+output carries. By hand (closing note): T5X's own ``checkpoints.load_t5x_checkpoint`` reads
+the t5x output to the same arrays, and transformers loads the hf output to the same logits
+(tools/hf_fixtures/make_mtf_outputs.py).
+"""
+
+from __future__ import annotations
+
+import contextlib
+import io
+import pathlib
+
+import gin
+import numpy as np
+import pytest
+from absl import flags
+
+from paxlite.checkpoints import checkpoint_sources
+from paxlite.formats.t5x import gin_run
+from paxlite.pretrained.loading import from_pretrained
+from paxlite.t5x import convert_tf_checkpoint
+from tests import FIXTURES
+
+MTF = FIXTURES / "mtf" / "t5_1_1"
+SPM = FIXTURES / "hf" / "t5_flan" / "spiece.model"
+OUTPUTS = FIXTURES / "hf" / "t5_flan" / "outputs.npz"
+#: The fixture's sizes as knobs of a paxlite T5 experiment (for the paxlite output).
+FIXTURE_KNOBS = [
+    "NUM_ENCODER_LAYERS=3",
+    "NUM_DECODER_LAYERS=2",
+    "MODEL_DIMS=32",
+    "NUM_HEADS=4",
+    "DIMS_PER_HEAD=8",
+    "HIDDEN_DIMS=48",
+    "VOCAB_SIZE=256",
+    "ICI_MESH_SHAPE=1,1,1",
+    "FPROP_DTYPE=float32",
+]
+
+
+def run_convert(*argv: str) -> tuple[int, str, str]:
+    """``python -m paxlite.t5x.convert_tf_checkpoint ARGV``: ``(exit code, stdout, stderr)``."""
+    stdout, stderr, code = io.StringIO(), io.StringIO(), 0
+    try:
+        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
+            flags.FLAGS(gin_run.rewrite_gin_args(["convert_tf_checkpoint", *argv]))
+            convert_tf_checkpoint.main(["convert_tf_checkpoint"])
+    except SystemExit as e:
+        code = e.code
+    finally:
+        flags.FLAGS.unparse_flags()
+        gin.clear_config(clear_constants=True)
+    return code, stdout.getvalue(), stderr.getvalue()
+
+
+def _logits_gap(t5) -> float:
+    out = dict(np.load(OUTPUTS))
+    logits = t5.logits(out["input_ids"], decoder_input_ids=out["decoder_input_ids"])
+    mask = out["decoder_mask"].astype(bool)
+    return float(np.abs(logits[mask] - out["logits"][mask]).max() / np.abs(out["logits"]).max())
+
+
+def _converted(tmp_path: pathlib.Path, output_format: str, *extra: str) -> pathlib.Path:
+    output = tmp_path / output_format
+    code, out, err = run_convert(
+        f"--tf_checkpoint_path={MTF}/model.ckpt-1000",
+        f"--output_dir={output}",
+        f"--output_format={output_format}",
+        *extra,
+    )
+    assert code == 0, err[-3000:]
+    assert "T5 3+2 blocks, d_model 32, 4 heads x 8, d_ff 48 gelu/linear, vocab 256" in out
+    return output
+
+
+@pytest.mark.slow
+def test_the_t5x_output_loads_back_to_transformers_logits_with_mtf_s_step_and_slots(tmp_path):
+    output = _converted(tmp_path, "t5x")
+    assert (output / "checkpoint_1000" / "checkpoint").is_file()
+    assert _logits_gap(from_pretrained(output)) <= 1e-4  # Its config.gin names the T5.
+    source = checkpoint_sources.open_source(output)
+    assert source.kind == "t5x checkpoint" and source.step == 1000
+    mtf = checkpoint_sources.open_source(MTF)
+    name = "encoder/layers_1/mlp/wi_0/kernel"
+    mtf_name = "encoder/block_001/layer_001/DenseReluDense/wi_0/kernel"
+    for slot in ("v_row", "v_col"):
+        np.testing.assert_array_equal(
+            source.read_whole(f"state/param_states/{name}/{slot}"),
+            mtf.read_whole(f"state/param_states/{mtf_name}/{slot}"),
+        )
+    assert source.state_variables()[f"state/param_states/{name}/v"].shape == (1,)  # T5X's.
+
+
+@pytest.mark.slow
+def test_the_hf_output_loads_back_with_its_sentencepiece_model_in_bfloat16(tmp_path):
+    output = _converted(tmp_path, "hf", f"--sentencepiece_model={SPM}", "--save_dtype=bfloat16")
+    assert (output / "spiece.model").read_bytes() == SPM.read_bytes()
+    t5 = from_pretrained(output)
+    assert t5.tokenizer is not None
+    assert str(next(iter(t5.params["network"]["embedding"].values())).dtype) == "bfloat16"
+    assert _logits_gap(from_pretrained(output, dtype=np.float32)) <= 2e-2  # bfloat16 weights.
+
+
+@pytest.mark.slow
+def test_the_paxlite_output_is_a_scanned_checkpoint_a_t5_experiment_loads(tmp_path):
+    output = _converted(tmp_path, "paxlite")
+    assert (output / "checkpoints" / "1000").is_dir()
+    t5 = from_pretrained(output, exp="FlanT5Small", overrides=FIXTURE_KNOBS)
+    assert _logits_gap(t5) <= 1e-4
+
+
+def _gin_form(tmp_path: pathlib.Path, sizes: str) -> tuple[int, str, str]:
+    gin_file = tmp_path / "convert.gin"
+    gin_file.write_text(
+        "from __gin__ import dynamic_registration\n"
+        "from t5x.examples.t5 import network\n"
+        "include 't5x/examples/t5/t5_1_1/tiny.gin'\n"
+        "DROPOUT_RATE = 0.0\n"  # %gin.REQUIRED in T5 1.1's base.gin, for T5X's script too.
+        f"network.T5Config:\n{sizes}"
+    )
+    return run_convert(
+        f"--gin_file={gin_file}",
+        "--gin.convert_checkpoint.model=%MODEL",
+        f'--gin.convert_checkpoint.tf_checkpoint_path="{MTF}/model.ckpt-1000"',
+        f'--gin.convert_checkpoint.output_dir="{tmp_path / "out"}"',
+    )
+
+
+_FIXTURE_SIZES = (
+    "  vocab_size = 256\n  emb_dim = 32\n  num_heads = 4\n  num_encoder_layers = 3\n"
+    "  num_decoder_layers = 2\n  head_dim = 8\n  mlp_dim = 48\n"
+)
+
+
+@pytest.mark.slow
+def test_t5x_s_gin_form_writes_what_its_flags_write(tmp_path):
+    code, out, err = _gin_form(tmp_path, _FIXTURE_SIZES)
+    assert code == 0, err[-3000:]
+    assert "a T5X checkpoint" in out
+    assert _logits_gap(from_pretrained(tmp_path / "out")) <= 1e-4
+
+
+def _refused(code: int, err: str, output: pathlib.Path | None = None) -> str:
+    lines = [line for line in err.splitlines() if line.startswith("paxlite: error:")]
+    assert code == 2 and len(lines) == 1, err[-3000:]
+    assert "Traceback" not in err
+    if output is not None:
+        assert not output.exists() or not any(output.iterdir())
+    return lines[0]
+
+
+def test_a_gin_model_of_other_sizes_is_named(tmp_path):
+    code, _, err = _gin_form(tmp_path, "  vocab_size = 256\n")  # tiny.gin's sizes otherwise.
+    line = _refused(code, err, tmp_path / "out")
+    assert "convert_checkpoint.model is not the model of" in line
+    assert "model_dims 8 (the checkpoint's 32)" in line
+
+
+def test_an_output_dir_with_files_is_not_overwritten(tmp_path):
+    (tmp_path / "out").mkdir()
+    (tmp_path / "out" / "mine.txt").write_text("kept")
+    code, _, err = run_convert(f"--tf_checkpoint_path={MTF}", f"--output_dir={tmp_path / 'out'}")
+    assert "is not empty" in _refused(code, err)
+    assert (tmp_path / "out" / "mine.txt").read_text() == "kept"
+
+
+def test_no_checkpoint_at_the_path_and_no_flags(tmp_path):
+    code, _, err = run_convert(
+        f"--tf_checkpoint_path={tmp_path}/model.ckpt-5", f"--output_dir={tmp_path / 'out'}"
+    )
+    assert "does not exist" in _refused(code, err, tmp_path / "out")
+    code, _, err = run_convert()
+    assert "give --tf_checkpoint_path" in _refused(code, err)

@@ -157,20 +157,6 @@ def from_pretrained(
     return _from_checkpoint(path, kind, exp, overrides, merge, dtype)
 
 
-def from_described(path: epath.PathLike, model_cfg: Any, dtype: Any = None) -> Pretrained:
-    """A checkpoint that describes its own model (``from_pretrained`` builds that model's
-    plain form) loaded into ``model_cfg``, another layout of the same model (e.g. scanned
-    stacks, as paxlite's experiments train), on all devices; in ``dtype`` when given."""
-    storage.configure()
-    platforms.choose()
-    path = storage.job_path(path)
-    kind = checkpoint_sources.identify(path)
-    described = kind.describes(path)
-    if described is None:
-        raise PretrainedError(f"{path} is a {kind.name}, which does not say what model it holds.")
-    return _from_described(path, kind, model_cfg, described[1], dtype)
-
-
 def _from_described(
     path: epath.Path,
     kind: Kind,

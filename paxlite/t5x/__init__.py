@@ -9,6 +9,6 @@ The reading of gin files, T5X's names and their translation are T5X's format
 
 May import: `paxlite` (its ``main``: a T5X run is a paxlite run), `paxlite.cli`,
 `paxlite.experiments`, `paxlite.formats`, `paxlite.runtime`, `paxlite.checkpoints`,
-`paxlite.t5x`, `paxlite.train` (restoring a checkpoint's parameters) and `paxlite.pretrained`
-(a converted checkpoint's parameters read onto the devices).
+`paxlite.t5x` and `paxlite.train` (restoring a checkpoint's parameters; a converted one's
+train state).
 """

@@ -17,11 +17,14 @@ or T5X's own gin form (a model gin file of the checkpoint's size, which must agr
 step). ``--output_format``: ``t5x`` (T5X's ``checkpoint_<step>/``, as T5X's script writes it,
 with a ``config.gin`` naming the model), ``hf`` (a Hugging Face ``T5ForConditionalGeneration``
 directory; ``--sentencepiece_model`` copied in as ``spiece.model``, by default the vocabulary
-the checkpoint's operative_config.gin names when it can be read) or ``paxlite`` (a job
-directory's ``checkpoints/<step>/``, for ``--init_from`` or ``from_pretrained(dir, exp=...)``).
+the checkpoint's operative_config.gin names when that is a local file, else a line says none
+is written) or ``paxlite`` (a job
+directory's ``checkpoints/<step>/`` in the scanned layout paxlite's experiments train with, for
+``--init_from`` or ``from_pretrained(dir, exp=...)``).
 ``--save_dtype``: float32 (T5X's default) or bfloat16. The model's sizes are the
-checkpoint's. The t5x and hf outputs are written a tensor at a time (hf: a safetensors file
-at a time, ``--max_shard_bytes``); paxlite's holds the model once, read a tensor at a time.
+checkpoint's. The t5x and hf outputs are written a tensor at a time (hf: safetensors files of
+at most ``--max_shard_bytes``); paxlite's holds the model once (host arrays, filled a tensor
+at a time) while orbax writes it.
 docs/t5x.md has the commands for T5X's README's checkpoints.
 """
 
@@ -35,23 +38,21 @@ from typing import Any
 os.environ.setdefault("TF_CPP_MIN_LOG_LEVEL", "3")  # Before TensorFlow loads.
 
 import jax  # noqa: E402
-import jax.numpy as jnp  # noqa: E402
 import ml_dtypes  # noqa: E402
 import numpy as np  # noqa: E402
 from absl import flags, logging  # noqa: E402
 from etils import epath  # noqa: E402
+from flax import traverse_util  # noqa: E402
 
 from paxlite.checkpoints import checkpoint_sources, train_checkpoints  # noqa: E402
 from paxlite.checkpoints.checkpoint_sources import CheckpointSourceError  # noqa: E402
 from paxlite.cli.exits import fail  # noqa: E402
 from paxlite.cli.flags import FLAGS  # noqa: E402
 from paxlite.formats.hf import checkpoint as hf_checkpoint  # noqa: E402
-from paxlite.formats.mtf import bundle as mtf_bundle  # noqa: E402
 from paxlite.formats.mtf import checkpoint as mtf_checkpoint  # noqa: E402
 from paxlite.formats.mtf import convert, operative_config  # noqa: E402
 from paxlite.formats.t5x import gin_run  # noqa: E402
 from paxlite.formats.t5x.api import convert_script  # noqa: E402
-from paxlite.pretrained.loading import from_described  # noqa: E402
 from paxlite.runtime import job_config, platforms, storage  # noqa: E402
 from paxlite.t5x import command  # noqa: E402
 from paxlite.train.train_state import TrainState  # noqa: E402
@@ -96,12 +97,18 @@ def main(argv: Sequence[str]) -> None:
             f"convert_checkpoint.model is not the model of {prefix}: {'; '.join(differ)}; "
             "use the model gin file of the checkpoint's size."
         )
+    _check_format_flags()
     output = storage.job_path(output_dir)
     job_config.check_job_dir_writable(output, name="--output_dir")
     _check_empty(output)
+    spm = _sentencepiece_model(prefix) if FLAGS.output_format == "hf" else None
     described = convert.described(shape)
     print(f"paxlite: converting {prefix} ({described}; sizes from {config_file.name})")
-    written = _convert(prefix, shape, output, dtype)
+    try:
+        written = _convert(prefix, shape, output, dtype, spm)
+    except (CheckpointSourceError, OSError, ValueError) as e:  # Storage and tensorstore's.
+        _remove_written(output)  # It was empty: nothing of the user's is lost.
+        fail(f"{storage.one_line(e)} (nothing written to {output})")
     print(f"paxlite: wrote {written}")
 
 
@@ -128,13 +135,31 @@ def _request() -> tuple[str, str, np.dtype, Any]:
     return call.tf_checkpoint_path, call.output_dir, _DTYPES[name], call.t5_shape()
 
 
+def _check_format_flags() -> None:
+    """One line for a flag of another output format than the one asked for."""
+    only_hf = {"sentencepiece_model": FLAGS.sentencepiece_model is not None}
+    only_hf["max_shard_bytes"] = FLAGS["max_shard_bytes"].present
+    for name, given in only_hf.items():
+        if given and FLAGS.output_format != "hf":
+            fail(f"--{name} is for --output_format=hf; this writes {FLAGS.output_format}.")
+
+
+def _remove_written(output: epath.Path) -> None:
+    """Removes what a failed conversion wrote into ``output`` (empty or new before)."""
+    if output.exists():
+        for child in output.iterdir():
+            child.rmtree() if child.is_dir() else child.unlink()
+
+
 def _check_empty(output: epath.Path) -> None:
     """Nothing already in --output_dir is overwritten."""
     if output.exists() and any(output.iterdir()):
         fail(f"--output_dir={output} is not empty; give a new directory (nothing is overwritten).")
 
 
-def _convert(prefix: epath.Path, shape: Any, output: epath.Path, dtype: np.dtype) -> str:
+def _convert(
+    prefix: epath.Path, shape: Any, output: epath.Path, dtype: np.dtype, spm: epath.Path | None
+) -> str:
     """Writes the output and says what it is."""
     kind = FLAGS.output_format
     if kind == "paxlite":
@@ -145,7 +170,6 @@ def _convert(prefix: epath.Path, shape: Any, output: epath.Path, dtype: np.dtype
         if kind == "t5x":
             step_dir = convert.to_t5x(source, shape, output, dtype)
             return f"a T5X checkpoint: {step_dir}"
-        spm = _sentencepiece_model(prefix)
         files = convert.to_hf(source, shape, output, dtype, spm, FLAGS.max_shard_bytes)
         return f"a Hugging Face directory: {output} ({', '.join(files)})"
     finally:
@@ -165,30 +189,35 @@ def _sentencepiece_model(prefix: epath.Path) -> epath.Path | None:
         return given
     config = operative_config.read(prefix.parent)
     named = config.vocabulary if config is not None else None
-    if named is None:
-        return None
-    try:
-        path = storage.job_path(named)
-        return path if path.is_file() else None
-    except Exception:  # noqa: BLE001 (an unreachable bucket: the model is written without it)
-        return None
+    local = named is not None and not storage.is_remote(named) and epath.Path(named).is_file()
+    if local:
+        return epath.Path(named)
+    print(
+        "paxlite: no spiece.model will be written: give --sentencepiece_model=FILE"
+        + (f" (the checkpoint's vocabulary is {named})." if named else ".")
+    )
+    return None
 
 
 def _to_paxlite(prefix: epath.Path, shape: Any, output: epath.Path, dtype: np.dtype) -> epath.Path:
-    """The model read onto this host's devices (a tensor at a time) and saved as a paxlite
-    job's checkpoint step: its parameters, in the scanned layout paxlite's experiments train
-    with (``USE_REPEATED_LAYER``), and its step."""
-    model_cfg = convert.scanned_model(shape, jnp.dtype(dtype))
-    model = from_described(prefix, model_cfg, dtype=jnp.dtype(dtype))
-    step = mtf_bundle.step_of(prefix)
-    replicated = jax.sharding.NamedSharding(model.mesh, jax.sharding.PartitionSpec())
-    scalar = lambda value: jax.device_put(jnp.int32(value), replicated)  # noqa: E731
+    """The model as host arrays (read a tensor at a time: the output, held once), saved as a
+    paxlite job's checkpoint step by orbax (which copies what it writes to host buffers: on
+    top of the model, up to the model again): its parameters, in the scanned layout paxlite's
+    experiments train with (``USE_REPEATED_LAYER``), and its step."""
+    source = checkpoint_sources.open_source(prefix, kind=_mtf_kind())
+    try:
+        step = convert.step_of(source)
+        params = convert.our_params(source, shape, dtype)
+    finally:
+        source.close()
+    host = jax.devices("cpu")[0]  # Host memory whatever the accelerator: no copy on CPU.
+    params = {path: jax.device_put(array, host) for path, array in params.items()}
     state = TrainState(
-        step=scalar(step),
-        params=model.params,
+        step=np.int32(step),
+        params=traverse_util.unflatten_dict(params, sep="/"),
         opt_state={},
-        nonfinite_steps=scalar(0),
-        first_nonfinite_step=scalar(-1),
+        nonfinite_steps=np.int32(0),
+        first_nonfinite_step=np.int32(-1),
     )
     checkpointer = train_checkpoints.Checkpointer(output, max_to_keep=None, async_save=False)
     try:

@@ -23,8 +23,9 @@ MTF's layouts (the names are T5X's ``checkpoint_importer.py``'s, the shapes Hugg
 ``load_tf_weights_in_t5``'s transposes): dense kernels ``[in, out]`` (q/k/v ``[d_model,
 heads*d_kv]``, o ``[heads*d_kv, d_model]``), the relative bias ``[heads, buckets]``, the
 shared table ``[vocab, d_model]``, ``decoder/logits/kernel`` ``[d_model, vocab]``. Adafactor's
-slots follow T5X's (which maps ``_slot_vr``/``_slot_vc``/``_slot_v`` to its ``v_row``/
-``v_col``/``v`` unchanged): ``v_row`` keeps the smaller dim of a 2-D variable.
+slots are MTF Adafactor's (``_factored_dims``): ``_slot_vr`` keeps the smaller dim of a 2-D
+variable and, of two equal dims, the second (T5X's ``v_row`` keeps the first: T5X's importer,
+which copies the slots unchanged, swaps a square kernel's).
 """
 
 from __future__ import annotations
@@ -123,8 +124,8 @@ def adafactor_slots(variables: dict[str, np.ndarray], seed: int) -> dict[str, np
     rng = np.random.default_rng(seed)
     slots = {}
     for name, value in variables.items():
-        if value.ndim == 2:
-            row = 0 if value.shape[0] <= value.shape[1] else 1
+        if value.ndim == 2:  # MTF's _factored_dims: of two equal dims, vr keeps the second.
+            row = 0 if value.shape[0] < value.shape[1] else 1
             slots[name + "_slot_vr"] = rng.uniform(0.1, 1.0, value.shape[row]).astype(np.float32)
             slots[name + "_slot_vc"] = rng.uniform(0.1, 1.0, value.shape[1 - row]).astype(
                 np.float32

@@ -13,6 +13,7 @@ one host.
 from __future__ import annotations
 
 import json
+import math
 import os
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -21,7 +22,6 @@ import ml_dtypes
 import numpy as np
 from etils import epath
 from safetensors import SafetensorError, safe_open
-from safetensors.numpy import save_file
 
 from paxlite.checkpoints import checkpoint_sources
 from paxlite.checkpoints.checkpoint_sources import PARAMS, Variable
@@ -276,43 +276,90 @@ def _write_tensors(
     directory: epath.Path, tensors: dict[str, np.ndarray], max_shard_bytes: int
 ) -> list[str]:
     """One file, or shards of at most ``max_shard_bytes`` (a bigger tensor alone) + index."""
-    sizes = {name: tensor.nbytes for name, tensor in tensors.items()}
-    return write_tensors(directory, sizes, tensors.__getitem__, max_shard_bytes)
+    planned = {name: Variable(t.shape, t.dtype) for name, t in tensors.items()}
+    return write_tensors(directory, planned, tensors.__getitem__, max_shard_bytes)
 
 
 def write_tensors(
     directory: epath.PathLike,
-    sizes: Mapping[str, int],
+    planned: Mapping[str, Variable],
     produce: Callable[[str], np.ndarray],
     max_shard_bytes: int = DEFAULT_MAX_SHARD_BYTES,
 ) -> list[str]:
-    """Writes the tensors ``sizes`` names (name -> bytes) as ``model.safetensors``, or as
-    shards of at most ``max_shard_bytes`` (a bigger tensor alone) and their index, as
-    transformers writes them. ``produce(name)`` gives each tensor when its file is written:
-    no more than one file's tensors are held at once. Returns the files written."""
+    """Writes the tensors ``planned`` names (name -> shape and dtype) as
+    ``model.safetensors``, or as shards of at most ``max_shard_bytes`` (a bigger tensor alone)
+    and their index, as transformers writes them. ``produce(name)`` gives each tensor as its
+    bytes are written (:func:`write_safetensors`): one tensor is held at a time. Returns the
+    files written."""
     directory = epath.Path(directory)
+    sizes = {name: math.prod(v.shape) * np.dtype(v.dtype).itemsize for name, v in planned.items()}
     shards: list[list[str]] = [[]]
     size = 0
-    for name in sorted(sizes):
+    for name in sorted(planned):
         if shards[-1] and size + sizes[name] > max_shard_bytes:
             shards.append([])
             size = 0
         shards[-1].append(name)
         size += sizes[name]
-    metadata = {"format": "pt"}  # transformers refuses safetensors without it.
     if len(shards) == 1:
-        tensors = {name: produce(name) for name in shards[0]}
-        save_file(tensors, os.fspath(directory / SINGLE_FILE), metadata=metadata)
+        write_safetensors(directory / SINGLE_FILE, {n: planned[n] for n in shards[0]}, produce)
         (directory / INDEX_FILE).unlink(missing_ok=True)
         return [SINGLE_FILE]
     files = [f"model-{i + 1:05d}-of-{len(shards):05d}.safetensors" for i in range(len(shards))]
     weight_map = {}
     for file, names in zip(files, shards, strict=True):
-        tensors = {name: produce(name) for name in names}
-        save_file(tensors, os.fspath(directory / file), metadata=metadata)
-        del tensors
+        write_safetensors(directory / file, {n: planned[n] for n in names}, produce)
         weight_map.update(dict.fromkeys(names, file))
     index = {"metadata": {"total_size": sum(sizes.values())}, "weight_map": weight_map}
     (directory / INDEX_FILE).write_text(json.dumps(index, indent=2) + "\n")
     (directory / SINGLE_FILE).unlink(missing_ok=True)
     return [*files, INDEX_FILE]
+
+
+#: numpy's dtype names -> safetensors'.
+_SAFETENSORS_DTYPES = {
+    "float64": "F64",
+    "float32": "F32",
+    "float16": "F16",
+    "bfloat16": "BF16",
+    "int64": "I64",
+    "int32": "I32",
+    "int16": "I16",
+    "int8": "I8",
+    "uint8": "U8",
+    "bool": "BOOL",
+}
+
+
+def write_safetensors(
+    file: epath.Path, planned: Mapping[str, Variable], produce: Callable[[str], np.ndarray]
+) -> None:
+    """One safetensors file of the tensors ``planned`` names, each ``produce``d as its bytes
+    are written and let go. safetensors' own writer takes every tensor at once, so its
+    documented layout is written here: an 8-byte little-endian header size, the JSON header
+    (each tensor's dtype, shape and byte range; ``__metadata__`` ``{'format': 'pt'}``, which
+    transformers asks for), padded with spaces to 8 bytes, then the tensors' bytes in order.
+    safetensors' own reader reads it back (tests)."""
+    header: dict[str, Any] = {"__metadata__": {"format": "pt"}}
+    offset = 0
+    for name, variable in planned.items():
+        nbytes = math.prod(variable.shape) * np.dtype(variable.dtype).itemsize
+        header[name] = {
+            "dtype": _SAFETENSORS_DTYPES[np.dtype(variable.dtype).name],
+            "shape": list(variable.shape),
+            "data_offsets": [offset, offset + nbytes],
+        }
+        offset += nbytes
+    text = json.dumps(header, separators=(",", ":")).encode()
+    text += b" " * (-len(text) % 8)
+    with file.open("wb") as out:
+        out.write(len(text).to_bytes(8, "little") + text)
+        for name, variable in planned.items():
+            array = np.ascontiguousarray(produce(name))
+            if array.shape != tuple(variable.shape) or array.dtype != np.dtype(variable.dtype):
+                raise ValueError(
+                    f"{name}: produced {array.dtype}{list(array.shape)}, planned "
+                    f"{np.dtype(variable.dtype)}{list(variable.shape)}."
+                )
+            out.write(array.reshape(-1).view(np.uint8).data)
+            del array

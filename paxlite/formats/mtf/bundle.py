@@ -11,9 +11,9 @@ TensorFlow is imported only here, when such a checkpoint is opened (seqio instal
 reader cannot read part of a tensor: :meth:`Bundle.tensor` gives the whole tensor, which the
 caller slices and lets go. TensorFlow's filesystems know nothing of paxlite's storage layer
 (an emulator, its credentials), so a ``gs://`` checkpoint's index and shards are first copied
-through that layer into a local temporary directory (removed on :meth:`Bundle.close`): that
-needs the checkpoint's size on local disk, and every host of a multi-host job copies and
-reads every tensor.
+through that layer into a local temporary directory (``$TMPDIR``; removed on
+:meth:`Bundle.close`): that needs the checkpoint's size on local disk (on disk, not a tmpfs in
+memory), and every host of a multi-host job copies and reads every tensor.
 """
 
 from __future__ import annotations
@@ -116,9 +116,12 @@ class Bundle:
         if storage.is_remote(prefix):  # The index now, the shards at the first tensor read.
             self._staged = tempfile.mkdtemp(prefix="paxlite-mtf-")
             local = epath.Path(self._staged) / prefix.name
-            _copy(
-                epath.Path(f"{prefix}{INDEX}"), epath.Path(self._staged) / f"{prefix.name}{INDEX}"
-            )
+            index = epath.Path(f"{prefix}{INDEX}")
+            try:
+                _copy(index, epath.Path(self._staged) / index.name)
+            except CheckpointSourceError:
+                self.close()
+                raise
         from tensorflow.python.training import py_checkpoint_reader  # TensorFlow: only here.
 
         try:
@@ -142,7 +145,7 @@ class Bundle:
           CheckpointSourceError: its bytes cannot be read (a truncated or damaged shard).
         """
         if self._staged is not None and self._shards:
-            for file in self._shards:
+            for file in self._shards:  # A failed copy is removed with the rest on close().
                 _copy(file, epath.Path(self._staged) / file.name)
             self._shards = []
         try:

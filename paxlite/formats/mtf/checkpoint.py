@@ -50,7 +50,7 @@ _BLOCK = re.compile(r"(encoder|decoder)/block_(\d+)/")
 _KNOWN = re.compile(
     r"(shared/embedding|decoder/logits/kernel|(encoder|decoder)/(final_layer_norm|rms_norm)/scale"
     r"|(encoder|decoder)/block_\d+/layer_\d+/("
-    r"(SelfAttention|EncDecAttention)/(q|k|v|o|relative_attention_bias)"
+    r"(SelfAttention/(q|k|v|o|relative_attention_bias)|EncDecAttention/(q|k|v|o))"
     r"|DenseReluDense/(wi|wi_0|wi_1|wo)/kernel|(layer_norm|rms_norm)/scale))"
     r"(_slot_vr|_slot_vc|_slot_v)?"
 )
@@ -122,6 +122,14 @@ class MtfSource(t5x_checkpoint.T5xSource):
 
     def _table(self) -> hf_layout.Table:
         return mtf_layout.mtf_table(self.names)
+
+    @staticmethod
+    def row_axis(shape: tuple[int, ...]) -> int:
+        """MTF's Adafactor (``_factored_dims``: the two largest dims by a stable sort, ``vr``
+        averaging the largest away) keeps the smaller dim in ``_slot_vr``, and of two equal
+        dims the second: T5X's rule (:func:`t5x_checkpoint.t5x_row_axis`) keeps the first,
+        so a square kernel's slots are T5X's swapped."""
+        return 0 if shape[0] < shape[1] else 1
 
     def _variable(self, name: str) -> Variable:
         return self._bundle.variables[self._leaves[name]]
@@ -251,6 +259,8 @@ def t5_shape(variables: Mapping[str, Variable], config: Any, where: epath.Path) 
             stack = found.group(1)
             blocks[stack] = max(blocks[stack], int(found.group(2)) + 1)
     tied = mtf_layout.LOGITS not in variables
+    if config is not None and config.tied_logits is False and tied:
+        tied = False  # The config says the logits are their own: decoder/logits is missing.
     missing = [n for n in mtf_layout.expected_names(names, blocks, tied) if n not in variables]
     if missing:
         raise CheckpointSourceError(

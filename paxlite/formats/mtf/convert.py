@@ -1,7 +1,6 @@
 """A Mesh TensorFlow T5 checkpoint converted to T5X's format or to a Hugging Face T5
 directory, streaming: each tensor is read whole, put in the output's layout, written, and let
-go (with a Hugging Face directory, a safetensors file's tensors are held until that file is
-written: ``max_shard_bytes``).
+go.
 
 Where each tensor goes is the name-and-layout tables': every parameter of paxlite's T5 of the
 checkpoint's sizes has a place in MTF's table (:mod:`layout`) and one in the output's (T5X's
@@ -15,14 +14,13 @@ from __future__ import annotations
 
 import dataclasses
 import json
-from typing import Any
 
 import jax
 import numpy as np
 from etils import epath
 from flax import traverse_util
 
-from paxlite.checkpoints.checkpoint_sources import PARAMS
+from paxlite.checkpoints.checkpoint_sources import PARAMS, Variable
 from paxlite.formats.hf import checkpoint as hf_checkpoint
 from paxlite.formats.hf import layout as hf_layout
 from paxlite.formats.hf import models as hf_models
@@ -48,9 +46,10 @@ class Move:
     our_shape: tuple[int, ...]
 
 
-def our_shapes(shape: T5Shape) -> dict[str, tuple[int, ...]]:
-    """``{flat path: shape}`` of the parameters of paxlite's (plain-stack) T5 of ``shape``."""
-    model = config_lib.instantiate(t5_model(shape, scanned=False))
+def our_shapes(shape: T5Shape, scanned: bool = False) -> dict[str, tuple[int, ...]]:
+    """``{flat path: shape}`` of the parameters of paxlite's T5 of ``shape`` (plain stacks,
+    or ``scanned``: each stack's layers in one ``[L, ...]`` array)."""
+    model = config_lib.instantiate(t5_model(shape, scanned=scanned))
     batch = NestedMap(
         {
             key: jax.ShapeDtypeStruct((1,) + (8,) * (rank - 1), np.int32)
@@ -73,13 +72,44 @@ def moves(source: MtfSource, shape: T5Shape, table: hf_layout.Table) -> dict[str
     return out
 
 
+def our_params(source: MtfSource, shape: T5Shape, dtype: np.dtype | None) -> dict[str, np.ndarray]:
+    """``{flat path: host array}`` of paxlite's T5 of ``shape`` with scanned stacks (its
+    experiments' layout) in ``dtype`` (or as stored): each MTF tensor read whole once and put
+    in place; a stacked array is filled layer by layer. What it returns is the output: the
+    model, once."""
+    ours = our_shapes(shape, scanned=True)
+    in_mtf = hf_layout.their_names(source._table(), list(ours))  # noqa: SLF001
+    out = {}
+    for path, our_shape in ours.items():
+        where = in_mtf[path]
+        names = where.layer_names(our_shape[0] if where.stacked else 1)
+        stored = source.variables()[PARAMS + names[0]].dtype
+        array = np.empty(our_shape, dtype or stored)
+        layer_shape = our_shape[1:] if where.stacked else our_shape
+        full = tuple(slice(0, n) for n in layer_shape)
+        for layer, name in enumerate(names):
+            tensor = source.read_whole(PARAMS + name)
+            values = hf_layout.read_slice(where, layer_shape, full, lambda i, t=tensor: t[i])
+            (array[layer] if where.stacked else array)[...] = values
+            del tensor, values
+        out[path] = array
+    return out
+
+
+def step_of(source: MtfSource) -> int:
+    """The checkpoint's ``global_step`` (what T5X restores), else its prefix's step."""
+    if "state/step" in source.state_variables():
+        return int(source.read_whole("state/step"))
+    return source.step
+
+
 def _converted(source: MtfSource, move: Move, dtype: np.dtype | None) -> np.ndarray:
     """The output tensor of ``move``: MTF's tensor read whole, in the output's layout."""
     tensor = source.read_whole(PARAMS + move.mtf.theirs)
     full = tuple(slice(0, n) for n in move.our_shape)
     ours = hf_layout.read_slice(move.mtf, move.our_shape, full, lambda index: tensor[index])
     theirs = hf_layout.to_theirs(move.theirs.layout, ours)  # Views of the tensor, mostly.
-    return np.array(theirs, dtype=dtype or theirs.dtype, order="C")  # The one copy.
+    return np.ascontiguousarray(theirs, dtype=dtype or theirs.dtype)  # One copy at most.
 
 
 def to_t5x(
@@ -88,13 +118,12 @@ def to_t5x(
     """Writes T5X's ``checkpoint_<step>/`` (parameters in ``dtype``, or as stored; the
     step; Adafactor's slots) and a ``config.gin`` naming the T5 (``network.T5Config``) into
     ``output_dir``. Returns the step directory."""
-    step = source.read_train_state(None, opt_state=False)["step"]
-    writer = LegacyStepWriter(output_dir, step)
+    writer = LegacyStepWriter(output_dir, step_of(source))
     slots = _slots_by_param(source)
     for name, move in moves(source, shape, t5x_layout.t5x_table(shape.gated)).items():
         writer.write(f"target/{name}", _converted(source, move, dtype))
-        if slots:  # T5X's slots: MTF's, as they are; placeholders for the rest.
-            have = slots.get(move.mtf.theirs, {})
+        if slots:  # T5X's slots: MTF's; placeholders for the rest.
+            have = _t5x_slots(slots.get(move.mtf.theirs, {}), source, move.mtf.theirs)
             for slot in (*_SLOT_NAMES, "m"):
                 key = f"state/param_states/{name}/{slot}"
                 if slot in have:
@@ -104,6 +133,16 @@ def to_t5x(
     writer.finish()
     (output_dir / t5x_gin.CONFIG_GIN).write_text(t5x_gin.t5_config_text(shape))
     return writer.step_dir
+
+
+def _t5x_slots(have: dict[str, str], source: MtfSource, name: str) -> dict[str, str]:
+    """T5X's slot -> the MTF leaf holding it: MTF's as they are, but a square kernel's factors
+    swapped (of two equal dims MTF's ``_slot_vr`` keeps the second, T5X's ``v_row`` the first;
+    T5X's own importer copies them unchanged)."""
+    shape = source.variables()[PARAMS + name].shape
+    if "v_row" in have and "v_col" in have and len(shape) == 2 and shape[0] == shape[1]:
+        return {**have, "v_row": have["v_col"], "v_col": have["v_row"]}
+    return have
 
 
 def _slots_by_param(source: MtfSource) -> dict[str, dict[str, str]]:
@@ -126,18 +165,18 @@ def to_hf(
     max_shard_bytes: int = hf_checkpoint.DEFAULT_MAX_SHARD_BYTES,
 ) -> list[str]:
     """Writes a ``T5ForConditionalGeneration`` directory transformers loads: config.json,
-    safetensors (one file, or shards of ``max_shard_bytes`` and an index),
+    safetensors (one file, or shards of ``max_shard_bytes`` and an index; a tensor at a time),
     generation_config.json and, when given, the SentencePiece model as ``spiece.model``.
     Returns the files written."""
     output_dir.mkdir(parents=True, exist_ok=True)
     planned = moves(source, shape, hf_layout.t5_table(shape.gated))
     stored = {n: source.variables()[PARAMS + m.mtf.theirs].dtype for n, m in planned.items()}
-    sizes = {
-        name: int(np.prod(_their_shape(move))) * np.dtype(dtype or stored[name]).itemsize
+    written = {
+        name: Variable(_their_shape(move), np.dtype(dtype or stored[name]))
         for name, move in planned.items()
     }
     files = hf_checkpoint.write_tensors(
-        output_dir, sizes, lambda name: _converted(source, planned[name], dtype), max_shard_bytes
+        output_dir, written, lambda name: _converted(source, planned[name], dtype), max_shard_bytes
     )
     config = hf_models.t5_config(shape)
     config["dtype"] = np.dtype(dtype or next(iter(stored.values()))).name
@@ -187,9 +226,3 @@ def described(shape: T5Shape) -> str:
         f"{shape.model_dims}, {shape.num_heads} heads x {shape.dims_per_head}, d_ff "
         f"{shape.hidden_dims} {'/'.join(shape.mlp_activations)}, vocab {shape.vocab_size}"
     )
-
-
-def scanned_model(shape: T5Shape, dtype: Any) -> config_lib.Config:
-    """paxlite's T5 of ``shape`` with scanned stacks (its experiments' layout, which a
-    paxlite checkpoint keeps), computing in ``dtype``."""
-    return t5_model(shape, fprop_dtype=dtype, scanned=True)

@@ -254,7 +254,7 @@ class T5xSource(LayoutSource):
                 f"{self.path}: T5X's {SLOTS}{name} is factored but its parameter {shape} is "
                 "not 2-D."
             )
-        row = t5x_row_axis(shape)
+        row = self.row_axis(shape)
         v_row, v_col = slots["v_row"], slots["v_col"]
         if v_row.shape != (shape[row],) or v_col.shape != (shape[1 - row],):
             raise CheckpointSourceError(
@@ -262,6 +262,11 @@ class T5xSource(LayoutSource):
                 f"are not the factors of its parameter {shape} T5X's Adafactor keeps."
             )
         return (v_row, v_col) if row == embed else (v_col, v_row)
+
+    @staticmethod
+    def row_axis(shape: tuple[int, ...]) -> int:
+        """The axis this checkpoint's ``v_row`` keeps of a 2-D parameter of ``shape``."""
+        return t5x_row_axis(shape)
 
     def _whole_v(
         self, name: str, slots: dict[str, np.ndarray], where: Any, shape: tuple[int, ...]

@@ -87,9 +87,10 @@ def bindings(text: str, where: str = CONFIG_GIN) -> dict[str, Any]:
 
 
 def bindings_and_macros(
-    text: str, where: str = CONFIG_GIN
+    text: str, where: str = CONFIG_GIN, scoped: bool = False
 ) -> tuple[dict[str, Any], dict[str, Any]]:
-    """:func:`bindings`, and ``{macro: value}`` of the macros ``text`` binds (resolved).
+    """:func:`bindings`, and ``{macro: value}`` of the macros ``text`` binds (resolved);
+    with ``scoped``, scoped bindings too, as ``'scope/selector.parameter'``.
 
     Raises:
       GinConfigError: the text does not parse, or a macro is never bound.
@@ -97,10 +98,13 @@ def bindings_and_macros(
     values, macros = {}, {}
     try:
         for statement in config_parser.ConfigParser(text, ValueDelegate()):
-            if not isinstance(statement, config_parser.BindingStatement) or statement.scope:
+            if not isinstance(statement, config_parser.BindingStatement):
                 continue
+            if statement.scope and not (scoped and statement.arg_name):
+                continue
+            scope = f"{statement.scope}/" if statement.scope else ""
             if statement.arg_name:
-                values[f"{statement.selector}.{statement.arg_name}"] = statement.value
+                values[f"{scope}{statement.selector}.{statement.arg_name}"] = statement.value
             else:
                 macros[statement.selector] = statement.value
     except SyntaxError as e:

@@ -72,9 +72,11 @@ class GinSources:
         return value
 
     def used_macros(self) -> set[str]:
-        """The macros some binding or macro names."""
-        used = {a.value.name for a in self.bindings.values() if isinstance(a.value, Macro)}
-        return used | {a.value.name for a in self.macros.values() if isinstance(a.value, Macro)}
+        """The macros some binding or macro names, anywhere in its value (``[%A, %B]``)."""
+        used: set[str] = set()
+        for assignment in (*self.bindings.values(), *self.macros.values()):
+            used |= _macros_in(assignment.value)
+        return used
 
     def unset_required(self) -> list[Assignment]:
         """The macros still ``%gin.REQUIRED`` that some binding uses, as ``Assignment(name,
@@ -85,6 +87,17 @@ class GinSources:
             for name, a in self.macros.items()
             if isinstance(a.value, Macro) and a.value.name == REQUIRED and name in used
         ]
+
+
+def _macros_in(value: Any) -> set[str]:
+    """The macros named in ``value``, through lists, tuples and dicts."""
+    if isinstance(value, Macro):
+        return {value.name}
+    if isinstance(value, dict):
+        return set().union(*(_macros_in(v) for v in (*value.keys(), *value.values())))
+    if isinstance(value, list | tuple):
+        return set().union(*(_macros_in(v) for v in value))
+    return set()
 
 
 def resolved_bindings(sources: GinSources) -> dict[str, str]:

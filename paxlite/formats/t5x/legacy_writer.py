@@ -3,13 +3,16 @@
 What T5X's ``Checkpointer`` writes (and ``t5x/scripts/convert_tf_checkpoint.py`` leaves):
 ``checkpoint_<step>/checkpoint``, a flax msgpack of ``{'version': 3, 'optimizer': {'target':
 params, 'state': {'step': ..., 'param_states': ...}}}`` in which each array written to
-tensorstore is its spec (zarr, gzip, whole-array chunks; the kvstore ``path`` is the leaf's
-tree path joined by ``.``, relative to the step directory) and a small one (``(1,)``
+tensorstore is its spec (zarr, gzip, chunks of at most 64 MiB as T5X chooses them: each
+dim a divisor of the array's; the kvstore ``path`` is the leaf's tree path joined by ``.``,
+relative to the step directory) and a small one (``(1,)``
 placeholders, the step) is inline. :mod:`paxlite.formats.t5x.checkpoint` reads it back, and
 so does T5X. Each array is written as it is given and not kept.
 """
 
 from __future__ import annotations
+
+import math
 
 import numpy as np
 import tensorstore as ts
@@ -20,6 +23,19 @@ from paxlite.formats.t5x import checkpoint as t5x_checkpoint
 from paxlite.runtime import storage
 
 _VERSION = 3
+_CHUNK_BYTES = 16 * 2**20  # T5X writes up to 64 MiB; smaller bounds the memory a write holds.
+
+
+def chunk_shape(shape: tuple[int, ...], itemsize: int) -> list[int]:
+    """A chunk of at most :data:`_CHUNK_BYTES` whose dims divide ``shape``'s: the largest
+    dim is split by its smallest factor until the chunk fits (a write holds a chunk or a few,
+    not the whole array, beyond the array itself)."""
+    chunk = list(shape)
+    while chunk and math.prod(chunk) * itemsize > _CHUNK_BYTES:
+        largest = max(range(len(chunk)), key=lambda i: chunk[i])
+        size = chunk[largest]
+        chunk[largest] //= next(f for f in range(2, size + 1) if size % f == 0)
+    return chunk
 
 
 class LegacyStepWriter:
@@ -42,12 +58,17 @@ class LegacyStepWriter:
             "kvstore": {"driver": "file", "path": relative},
             "metadata": {
                 "shape": list(value.shape),
-                "chunks": list(value.shape),
+                "chunks": chunk_shape(value.shape, value.dtype.itemsize),
                 "compressor": {"id": "gzip"},
             },
         }
         written = dict(spec, kvstore=storage.kvstore(self.step_dir / relative) + "/")
-        ts.open(written, create=True, open=True).result().write(value).result()
+        store = ts.open(written, create=True, open=True).result()
+        chunk = spec["metadata"]["chunks"]
+        grid = [size // c for size, c in zip(value.shape, chunk, strict=True)]
+        for position in np.ndindex(*grid):  # A chunk at a time: one in flight, not the array.
+            index = tuple(slice(p * c, (p + 1) * c) for p, c in zip(position, chunk, strict=True))
+            store[index].write(value[index]).result()
         self._leaves[name] = spec
 
     def inline(self, name: str, value: np.ndarray) -> None:

@@ -13,6 +13,9 @@ from __future__ import annotations
 import contextlib
 import io
 import pathlib
+import shutil
+import subprocess
+import sys
 
 import gin
 import numpy as np
@@ -23,7 +26,7 @@ from paxlite.checkpoints import checkpoint_sources
 from paxlite.formats.t5x import gin_run
 from paxlite.pretrained.loading import from_pretrained
 from paxlite.t5x import convert_tf_checkpoint
-from tests import FIXTURES
+from tests import FIXTURES, REPO
 
 MTF = FIXTURES / "mtf" / "t5_1_1"
 SPM = FIXTURES / "hf" / "t5_flan" / "spiece.model"
@@ -87,12 +90,21 @@ def test_the_t5x_output_loads_back_to_transformers_logits_with_mtf_s_step_and_sl
     mtf = checkpoint_sources.open_source(MTF)
     name = "encoder/layers_1/mlp/wi_0/kernel"
     mtf_name = "encoder/block_001/layer_001/DenseReluDense/wi_0/kernel"
-    for slot in ("v_row", "v_col"):
+    for slot in ("v_row", "v_col"):  # [32, 48]: MTF's and T5X's keep the same dims.
         np.testing.assert_array_equal(
             source.read_whole(f"state/param_states/{name}/{slot}"),
             mtf.read_whole(f"state/param_states/{mtf_name}/{slot}"),
         )
     assert source.state_variables()[f"state/param_states/{name}/v"].shape == (1,)  # T5X's.
+    query, q = (
+        "encoder/layers_0/attention/query/kernel",
+        "encoder/block_000/layer_000/SelfAttention/q",
+    )
+    for ours, theirs in (("v_row", "v_col"), ("v_col", "v_row")):  # Square: swapped for T5X.
+        np.testing.assert_array_equal(
+            source.read_whole(f"state/param_states/{query}/{ours}"),
+            mtf.read_whole(f"state/param_states/{q}/{theirs}"),
+        )
 
 
 @pytest.mark.slow
@@ -175,3 +187,61 @@ def test_no_checkpoint_at_the_path_and_no_flags(tmp_path):
     assert "does not exist" in _refused(code, err, tmp_path / "out")
     code, _, err = run_convert()
     assert "give --tf_checkpoint_path" in _refused(code, err)
+
+
+BF16 = FIXTURES / "mtf" / "t5_1_0_bf16"  # Tied logits, ReLU, bfloat16 variables.
+
+
+@pytest.mark.slow
+def test_the_tied_bfloat16_checkpoint_converts_without_a_vocabulary_said_so(tmp_path):
+    output = tmp_path / "hf"
+    code, out, err = run_convert(
+        f"--tf_checkpoint_path={BF16}", f"--output_dir={output}", "--output_format=hf"
+    )
+    assert code == 0, err[-3000:]
+    assert "no spiece.model will be written: give --sentencepiece_model=FILE" in out
+    assert "gs://t5-data/vocabs/cc_all.32000/sentencepiece.model" in out  # Its config's.
+    assert not (output / "spiece.model").exists()
+    want = dict(np.load(BF16 / "outputs.npz"))  # transformers on the bfloat16 weights.
+    t5 = from_pretrained(output, dtype=np.float32)
+    logits = t5.logits(want["input_ids"], decoder_input_ids=want["decoder_input_ids"])
+    mask = want["decoder_mask"].astype(bool)
+    np.testing.assert_allclose(
+        logits[mask], want["logits"][mask], atol=1e-4 * np.abs(want["logits"][mask]).max()
+    )
+
+
+def test_a_flag_of_another_output_format_is_refused(tmp_path):
+    code, _, err = run_convert(
+        f"--tf_checkpoint_path={MTF}",
+        f"--output_dir={tmp_path / 'out'}",
+        f"--sentencepiece_model={SPM}",
+    )
+    assert "--sentencepiece_model is for --output_format=hf" in _refused(
+        code, err, tmp_path / "out"
+    )
+
+
+@pytest.mark.slow
+def test_a_truncated_shard_at_the_command_line_is_one_line_and_nothing_written(tmp_path):
+    """The command as users run it (its own process: exit codes and error lines are
+    paxlite.cli's): the shard ends early, found while writing."""
+    checkpoint = pathlib.Path(shutil.copytree(MTF, tmp_path / "mtf"))
+    data = checkpoint / "model.ckpt-1000.data-00000-of-00001"
+    data.write_bytes(data.read_bytes()[: data.stat().st_size // 2])
+    output = tmp_path / "out"
+    done = subprocess.run(
+        [
+            sys.executable,
+            "-m",
+            "paxlite.t5x.convert_tf_checkpoint",
+            f"--tf_checkpoint_path={checkpoint}",
+            f"--output_dir={output}",
+        ],
+        capture_output=True,
+        text=True,
+        cwd=REPO,
+        check=False,
+    )
+    line = _refused(done.returncode, done.stderr, output)
+    assert "cannot be read from its data shards" in line and "nothing written" in line

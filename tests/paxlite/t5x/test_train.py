@@ -378,14 +378,32 @@ def test_fine_tune_from_a_mesh_tensorflow_checkpoint_prefix(user_dir, tmp_path):
             start.read_whole(f"params/{t5x_name}"), mtf.read_whole(f"params/{mtf_name}")
         )
     assert int(start.read_whole("state/step")) == 1000
-    wi = (
-        "encoder/layers_0/mlp/wi_0/kernel",
-        "encoder/block_000/layer_001/DenseReluDense/wi_0/kernel",
-    )
-    for slot in ("v_row", "v_col"):
+    # Adafactor's factors, through the run's optimizer state and out in T5X's layout: a
+    # [32, 48] kernel's as they are; a square [32, 32] one's swapped (of two equal dims MTF's
+    # _slot_vr keeps the second, T5X's v_row the first).
+    slots = {
+        ("encoder/layers_0/mlp/wi_0/kernel", "v_row"): (
+            "encoder/block_000/layer_001/DenseReluDense/wi_0/kernel",
+            "v_row",
+        ),
+        ("encoder/layers_0/mlp/wi_0/kernel", "v_col"): (
+            "encoder/block_000/layer_001/DenseReluDense/wi_0/kernel",
+            "v_col",
+        ),
+        ("decoder/layers_1/self_attention/query/kernel", "v_row"): (
+            "decoder/block_001/layer_000/SelfAttention/q",
+            "v_col",
+        ),
+        ("decoder/layers_1/self_attention/query/kernel", "v_col"): (
+            "decoder/block_001/layer_000/SelfAttention/q",
+            "v_row",
+        ),
+    }
+    for (t5x_name, t5x_slot), (mtf_name, mtf_slot) in slots.items():
         np.testing.assert_array_equal(
-            start.read_whole(f"state/param_states/{wi[0]}/{slot}"),
-            mtf.read_whole(f"state/param_states/{wi[1]}/{slot}"),
+            start.read_whole(f"state/param_states/{t5x_name}/{t5x_slot}"),
+            mtf.read_whole(f"state/param_states/{mtf_name}/{mtf_slot}"),
+            err_msg=f"{t5x_name}/{t5x_slot}",
         )
 
 

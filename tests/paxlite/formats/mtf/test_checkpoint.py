@@ -235,3 +235,31 @@ def test_a_checkpoint_in_a_bucket_reads_as_the_local_one(emulator):
     assert (staged / "model.ckpt-1000.index").is_file()
     source.close()
     assert not staged.exists()
+
+
+def test_scoped_activations_count_and_must_agree(tmp_path):
+    """Some T5 operative configs bind the activation per stack only."""
+    directory = _copy(T5_1_1, tmp_path)
+    config = directory / "operative_config.gin"
+    text = config.read_text().replace(
+        "DenseReluDense.activation", "encoder/DenseReluDense.activation", 1
+    )
+    config.write_text(text)
+    assert mtf_checkpoint.shape_of_checkpoint(directory)[1].mlp_activations == ("gelu", "linear")
+    config.write_text(
+        text.replace(
+            "decoder/DenseReluDense.activation = ['gelu', 'linear']",
+            "decoder/DenseReluDense.activation = ['silu', 'linear']",
+        )
+    )
+    with pytest.raises(CheckpointSourceError) as e:
+        mtf_checkpoint.shape_of_checkpoint(directory)
+    _one_line(e, "DenseReluDense.activation differs between scopes")
+
+
+@pytest.mark.slow
+def test_logits_missing_where_the_config_says_they_are_their_own(tmp_path):
+    directory = _resaved(tmp_path, "decoder/logits/kernel")  # Its config: not tied.
+    with pytest.raises(CheckpointSourceError) as e:
+        mtf_checkpoint.shape_of_checkpoint(directory)
+    _one_line(e, "lacks 1 of the variables", "decoder/logits/kernel")

@@ -43,3 +43,14 @@ def test_missing_files_includes_and_syntax_errors(tmp_path):
         gin_sources.read_sources(["loop.gin"], [], [str(tmp_path)])
     with pytest.raises(gin_sources.GinFileError, match="--gin.X: gin syntax error"):
         gin_sources.read_sources([], [("--gin.X", "X = (1")], [])
+
+
+def test_macros_used_inside_lists_and_dicts_count_as_used(tmp_path):
+    _write(
+        tmp_path,
+        "run.gin",
+        "A = 1\nB = 2\nC = 3\nD = 4\nrestore.paths = [%A]\nrun.lengths = {'inputs': %B}\n"
+        "E = (%C,)\n",
+    )
+    used = gin_sources.read_sources(["run.gin"], [], [str(tmp_path)]).used_macros()
+    assert used == {"A", "B", "C"}  # D: set and never used.

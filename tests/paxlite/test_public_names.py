@@ -64,6 +64,7 @@ def test_console_scripts_point_at_callables():
         "paxlite-t5x-train",
         "paxlite-t5x-eval",
         "paxlite-t5x-infer",
+        "paxlite-t5x-convert-tf-checkpoint",
     }
     for target in scripts.values():
         module, _, function = target.partition(":")

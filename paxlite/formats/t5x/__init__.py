@@ -6,7 +6,8 @@ turned into the knobs of a paxlite experiment (translation); paxlite's copies of
 standard gin files (gin_files, ``gin_configs/``); a run's MODEL_DIR as T5X lays it out:
 ``checkpoint_<step>/`` and model-info.txt (model_dir), TensorBoard runs and names
 (summaries); T5X's eval and infer: its model functions on paxlite's model (inference),
-seqio's evaluator with T5X's outputs (inference_eval), infer's output files (infer_files).
+seqio's evaluator with T5X's outputs (inference_eval), infer's output files (infer_files); a
+checkpoint step written in T5X's legacy format an array at a time (legacy_writer).
 ``paxlite.t5x.train``, ``.eval`` and ``.infer`` are the commands.
 
 May import: `paxlite.checkpoints`, `paxlite.evaluation` (the decode function),

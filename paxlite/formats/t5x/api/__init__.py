@@ -6,7 +6,9 @@ registers, scopes and calls these stand-ins. Each keeps T5X's signature and defa
 records what it was given; ``translation`` turns the recorded call of the train script
 (``train_script.train``) into a paxlite run. Modules: ``utils``, ``models``, ``adafactor``,
 ``optimizers``, ``partitioning``, ``trainer``, ``gin_utils``, ``decoding``, ``network``
-(``t5x.examples.t5.network``) and ``train_script`` (gin's ``__main__``).
+(``t5x.examples.t5.network``), ``train_script``, ``eval_script`` and ``infer_script`` (gin's
+``__main__``) and ``convert_script`` (``convert_checkpoint`` of T5X's
+``scripts/convert_tf_checkpoint.py``).
 
 May import: `paxlite.formats` and `praxis_lite`.
 """

@@ -102,8 +102,8 @@ def test_the_state_file_names_the_newest_step_and_a_step_can_be_asked_for(tmp_pa
 
 def test_each_tensor_is_read_once_whole_however_many_devices_hold_slices_of_it():
     """8 devices, the weights split over them (from_pretrained's FSDP): each of the
-    checkpoint's tensors is read from TensorFlow exactly once, and the slices are the
-    checkpoint's values (as from_pretrained read them)."""
+    checkpoint's tensors is read from TensorFlow exactly once, and a second read of the same
+    slices gives what from_pretrained read (that those are right, the logits test says)."""
     loaded = from_pretrained(T5_1_1)  # The run's parameters and shardings.
     flat = traverse_util.flatten_dict(loaded.params, sep="/")
     run_params = {

@@ -12,7 +12,7 @@ of the largest tensor: the t5x and hf outputs are streamed (the hf one in files 
 
 Usage::
 
-    python benchmarks/mtf_convert_memory.py [--blocks 2] [--vocab 32128]
+    python benchmarks/mtf_convert_memory.py [--blocks 2] [--vocab 32128] [--formats t5x hf paxlite]
 """
 
 from __future__ import annotations
@@ -125,6 +125,7 @@ def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("--blocks", type=int, default=2)
     parser.add_argument("--vocab", type=int, default=32128)
+    parser.add_argument("--formats", nargs="+", default=["t5x", "hf", "paxlite"])
     args = parser.parse_args()
     with tempfile.TemporaryDirectory() as work:
         work = pathlib.Path(work)
@@ -132,7 +133,7 @@ def main() -> None:
         mb = 2**20
         print(f"checkpoint: {total / mb:.0f} MB, largest tensor {largest / mb:.1f} MB")
         print(f"{'output':<8} {'peak growth MB':>15} {'x largest':>10} {'x model':>8} {'s':>6}")
-        for kind in ("t5x", "hf", "paxlite"):
+        for kind in args.formats:
             got = measure(work / "mtf" / "model.ckpt-1000", work / kind, kind, largest)
             growth = got["growth"]
             print(

@@ -70,7 +70,6 @@ from paxlite.runtime.mesh import create_mesh, mesh_size
 from paxlite.train import trainable
 from praxis_lite import config as config_lib
 from praxis_lite.decoding import sampling
-from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import (
     FSDP_RULES,
     filter_rules_for_mesh,
@@ -484,24 +483,13 @@ def _mesh_and_rules(experiment: Any) -> tuple[Any, Any]:
 
 def _abstract_params(model: Any, mesh: Any, rules: Any) -> tuple[Any, Any]:
     """``(params as ShapeDtypeStructs, their NamedShardings)``, allocating nothing."""
-    boxed = jax.eval_shape(lambda b: model.init(jax.random.key(0), b), _example_batch(model))
+    boxed = jax.eval_shape(lambda b: model.init(jax.random.key(0), b), model.example_batch())
     boxed = boxed["params"]
     abstract = nn.unbox(boxed)
     shardings = jax.tree_util.tree_map(
         _fitting, abstract, strip_boxes(logical_shardings(boxed, mesh, rules))
     )
     return abstract, shardings
-
-
-def _example_batch(model: Any) -> NestedMap:
-    """``model.init``'s example batch: int32 ``[1, 8, ...]`` of each key of its
-    ``batch_spec()`` (shapes only)."""
-    return NestedMap(
-        {
-            key: jax.ShapeDtypeStruct((1,) + (8,) * (rank - 1), jnp.int32)
-            for key, rank in model.batch_spec().items()
-        }
-    )
 
 
 def _fitting(leaf: Any, sharding: NamedSharding) -> NamedSharding:

@@ -56,6 +56,16 @@ class BaseModel(BaseLayer):
         """``{key: rank}`` of the arrays the model reads from a batch (all with batch dim 0)."""
         raise NotImplementedError
 
+    def example_batch(self) -> NestedMap:
+        """``init``'s example batch, shapes only: int32 ``[1, 8, ...]`` of each key of
+        :meth:`batch_spec` (for abstract parameters: ``jax.eval_shape`` of ``init``)."""
+        return NestedMap(
+            {
+                key: jax.ShapeDtypeStruct((1,) + (8,) * (rank - 1), jnp.int32)
+                for key, rank in self.batch_spec().items()
+            }
+        )
+
     def train_flops(self, batch: NestedMap) -> TrainFlops | None:
         """Training FLOPs of one example like ``batch``'s (arrays or shapes); None: uncounted."""
         del batch

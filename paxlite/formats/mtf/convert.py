@@ -30,7 +30,6 @@ from paxlite.formats.t5x import layout as t5x_layout
 from paxlite.formats.t5x.legacy_writer import LegacyStepWriter
 from praxis_lite import config as config_lib
 from praxis_lite.models.t5 import T5Shape, t5_model
-from praxis_lite.py_utils import NestedMap
 
 _SLOT_NAMES = ("v_row", "v_col", "v")
 _PLACEHOLDER = np.zeros((1,), np.float32)  # T5X's shape for a slot a parameter lacks.
@@ -50,13 +49,8 @@ def our_shapes(shape: T5Shape, scanned: bool = False) -> dict[str, tuple[int, ..
     """``{flat path: shape}`` of the parameters of paxlite's T5 of ``shape`` (plain stacks,
     or ``scanned``: each stack's layers in one ``[L, ...]`` array)."""
     model = config_lib.instantiate(t5_model(shape, scanned=scanned))
-    batch = NestedMap(
-        {
-            key: jax.ShapeDtypeStruct((1,) + (8,) * (rank - 1), np.int32)
-            for key, rank in model.batch_spec().items()
-        }
-    )
-    boxed = jax.eval_shape(lambda b: model.init(jax.random.key(0), b), batch)["params"]
+    init = lambda b: model.init(jax.random.key(0), b)  # noqa: E731
+    boxed = jax.eval_shape(init, model.example_batch())["params"]
     flat = traverse_util.flatten_dict(boxed, sep="/")
     return {path: tuple(getattr(leaf, "value", leaf).shape) for path, leaf in flat.items()}
 

@@ -10,23 +10,19 @@ the t5x output to the same arrays, and transformers loads the hf output to the s
 
 from __future__ import annotations
 
-import contextlib
-import io
 import pathlib
 import shutil
 import subprocess
 import sys
 
-import gin
 import numpy as np
 import pytest
-from absl import flags
 
 from paxlite.checkpoints import checkpoint_sources
-from paxlite.formats.t5x import gin_run
 from paxlite.pretrained.loading import from_pretrained
 from paxlite.t5x import convert_tf_checkpoint
 from tests import FIXTURES, REPO
+from tests.paxlite.t5x.commands import run_in_process
 
 MTF = FIXTURES / "mtf" / "t5_1_1"
 SPM = FIXTURES / "hf" / "t5_flan" / "spiece.model"
@@ -47,17 +43,7 @@ FIXTURE_KNOBS = [
 
 def run_convert(*argv: str) -> tuple[int, str, str]:
     """``python -m paxlite.t5x.convert_tf_checkpoint ARGV``: ``(exit code, stdout, stderr)``."""
-    stdout, stderr, code = io.StringIO(), io.StringIO(), 0
-    try:
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            flags.FLAGS(gin_run.rewrite_gin_args(["convert_tf_checkpoint", *argv]))
-            convert_tf_checkpoint.main(["convert_tf_checkpoint"])
-    except SystemExit as e:
-        code = e.code
-    finally:
-        flags.FLAGS.unparse_flags()
-        gin.clear_config(clear_constants=True)
-    return code, stdout.getvalue(), stderr.getvalue()
+    return run_in_process(convert_tf_checkpoint.main, "convert_tf_checkpoint", argv)
 
 
 def _logits_gap(t5) -> float:

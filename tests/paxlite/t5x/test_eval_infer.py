@@ -9,22 +9,18 @@ wrote: beam search (T5X's default, one decode) in every mode, and greedy decodin
 checkpoint: texts must be T5X's exactly, scores within 1e-4 relative.
 """
 
-import contextlib
-import io
 import json
 import pathlib
 import sys
 
-import gin
 import numpy as np
 import pytest
 import seqio
-from absl import flags
 
-from paxlite.formats.t5x import gin_run
 from paxlite.t5x import eval as t5x_eval
 from paxlite.t5x import infer as t5x_infer
 from tests import FIXTURES
+from tests.paxlite.t5x.commands import run_in_process
 from tests.paxlite.t5x.user_dirs import fresh_user_directory
 
 ORACLE = FIXTURES / "t5x" / "t5x_eval_infer"
@@ -36,26 +32,13 @@ TASK = "t5x_run_reverse"
 def run_command(command, *argv: str) -> tuple[int, str, str]:
     """``python -m paxlite.t5x.<command> ARGV`` (the fixture's user directory on the path,
     its task registered afresh): ``(exit code, stdout, stderr)``."""
-    stdout, stderr, code = io.StringIO(), io.StringIO(), 0
     args = [
         f"--gin_search_paths={USER_DIR},{ORACLE}",
         f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{USER_DIR}/spm.model"',
         *argv,
     ]
-    try:
-        with (
-            fresh_user_directory(USER_DIR, TASK),
-            contextlib.redirect_stdout(stdout),
-            contextlib.redirect_stderr(stderr),
-        ):
-            flags.FLAGS(gin_run.rewrite_gin_args([command.__name__, *args]))
-            command.main([command.__name__])
-    except SystemExit as e:
-        code = e.code
-    finally:
-        flags.FLAGS.unparse_flags()
-        gin.clear_config(clear_constants=True)
-    return code, stdout.getvalue(), stderr.getvalue()
+    with fresh_user_directory(USER_DIR, TASK):
+        return run_in_process(command.main, command.__name__, args)
 
 
 def _lines(path: pathlib.Path) -> list[dict]:

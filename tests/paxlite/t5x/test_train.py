@@ -10,15 +10,12 @@ paxlite's loop and writes T5X's ``config.gin``; each bad input is one line, exit
 untouched MODEL_DIR.
 """
 
-import contextlib
 import hashlib
-import io
 import json
 import pathlib
 import re
 import shutil
 
-import gin
 import numpy as np
 import pytest
 import seqio
@@ -32,6 +29,7 @@ from paxlite.formats.t5x import gin_files, gin_run, gin_sources, t5x_modules, tr
 from paxlite.t5x import command, train
 from praxis_lite import config as config_lib
 from tests import FIXTURES, REPO
+from tests.paxlite.t5x.commands import run_in_process
 
 USER_DIR = FIXTURES / "t5x" / "user_dir"
 #: What T5X's own train.py wrote running the user directory's gin files (its config.gin),
@@ -42,18 +40,10 @@ FLAN_CHECKPOINT = FIXTURES / "t5x" / "flan_legacy" / "checkpoint_7"
 
 def run_t5x_train(*argv: str) -> tuple[int, str, str]:
     """``python -m paxlite.t5x.train ARGV`` in this process: ``(exit code, stdout, stderr)``."""
-    stdout, stderr, code = io.StringIO(), io.StringIO(), 0
     try:
-        with contextlib.redirect_stdout(stdout), contextlib.redirect_stderr(stderr):
-            flags.FLAGS(gin_run.rewrite_gin_args(["paxlite.t5x.train", *argv]))
-            train.main(["paxlite.t5x.train"])
-    except SystemExit as e:
-        code = e.code
+        return run_in_process(train.main, "paxlite.t5x.train", argv)
     finally:
-        flags.FLAGS.unparse_flags()
-        gin.clear_config(clear_constants=True)
         seqio.set_tfds_data_dir_override(None)  # --tfds_data_dir is for the process.
-    return code, stdout.getvalue(), stderr.getvalue()
 
 
 @pytest.fixture

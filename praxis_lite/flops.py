@@ -22,6 +22,11 @@ per token of a decoder-only Transformer:
 
 Training = forward + backward = 3 x forward; rematerialization (recomputing the
 forward in the backward pass) is not model work and is never counted.
+
+A mixture-of-experts layer counts what a token multiplies (:class:`MoeFfn`): its ``k``
+experts' matmuls, the router and a shared expert; not the ``E - k`` experts it skips, and
+not the dispatch and combine einsums of capacity routing (data movement written as
+matmuls: overhead that XLA's count includes and MFU does not).
 """
 
 from __future__ import annotations
@@ -50,6 +55,22 @@ DEFAULT_DEFINITION = FlopsDefinition.CAUSAL
 
 
 @dataclasses.dataclass(frozen=True)
+class MoeFfn:
+    """The feed-forward of one mixture-of-experts layer, as the FLOPs count sees it.
+
+    Attributes:
+      active_params: matmul weights one token multiplies: ``k`` experts, the router
+        ``[D, E]`` and any shared expert.
+      total_params: every expert's weights, the router and the shared expert.
+      note: a few words for reports (``E=8 top-2 capacity``).
+    """
+
+    active_params: int
+    total_params: int
+    note: str
+
+
+@dataclasses.dataclass(frozen=True)
 class StackLayout:
     """How a Transformer stack runs its blocks (what a stack tells the FLOPs count).
 
@@ -61,6 +82,9 @@ class StackLayout:
       remat: the backward pass recomputes the forward (a remat policy is on).
       pipelined: the blocks run inside a pipeline's loop (XLA's count of loop
         bodies cannot be corrected).
+      moe_block: the config of the blocks ``moe_layers`` counts, when they differ from
+        ``block`` (a stack mixing dense and mixture-of-experts layers); None: none.
+      moe_layers: how many of the ``num_layers`` blocks are ``moe_block``'s.
     """
 
     num_layers: int
@@ -68,6 +92,8 @@ class StackLayout:
     scan_trips: int = 1
     remat: bool = False
     pipelined: bool = False
+    moe_block: object | None = None
+    moe_layers: int = 0
 
 
 @dataclasses.dataclass(frozen=True)
@@ -84,6 +110,9 @@ class LmShape:
       gated: the feed-forward has a gate projection (GLU variants: 3 matrices).
       vocab_size: ``V``.
       causal: the attention is causal.
+      moe: the feed-forward of the mixture-of-experts layers; None: none.
+      moe_layers: how many of the ``L`` layers have ``moe`` instead of the dense
+        feed-forward of ``hidden_dims``.
     """
 
     num_layers: int
@@ -95,19 +124,53 @@ class LmShape:
     gated: bool
     vocab_size: int
     causal: bool = True
+    moe: MoeFfn | None = None
+    moe_layers: int = 0
+
+    @classmethod
+    def of_stack(
+        cls,
+        layout: StackLayout,
+        block: dict,
+        moe_block: dict | None,
+        model_dims: int,
+        vocab_size: int,
+    ) -> LmShape:
+        """The shape of a stack of ``layout``: ``block`` / ``moe_block`` are its blocks'
+        ``matmul_shape()`` (``moe``: their MoeFfn, None for a dense block)."""
+        moe, moe_layers = block["moe"], layout.num_layers
+        if moe is None and moe_block is not None:
+            moe, moe_layers = moe_block["moe"], layout.moe_layers
+        sizes = {k: v for k, v in block.items() if k != "moe"}
+        return cls(
+            num_layers=layout.num_layers,
+            model_dims=model_dims,
+            vocab_size=vocab_size,
+            moe=moe,
+            moe_layers=moe_layers if moe is not None else 0,
+            **sizes,
+        )
+
+    @property
+    def attention_params(self) -> int:
+        """Matmul weights of one block's attention: q, k, v and post projections."""
+        d, q = self.model_dims, self.dims_per_head
+        return d * q * (2 * self.num_heads + 2 * self.num_kv_heads)
 
     @property
     def block_params(self) -> int:
-        """Matmul weights of one block: q, k, v, post projections and the feed-forward."""
-        d, q = self.model_dims, self.dims_per_head
-        attention = d * q * (2 * self.num_heads + 2 * self.num_kv_heads)
-        feed_forward = (3 if self.gated else 2) * d * self.hidden_dims
-        return attention + feed_forward
+        """Matmul weights of one dense block: q, k, v, post projections and the feed-forward."""
+        return self.attention_params + (3 if self.gated else 2) * self.model_dims * self.hidden_dims
 
     @property
     def non_embedding_params(self) -> int:
-        """``N_blocks = L * block_params``."""
-        return self.num_layers * self.block_params
+        """``N_blocks``: ``L * block_params``, with each MoE layer's active feed-forward in
+        place of the dense one."""
+        dense = self.num_layers * self.block_params
+        if self.moe is None:
+            return dense
+        dense_ffn = self.block_params - self.attention_params
+        return dense + self.moe_layers * (self.moe.active_params - dense_ffn)
 
     @property
     def matmul_params(self) -> int:
@@ -134,16 +197,24 @@ class LmShape:
         return {d.value: self.flops_per_step(global_batch, seq_len, d) for d in FlopsDefinition}
 
     def block_flops_per_token(self, seq_len: int) -> float:
-        """``palm`` FLOPs of one block per token (what one more scan trip executes)."""
-        return 6.0 * self.block_params + 12.0 * self.num_heads * self.dims_per_head * seq_len
+        """``palm`` FLOPs of one block per token, the mean over the blocks (MoE layers count
+        their active feed-forward)."""
+        mean_params = self.non_embedding_params / self.num_layers
+        return 6.0 * mean_params + 12.0 * self.num_heads * self.dims_per_head * seq_len
 
     def describe(self) -> str:
         """``L=2 D=64 F=256 heads=4x16 V=64`` style one-liner."""
         kv = f" kv {self.num_kv_heads}" if self.num_kv_heads != self.num_heads else ""
+        moe = ""
+        if self.moe is not None:
+            moe = (
+                f" MoE {self.moe_layers}/{self.num_layers} layers {self.moe.note} "
+                "(active weights counted; dispatch/combine are overhead)"
+            )
         return (
             f"L={self.num_layers} D={self.model_dims} F={self.hidden_dims}"
             f"{' gated' if self.gated else ''} heads={self.num_heads}x{self.dims_per_head}{kv} "
-            f"V={self.vocab_size}"
+            f"V={self.vocab_size}{moe}"
         )
 
 
@@ -279,7 +350,9 @@ class TrainFlops:
     @classmethod
     def of_lm(cls, shape: LmShape, seq_len: int, layout: StackLayout) -> TrainFlops:
         """The count of a Transformer LM of ``shape`` on examples of ``seq_len`` tokens."""
-        body = shape.block_flops_per_token(seq_len) * seq_len * (4 / 3 if layout.remat else 1)
+        blocks_a_trip = layout.num_layers / layout.scan_trips  # A scanned group of layers.
+        body = shape.block_flops_per_token(seq_len) * seq_len * blocks_a_trip
+        body *= 4 / 3 if layout.remat else 1
         return cls(
             per_example={d.value: shape.flops_per_step(1, seq_len, d) for d in FlopsDefinition},
             tokens_per_example=seq_len,

@@ -43,6 +43,10 @@ ACTIVATION_EMBED = "activation_embed"
 # unless a rule names it: a pipelined LM maps it over ('stage', 'replica', 'data'), so
 # those run data-parallel over every chip, as Pax's pipelined LMs do.
 LM_BATCH = "lm_batch"
+# The experts of a mixture-of-experts layer (its stacked weights' leading axis, and the
+# expert axis of its dispatched activations). Replicated unless a rule names it: see
+# EXPERTS_OVER_DATA_RULES (Pax's) and EXPERT_AXIS_RULES (MaxText's).
+EXPERT = "exp"
 
 # A sensible default for 'data' x 'mdl' meshes (Pax's DP + tensor parallelism).
 DEFAULT_RULES: tuple[tuple[str, str | tuple[str, ...] | None], ...] = (
@@ -77,6 +81,12 @@ TENSOR_PARALLEL_RULES = (
     (STAGES, "stage"),
 )
 FSDP_AND_TENSOR_PARALLEL_RULES = TENSOR_PARALLEL_RULES + ((EMBED, "data"),)
+# Where an MoE layer's experts live; put these rules first (the first rule that names a
+# mesh axis for an array's dims takes it): Pax 1.4 splits experts over its 'data' axis
+# (their tokens then reach them by an all-to-all within 'data'); MaxText has a mesh axis
+# of their own, 'expert', which leaves 'data' free for FSDP of the experts' weights.
+EXPERTS_OVER_DATA_RULES = ((EXPERT, "data"),)
+EXPERT_AXIS_RULES = ((EXPERT, "expert"),)
 
 
 def with_defaults(rules: LogicalAxisRules) -> list[tuple[str, Any]]:

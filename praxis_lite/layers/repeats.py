@@ -14,7 +14,7 @@ import jax
 from jax.ad_checkpoint import checkpoint_name
 
 from praxis_lite.base_layer import AUX_LOSS, CACHE, PARAMS, SUMMARIES, BaseLayer
-from praxis_lite.config import LayerTpl, template_field
+from praxis_lite.config import LayerTpl, template_field, unbound_layer
 from praxis_lite.flops import StackLayout
 from praxis_lite.layers import relative_bias as relative_bias_lib
 from praxis_lite.layers.transformers import Memory, Transformer, create_relative_bias
@@ -163,6 +163,10 @@ class StackedTransformerRepeated(BaseLayer):
         :meth:`AutodiffCheckpointType.checkpoint_policy`).
       relative_bias_tpl: T5's relative position bias, one table for the stack (see
         ``StackedTransformer``); ``None``: none.
+
+    ``block_tpl`` may be a ``StackedTransformer`` of a few layers (a group scanned as one
+    body: how a stack mixing dense and mixture-of-experts layers is scanned); its weights
+    are then ``repeat/block/x_layers_<j>/...``.
     """
 
     num_layers: int
@@ -175,12 +179,22 @@ class StackedTransformerRepeated(BaseLayer):
         self.relative_bias = create_relative_bias(self)
 
     def layout(self) -> StackLayout:
-        """``num_layers`` blocks as one scanned loop body (remat when a policy is on)."""
+        """``num_layers`` blocks as one scanned loop body (remat when a policy is on); a
+        block that is itself a stack (a group of layers) counts its layers."""
+        remat = self.checkpoint_policy is not AutodiffCheckpointType.NONE
+        block = unbound_layer(self.block_tpl)
+        if not hasattr(block, "layout"):
+            return StackLayout(
+                self.num_layers, self.block_tpl.value, scan_trips=self.num_layers, remat=remat
+            )
+        group = block.layout()
         return StackLayout(
-            self.num_layers,
-            self.block_tpl.value,
+            self.num_layers * group.num_layers,
+            group.block,
             scan_trips=self.num_layers,
-            remat=self.checkpoint_policy is not AutodiffCheckpointType.NONE,
+            remat=remat,
+            moe_block=group.moe_block,
+            moe_layers=self.num_layers * group.moe_layers,
         )
 
     def __call__(

@@ -67,12 +67,10 @@ class TransformerLm(BaseLayer):
         """The sizes the model FLOPs depend on (see ``praxis_lite.flops``)."""
         layout = self.stack_layout()
         block = unbound_layer(layout.block).matmul_shape()
-        return LmShape(
-            num_layers=layout.num_layers,
-            model_dims=self.model_dims,
-            vocab_size=self.vocab_size,
-            **block,
-        )
+        moe_block = None
+        if layout.moe_block is not None:
+            moe_block = unbound_layer(layout.moe_block).matmul_shape()
+        return LmShape.of_stack(layout, block, moe_block, self.model_dims, self.vocab_size)
 
     def train_flops(self, seq_len: int) -> TrainFlops:
         """Training FLOPs of one example of ``seq_len`` tokens, by definition."""

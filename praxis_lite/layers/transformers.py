@@ -13,6 +13,7 @@ import flax.linen as nn
 import jax
 from jax.ad_checkpoint import checkpoint_name
 
+from praxis_lite import config as config_lib
 from praxis_lite.base_layer import BaseLayer
 from praxis_lite.config import LayerTpl, template_field
 from praxis_lite.flops import StackLayout
@@ -124,8 +125,13 @@ class TransformerFeedForward(BaseLayer):
         """``layer(x)``, with ``train=`` (its LoRA dropout) when ``layer`` is a LoRA target."""
         return layer(x, train=train) if layer.name in self.lora_targets else layer(x)
 
-    def __call__(self, x: jax.Array, *, train: bool = False) -> jax.Array:
-        """``[B, T, D] -> [B, T, D]``; ``train`` enables the dropouts."""
+    def __call__(
+        self, x: jax.Array, *, paddings: jax.Array | None = None, train: bool = False
+    ) -> jax.Array:
+        """``[B, T, D] -> [B, T, D]``; ``train`` enables the dropouts. ``paddings [B, T]``:
+        unused (each token on its own; a feed-forward's contract, which a mixture of
+        experts reads)."""
+        del paddings
         x = self.to_fprop(x)
         h_in = self.constrain(self.layer_norm(x), (BATCH, LENGTH, ACTIVATION_EMBED))
         h = self._project(self.ffn_layer1, h_in, train)
@@ -201,15 +207,21 @@ class Transformer(BaseLayer):
         )
         self.residual_dropout = nn.Dropout(self.residual_dropout_prob)
 
-    def matmul_shape(self) -> dict[str, int | bool]:
-        """The block's FLOPs-relevant sizes: heads, kv heads, dims per head, gated, causal."""
+    def matmul_shape(self) -> dict[str, Any]:
+        """The block's FLOPs-relevant sizes: heads, kv heads, dims per head, gated, causal,
+        and ``moe``: its feed-forward's ``active_ffn()`` (a ``flops.MoeFfn``) when it is a
+        mixture of experts, else None."""
+        ff = config_lib.instantiate(
+            self.tr_fflayer_tpl.value, input_dims=self.input_dims, hidden_dims=self.hidden_dims
+        )
         return {
             "hidden_dims": self.hidden_dims,
             "num_heads": self.num_heads,
             "num_kv_heads": self.num_kv_heads or self.num_heads,
             "dims_per_head": self.dims_per_head or self.input_dims // self.num_heads,
-            "gated": bool(getattr(self.tr_fflayer_tpl.value, "use_gated_activation", False)),
+            "gated": bool(getattr(ff, "use_gated_activation", False)),
             "causal": bool(getattr(self.tr_atten_tpl.value, "is_causal", True)),
+            "moe": ff.active_ffn() if hasattr(ff, "active_ffn") else None,
         }
 
     def __call__(
@@ -247,7 +259,8 @@ class Transformer(BaseLayer):
                 train=train,
             )
             x = x + self.residual_dropout(cross, deterministic=not train)
-        return checkpoint_name(self.ff_layer(x, train=train), "transformer_layer_out")
+        out = self.ff_layer(x, paddings=paddings, train=train)
+        return checkpoint_name(out, "transformer_layer_out")
 
     def extend(
         self,
@@ -277,7 +290,7 @@ class Transformer(BaseLayer):
             x = x + self.cross_attention.cross_extend(
                 self.cross_layer_norm(x), outputs, memory_paddings
             )
-        return self.ff_layer(x)
+        return self.ff_layer(x, paddings=paddings)
 
 
 class StackedTransformer(BaseLayer):
@@ -294,33 +307,71 @@ class StackedTransformer(BaseLayer):
       relative_bias_tpl: T5's relative position bias (``RelativePositionBias``, given the
         block's ``num_heads``): one table for the stack, its bias computed once per call and
         added to every block's self-attention logits; ``None``: none.
+      moe_layers: the blocks (indices) stamped from ``moe_block_tpl`` instead (Pax's
+        ``moe_layers``; Qwen-MoE's ``decoder_sparse_step`` and ``mlp_only_layers`` become
+        such a list); empty: none.
+      moe_block_tpl: the block of the ``moe_layers``: a block whose ``tr_fflayer_tpl`` is a
+        mixture of experts (``praxis_lite.moe.MoeFeedForward``). A stack whose every block
+        is one sets ``block_tpl`` to it instead.
+
+    A stack mixing dense and MoE blocks is scanned as repeated groups: a
+    ``StackedTransformerRepeated`` whose ``block_tpl`` is this stack with the group's
+    layers (e.g. 2 layers, ``moe_layers=(1,)``: every second layer a mixture of experts,
+    Pax's layout for such stacks), or left unscanned as one of these.
     """
 
     num_layers: int
     block_tpl: LayerTpl = template_field(Transformer)
     sliding_windows: tuple[int | None, ...] = ()
     relative_bias_tpl: LayerTpl = template_field(None)
+    moe_layers: tuple[int, ...] = ()
+    moe_block_tpl: LayerTpl = template_field(None)
 
     def setup(self) -> None:
+        self.check_layers()
+        self.x_layers = [self.stamp_child(self._block(i)) for i in range(self.num_layers)]
+        self.relative_bias = create_relative_bias(self)
+
+    def check_layers(self) -> None:
+        """Refuses per-layer settings that do not fit ``num_layers``.
+
+        Raises:
+          ValueError: ``sliding_windows`` of another length, ``moe_layers`` out of range or
+            without ``moe_block_tpl``.
+        """
         if self.sliding_windows and len(self.sliding_windows) != self.num_layers:
             raise ValueError(
                 f"sliding_windows has {len(self.sliding_windows)} entries for "
                 f"{self.num_layers} layers; give one per layer (None: no window)."
             )
-        self.x_layers = [self.stamp_child(self._block(i)) for i in range(self.num_layers)]
-        self.relative_bias = create_relative_bias(self)
+        outside = [i for i in self.moe_layers if not 0 <= i < self.num_layers]
+        if outside:
+            raise ValueError(
+                f"moe_layers {outside} are not layers of a {self.num_layers}-layer stack "
+                f"(0..{self.num_layers - 1})."
+            )
+        if self.moe_layers and self.moe_block_tpl is None:
+            raise ValueError("moe_layers needs moe_block_tpl (the mixture-of-experts block).")
 
     def _block(self, i: int) -> Any:
-        """Block ``i``'s template: ``block_tpl``, with its window when ``sliding_windows``."""
+        """Block ``i``'s template: ``block_tpl`` (or ``moe_block_tpl`` for ``moe_layers``),
+        with its window when ``sliding_windows``."""
+        chosen = self.moe_block_tpl if i in self.moe_layers else self.block_tpl
         if not self.sliding_windows:
-            return self.block_tpl
-        block = copy.deepcopy(self.block_tpl.value)
+            return chosen
+        block = copy.deepcopy(chosen.value)
         block.tr_atten_tpl.sliding_window = self.sliding_windows[i]
         return block
 
     def layout(self) -> StackLayout:
         """``num_layers`` blocks, one after another (no loop XLA counts once)."""
-        return StackLayout(self.num_layers, self.block_tpl.value)
+        moe_block = self.moe_block_tpl.value if self.moe_layers else None
+        return StackLayout(
+            self.num_layers,
+            self.block_tpl.value,
+            moe_block=moe_block,
+            moe_layers=len(set(self.moe_layers)),
+        )
 
     def __call__(
         self,
@@ -329,11 +380,15 @@ class StackedTransformer(BaseLayer):
         paddings: jax.Array | None = None,
         segment_ids: jax.Array | None = None,
         positions: jax.Array | None = None,
+        attention_bias: jax.Array | None = None,
         memory: Memory | None = None,
         train: bool = False,
     ) -> jax.Array:
-        """``[B, T, D] -> [B, T, D]`` (``memory``: for blocks with cross-attention)."""
-        bias = relative_bias_lib.stack_bias(self.relative_bias, x.shape[1])
+        """``[B, T, D] -> [B, T, D]`` (``memory``: for blocks with cross-attention;
+        ``attention_bias``: an enclosing stack's, when this one is its scanned group)."""
+        bias = attention_bias
+        if bias is None:
+            bias = relative_bias_lib.stack_bias(self.relative_bias, x.shape[1])
         for layer in self.x_layers:
             x = layer(
                 x,
@@ -353,11 +408,12 @@ class StackedTransformer(BaseLayer):
         positions: jax.Array,
         paddings: jax.Array | None = None,
         max_len: int | None = None,
+        attention_bias: jax.Array | None = None,
         memory: Memory | None = None,
     ) -> jax.Array:
         """Incremental decoding through every block (each keeps its own cache; ``memory``
-        on the first call only)."""
-        bias = None
+        on the first call only; ``attention_bias`` as in ``__call__``)."""
+        bias = attention_bias
         if self.relative_bias is not None:
             bias = self.relative_bias.extend(x.shape[1], max_len)
         for layer in self.x_layers:

@@ -84,11 +84,12 @@ class EncoderDecoderModel(BaseModel):
         ]
         layouts = tuple(stack.layout() for stack in stacks)
         sides = [
-            LmShape(
-                num_layers=layout.num_layers,
-                model_dims=network.model_dims,
-                vocab_size=vocab,
-                **unbound_layer(layout.block).matmul_shape(),
+            LmShape.of_stack(
+                layout,
+                unbound_layer(layout.block).matmul_shape(),
+                None,
+                network.model_dims,
+                vocab,
             )
             for layout, vocab in zip(layouts, (0, network.vocab_size), strict=True)
         ]

@@ -81,25 +81,29 @@ def logits(name: str, params: dict, ids: np.ndarray) -> np.ndarray:
     return np.asarray(out.logits, np.float32)
 
 
+def make(name: str, out: pathlib.Path) -> None:
+    """Trains experiment ``name`` and writes its checkpoint and logits under ``out/name``."""
+    job_dir = pathlib.Path("/tmp/pax_fixture_jobs") / name
+    step_dir = train(name, job_dir)
+    experiment = experiment_registry.get(name)()
+    rng = np.random.default_rng(0)
+    ids = rng.integers(0, experiment.VOCAB_SIZE, (2, experiment.MAX_SEQ_LEN)).astype(np.int32)
+    values = logits(name, read_params(step_dir), ids)
+    target = out / name
+    shutil.rmtree(target, ignore_errors=True)
+    # The optimizer state (opt_states_*, 2/3 of the bytes) stays out: only weights load.
+    shutil.copytree(
+        step_dir,
+        target / "checkpoints" / step_dir.name,
+        ignore=shutil.ignore_patterns("opt_states_*"),
+    )
+    np.savez(target / "logits.npz", ids=ids, logits=values)
+    print(name, "logits", values.shape, "max |logit|", float(np.abs(values).max()), flush=True)
+
+
 def main(out_dir: str) -> None:
-    out = pathlib.Path(out_dir)
     for name in EXPERIMENTS:
-        job_dir = pathlib.Path("/tmp/pax_fixture_jobs") / name
-        step_dir = train(name, job_dir)
-        experiment = experiment_registry.get(name)()
-        rng = np.random.default_rng(0)
-        ids = rng.integers(0, experiment.VOCAB_SIZE, (2, experiment.MAX_SEQ_LEN)).astype(np.int32)
-        values = logits(name, read_params(step_dir), ids)
-        target = out / name
-        shutil.rmtree(target, ignore_errors=True)
-        # The optimizer state (opt_states_*, 2/3 of the bytes) stays out: only weights load.
-        shutil.copytree(
-            step_dir,
-            target / "checkpoints" / step_dir.name,
-            ignore=shutil.ignore_patterns("opt_states_*"),
-        )
-        np.savez(target / "logits.npz", ids=ids, logits=values)
-        print(name, "logits", values.shape, "max |logit|", float(np.abs(values).max()), flush=True)
+        make(name, pathlib.Path(out_dir))
 
 
 if __name__ == "__main__":

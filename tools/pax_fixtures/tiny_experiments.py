@@ -64,3 +64,55 @@ class TinyC4SpmdGpt3AdamOrgHP(_Tiny, lm_cloud.SyntheticDataset, c4.C4SpmdGpt3Ada
     NUM_HEADS = 5
     VOCAB_SIZE = 112
     TRAINABLE_PE_MAX_SEQ_LEN = 32
+
+
+class _TinyMoe:
+    """Mixture-of-experts feed-forwards (praxis' TransformerFeedForwardMoe, GShard top-2) in
+    the MOE_LAYERS of each group of MOE_GROUP layers; a scanned stack repeats the group
+    (praxis' StackedTransformerRepeated over a StackedTransformer of MOE_GROUP layers)."""
+
+    NUM_EXPERTS = 4
+    NUM_GROUPS = 2
+    MOE_GROUP = 2
+    MOE_LAYERS = (1,)
+    CAPACITY_FACTOR = 1.0
+    MOE_GATED = False
+
+    def task(self):
+        task_p = super().task()
+        stacked = task_p.model.lm_tpl.stacked_transformer_tpl
+        if self.USE_REPEATED_LAYER:
+            stacked.x_times = self.NUM_LAYERS // self.MOE_GROUP
+            stacked = stacked.block
+            stacked.num_layers = self.MOE_GROUP
+        stacked.moe_layers = list(self.MOE_LAYERS)
+        stacked.num_experts = self.NUM_EXPERTS
+        stacked.num_groups = self.NUM_GROUPS
+        stacked.moe_layer_tpl.unadjusted_expert_capacity_factor = self.CAPACITY_FACTOR
+        stacked.moe_layer_tpl.use_gated_activation = self.MOE_GATED
+        return task_p
+
+
+@experiment_registry.register
+class TinyLmCloudSpmdMoe(_TinyMoe, _Tiny, lm_cloud.LmCloudSpmd):
+    """TinyLmCloudSpmd with 4 layers scanned as 2 groups of (dense, MoE): 4 experts, 2
+    routing groups, capacity factor 1 (second choices overflow)."""
+
+    NUM_LAYERS = 4
+
+
+@experiment_registry.register
+class TinyC4SpmdAdamMoe(_TinyMoe, _Tiny, lm_cloud.SyntheticDataset, c4.C4SpmdAdam):
+    """TinyC4SpmdAdam's model, unscanned, with gated (ReLU) MoE feed-forwards in layers 0
+    and 2 of 3, capacity factor 0.5 (4 slots an expert: most second choices dropped)."""
+
+    NUM_LAYERS = 3
+    MODEL_DIMS = 48
+    HIDDEN_DIMS = 96
+    NUM_HEADS = 6
+    VOCAB_SIZE = 96
+    MAX_SEQ_LEN = 12
+    MOE_GROUP = 3
+    MOE_LAYERS = (0, 2)
+    CAPACITY_FACTOR = 0.5
+    MOE_GATED = True

@@ -212,7 +212,10 @@ class Transformer(BaseLayer):
         and ``moe``: its feed-forward's ``active_ffn()`` (a ``flops.MoeFfn``) when it is a
         mixture of experts, else None."""
         ff = config_lib.instantiate(
-            self.tr_fflayer_tpl.value, input_dims=self.input_dims, hidden_dims=self.hidden_dims
+            self.tr_fflayer_tpl.value,
+            parent=None,
+            input_dims=self.input_dims,
+            hidden_dims=self.hidden_dims,
         )
         return {
             "hidden_dims": self.hidden_dims,
@@ -429,5 +432,11 @@ class StackedTransformer(BaseLayer):
 
 
 def create_relative_bias(stack: BaseLayer) -> BaseLayer | None:
-    """``stack``'s ``relative_bias_tpl`` layer with its block's heads (call from setup)."""
-    return stack.create_child(stack.relative_bias_tpl, num_heads=stack.block_tpl.value.num_heads)
+    """``stack``'s ``relative_bias_tpl`` layer with its block's heads (call from setup; a
+    block that is a group of layers: its own block's)."""
+    if stack.relative_bias_tpl is None:
+        return None
+    block = stack.block_tpl.value
+    while "num_heads" not in block.__arguments__ and "block_tpl" in block.__arguments__:
+        block = block.block_tpl
+    return stack.create_child(stack.relative_bias_tpl, num_heads=block.num_heads)

@@ -194,7 +194,9 @@ class MoeFeedForward(BaseLayer):
         d, f = self.input_dims, self.shared_expert_dims
         if not f:
             return {}
-        shared = {"wi": self.create_variable("shared_wi_0", (d, f), (EMBED, MLP), _fan_in_uniform(d))}
+        shared = {
+            "wi": self.create_variable("shared_wi_0", (d, f), (EMBED, MLP), _fan_in_uniform(d))
+        }
         if self.use_gated_activation:
             shared["wi_gate"] = self.create_variable(
                 "shared_wi_gate_0", (d, f), (EMBED, MLP), _fan_in_uniform(d)
@@ -271,7 +273,11 @@ class MoeFeedForward(BaseLayer):
         if self.second_expert_policy is not SecondExpertPolicy.ALL:
             key = self.make_rng("dropout") if train else jax.random.key(0)
         gating = routing.top2_gating(
-            self._router_logits(xg), pg, capacity, self.second_expert_policy, key,
+            self._router_logits(xg),
+            pg,
+            capacity,
+            self.second_expert_policy,
+            key,
             self.gating_logit_cap,
         )
         self._record_gating(gating)
@@ -283,7 +289,9 @@ class MoeFeedForward(BaseLayer):
         hidden_gate = None
         if wi_gate is not None:
             hidden_gate = jnp.einsum("egcm,emh->egch", expert_in, wi_gate)
-        hidden = self.constrain(self._hidden(hidden, hidden_gate, train), (EXPERT, BATCH, None, MLP))
+        hidden = self.constrain(
+            self._hidden(hidden, hidden_gate, train), (EXPERT, BATCH, None, MLP)
+        )
         expert_out = jnp.einsum("egch,ehm->egcm", hidden, wo)
         expert_out = self.constrain(expert_out, (EXPERT, BATCH, None, ACTIVATION_EMBED))
         out = jnp.einsum("egcm,gsec->gsm", expert_out, gating.combine.astype(h.dtype))
@@ -322,7 +330,9 @@ class MoeFeedForward(BaseLayer):
         out = dispatch_lib.scatter_back(out_rows, routes, tokens.shape[0])
         return out.reshape(*shape, d)
 
-    def _record_dropless_losses(self, logits: jax.Array, experts: jax.Array, live: jax.Array) -> None:
+    def _record_dropless_losses(
+        self, logits: jax.Array, experts: jax.Array, live: jax.Array
+    ) -> None:
         """Switch's load-balancing loss and the router z-loss, where their weights are set."""
         if self.load_balance_loss_weight:
             loss = routing.load_balancing_loss(logits, experts, live)

@@ -27,6 +27,7 @@ from praxis_lite import config as config_lib
 from praxis_lite.sharding import FSDP_AND_TENSOR_PARALLEL_RULES
 from tasks.lm.knob_groups import knob_group
 from tasks.lm.lm_cloud import LmCloudSpmd
+from tasks.lm.moe_knobs import moe_knobs_set
 
 #: Model knob -> config.json's names for that size (Llama's, then GPT-2's): the model is
 #: built with config.json's, so a knob set otherwise is a contradiction.
@@ -87,6 +88,12 @@ class HfModelKnobs(LmCloudSpmd):
             raise KnobError(
                 f"{type(self).__qualname__}: {self.HF_MODEL}/config.json builds the model, and "
                 f"these knobs disagree with it: {'; '.join(differ)}; leave them unset."
+            )
+        moe = moe_knobs_set(type(self))
+        if moe:
+            raise KnobError(
+                f"{type(self).__qualname__}: {self.HF_MODEL}/config.json builds the model; the "
+                f"mixture-of-experts knobs {', '.join(moe)} do not apply to it: leave them unset."
             )
 
     def model(self) -> config_lib.Config:

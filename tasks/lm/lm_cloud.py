@@ -6,6 +6,7 @@ derived here through the pure builders of ``model_params``.
 
 from __future__ import annotations
 
+import math
 from typing import Any
 
 import jax.numpy as jnp
@@ -18,9 +19,11 @@ from praxis_lite.decoding import beam_search
 from praxis_lite.inputs.synthetic_input import SyntheticLmInput
 from praxis_lite.layers.embedding_softmax import PositionalEmbedding
 from praxis_lite.layers.repeats import AutodiffCheckpointType
+from praxis_lite.moe import Dispatch
 from praxis_lite.sharding import (
     DATA_PARALLEL_RULES,
     EMBED,
+    EXPERT,
     FSDP_AND_TENSOR_PARALLEL_RULES,
     HEAD_DIM,
     HEADS,
@@ -93,12 +96,27 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, Lor
             HEAD_DIM: (self._head_dims_source(), self._head_dims()),
             VOCAB: ("VOCAB_SIZE", self.VOCAB_SIZE),
         }
+        if self.NUM_EXPERTS:
+            sizes[EXPERT] = ("NUM_EXPERTS", self.NUM_EXPERTS)
+            self._check_moe_groups(plan)
         if self.NUM_STAGES > 1:  # Pipelined weights: [L, ...] or [R, L / R, ...] on 'stages'.
             per_repeat = self.NUM_LAYERS // self.CIRCULAR_REPEAT
             sizes[STAGES] = ("NUM_LAYERS / CIRCULAR_REPEAT", per_repeat)
         else:
             sizes[LAYERS] = ("NUM_LAYERS", self.NUM_LAYERS)
         plan.check_even_split(sizes)
+
+    def _check_moe_groups(self, plan: mesh_checks.MeshPlan) -> None:
+        """NUM_GROUPS divides the tokens of a train step's batch (unpipelined, whole batch)."""
+        if self.NUM_STAGES > 1 or self.MOE_DISPATCH is not Dispatch.CAPACITY:
+            return
+        tokens = self.global_batch_size(math.prod(plan.sizes.values())) * self.MAX_SEQ_LEN
+        if self.MIN_GROUP_SIZE is None and tokens % self.NUM_GROUPS:
+            raise KnobError(
+                f"{plan.owner}.NUM_GROUPS = {self.NUM_GROUPS} does not divide the {tokens} "
+                "tokens of a step (global batch x MAX_SEQ_LEN); the MoE layers route that many "
+                "groups of tokens: pick a divisor (Pax uses the data-parallel size)."
+            )
 
     def _check_pipeline(self, plan: mesh_checks.MeshPlan) -> None:
         """Stages, microbatches and circular repeats fit the layers, the batch and the mesh."""
@@ -195,8 +213,13 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, Lor
 
     def task(self) -> Any:
         """The task; beam search (``task.decoder.num_beams > 1``) normalises lengths with
-        praxis' default ``length_norm_alpha`` (0.8)."""
-        task = self.single_task(self.model(), self.learner(self.lr_schedule()))
+        praxis' default ``length_norm_alpha`` (0.8). The MoE knobs apply last, to the
+        finished model's blocks (``MoeKnobs.with_experts``)."""
+        model = self.model()
+        model.lm_tpl.stacked_transformer_tpl = self.with_experts(
+            model.lm_tpl.stacked_transformer_tpl
+        )
+        task = self.single_task(model, self.learner(self.lr_schedule()))
         task.decoder.length_norm_alpha = beam_search.PRAXIS_LENGTH_NORM_ALPHA
         return self.with_lora(task)
 

@@ -11,7 +11,7 @@ from typing import Any
 
 import jax.numpy as jnp
 
-from paxlite.experiments.base_experiment import BaseExperiment, KnobError, PipelineLayout
+from paxlite.experiments.base_experiment import KnobError, PipelineLayout
 from praxis_lite import config as config_lib
 from praxis_lite.layers.embedding_softmax import (
     Embedding,
@@ -27,10 +27,11 @@ from praxis_lite.layers.transformers import StackedTransformer
 from praxis_lite.models.lm import LanguageModel
 from tasks.lm.knob_groups import check_at_least, knob_group
 from tasks.lm.model_params import Activation, Norm, block_config
+from tasks.lm.moe_knobs import MoeKnobs
 
 
 @knob_group
-class TransformerLmKnobs(BaseExperiment):
+class TransformerLmKnobs(MoeKnobs):
     """Model knobs of a decoder-only Transformer LM (Pax's names where Pax has them).
 
     Shape: NUM_LAYERS, MODEL_DIMS, HIDDEN_DIMS, NUM_HEADS, NUM_KV_HEADS (None: NUM_HEADS),
@@ -49,7 +50,8 @@ class TransformerLmKnobs(BaseExperiment):
     splits the layers over that many stages, the batch cut into microbatches of
     MICROBATCH_SIZE or into NUM_MICROBATCHES (default NUM_STAGES); CIRCULAR_REPEAT
     virtual stages per device, STREAM_IO (the microbatch buffer split over the stages).
-    FPROP_DTYPE: the compute dtype (weights float32).
+    FPROP_DTYPE: the compute dtype (weights float32). Mixture-of-experts feed-forwards:
+    ``MoeKnobs`` (off while NUM_EXPERTS is 0).
     """
 
     NUM_LAYERS: int

@@ -5,6 +5,8 @@ Runs in the paxml venv (make_venv.sh), from the repository root:
 
     JAX_PLATFORMS=cpu /tmp/paxml-venv/bin/python tools/pax_fixtures/make_moe.py tests/fixtures/pax
 
+(``--aux-only`` after the directory: only recompute the aux losses of the checkpoints there.)
+
 Writes ``<out>/moe_gating.npz``: for each case ``<case>_<field>``: ``logits [G, S, E]``,
 ``paddings [G, S]``, ``capacity_factor``, and praxis' ``combine [G, S, E, C]``, ``dispatch``,
 ``aux_loss``, ``over_capacity [2]`` and ``dispatched [3]`` (the fractions of tokens sent to 0,
@@ -42,7 +44,9 @@ def gating_cases() -> dict[str, dict]:
     paddings[2, :2] = 1.0
     cases["overflow"] = dict(logits=skewed, paddings=paddings, capacity_factor=1.0)
     wide = rng.normal(size=(2, 16, 8)).astype(np.float32) * 3.0
-    cases["small_factor"] = dict(logits=wide, paddings=np.zeros((2, 16), np.float32), capacity_factor=0.5)
+    cases["small_factor"] = dict(
+        logits=wide, paddings=np.zeros((2, 16), np.float32), capacity_factor=0.5
+    )
     return cases
 
 
@@ -94,22 +98,33 @@ def aux_loss(name: str, params: dict, ids: np.ndarray) -> float:
             method=model.compute_predictions,
             mutable=[base_layer.AUX_LOSS],
         )
-    leaves = jax.tree_util.tree_leaves(variables[base_layer.AUX_LOSS])
-    return float(sum(np.sum(np.asarray(leaf)) for leaf in leaves))
+    # Each term is praxis' AuxLossStruct(value, weight): the values are what it adds.
+    terms = jax.tree_util.tree_leaves(
+        variables[base_layer.AUX_LOSS], is_leaf=lambda x: hasattr(x, "weight")
+    )
+    return float(sum(np.sum(np.asarray(term.value)) for term in terms))
 
 
-def main(out_dir: str) -> None:
+def main(out_dir: str, train: bool = True) -> None:
+    """All fixtures; ``train=False`` (``--aux-only``): only the aux losses, from the
+    checkpoints already there."""
     out = pathlib.Path(out_dir)
-    gating(out)
+    if train:
+        gating(out)
     for name in EXPERIMENTS:
-        make_checkpoints.make(name, out)
+        if train:
+            make_checkpoints.make(name, out)
         fixture = dict(np.load(out / name / "logits.npz"))
-        step_dir = out / name / "checkpoints" / f"checkpoint_{make_checkpoints.tiny_experiments.STEPS:08d}"
-        fixture["aux_loss"] = np.float32(aux_loss(name, make_checkpoints.read_params(step_dir), fixture["ids"]))
+        step_dir = (
+            out / name / "checkpoints" / f"checkpoint_{make_checkpoints.tiny_experiments.STEPS:08d}"
+        )
+        fixture["aux_loss"] = np.float32(
+            aux_loss(name, make_checkpoints.read_params(step_dir), fixture["ids"])
+        )
         np.savez(out / name / "logits.npz", **fixture)
         print(name, "aux_loss", fixture["aux_loss"], flush=True)
 
 
 if __name__ == "__main__":
     jax.config.update("jax_platforms", "cpu")
-    main(sys.argv[1])
+    main(sys.argv[1], train="--aux-only" not in sys.argv[2:])

@@ -10,7 +10,9 @@ the names Pax's checkpoints use (``mdl_vars.params.<dotted path>``). The rules:
   ``post/w [D, N, H]``; with one combined q/k/v weight, the three biases ``b_q, b_k, b_v
   [N, H]`` are Pax's ``combined_qkv/b [3, N, H]``.
 * Stacks: a scanned stack ``repeat/block/... [L, ...]`` is Pax's ``repeat/sub/x_layers_0/...
-  [L, ...]``; unscanned layers ``x_layers_i`` keep their names; a pipeline's ``[L, ...]``
+  [L, ...]``, and one scanning groups of layers (dense and mixture-of-experts)
+  ``repeat/block/x_layers_j/... [L / g, ...]`` is Pax's ``repeat/sub/x_layers_j/...``;
+  unscanned layers ``x_layers_i`` keep their names; a pipeline's ``[L, ...]``
   (or, circular, ``[R, L / R, ...]``) becomes, for each of the ``L / (S R)`` layers of a
   stage, ``pipeline/body/x_layers_j/... [S, ...]`` (``[R, S, ...]``): layer ``(r S + s)
   L / (S R) + j`` of the model.
@@ -57,6 +59,11 @@ BLOCK_LEAVES: dict[str, tuple[str, tuple[int, ...] | None]] = {
     "self_attention/w_post": ("self_attention/post/w", (2, 0, 1)),  # [N, H, D] -> [D, N, H]
     "self_attention/b_post": ("self_attention/post/b", None),
     "self_attention/per_dim_scale": ("self_attention/per_dim_scale/per_dim_scale", None),
+    # praxis' TransformerFeedForwardMoe: the router [D, E], experts [E, D, F] and [E, F, D].
+    "ff_layer/gate": ("ff_layer/gate", None),
+    "ff_layer/wi_0": ("ff_layer/wi_0", None),
+    "ff_layer/wi_gate_0": ("ff_layer/wi_gate_0", None),
+    "ff_layer/wo_0": ("ff_layer/wo_0", None),
 }
 #: paxlite's leaf outside the stack -> (Pax's, permutation).
 MODEL_LEAVES: dict[str, tuple[str, tuple[int, ...] | None]] = {
@@ -126,9 +133,14 @@ def to_pax(
 
 
 def _split_block(path: str) -> tuple[str, str]:
-    """``'lm/transformer/x_layers_3/ff_layer/...'`` -> (``'lm/transformer/x_layers_3/'``, rest)."""
+    """``'lm/transformer/x_layers_3/ff_layer/...'`` -> (``'lm/transformer/x_layers_3/'``, rest);
+    a scanned group's layer: (``'lm/transformer/repeat/block/x_layers_1/'``, rest)."""
     if path.startswith(_SCANNED):
-        return _SCANNED, path[len(_SCANNED) :]
+        rest = path[len(_SCANNED) :]
+        head, _, tail = rest.partition("/")
+        if head.startswith("x_layers_") and tail:
+            return f"{_SCANNED}{head}/", tail
+        return _SCANNED, rest
     parts = path.split("/")
     if len(parts) > 3 and parts[:2] == ["lm", "transformer"] and parts[2].startswith("x_layers_"):
         return "/".join(parts[:3]) + "/", "/".join(parts[3:])
@@ -141,9 +153,25 @@ def _combined(params: Mapping[str, Any], block: str) -> bool:
 
 def _leading_axes(block: str, num_stages: int, circular_repeat: int) -> int:
     """How many layer axes lead a stacked weight of ``block``: 0 unscanned, 1 or 2 stacked."""
-    if block != _SCANNED:
+    if not block.startswith(_SCANNED):
         return 0
     return 2 if num_stages > 1 and circular_repeat > 1 else 1
+
+
+def _scanned_group(block: str, num_stages: int) -> str | None:
+    """Pax's prefix of a scanned group's layer ``block`` (``repeat/sub/x_layers_j/``); None
+    for other blocks.
+
+    Raises:
+      PaxLayoutError: a pipeline of groups (no Pax layout is built for it).
+    """
+    if not block.startswith(_SCANNED) or block == _SCANNED:
+        return None
+    if num_stages > 1:
+        raise PaxLayoutError(
+            f"{block}: a pipeline whose stages scan groups of layers has no Pax layout here."
+        )
+    return "lm/transformer/repeat/sub/" + block[len(_SCANNED) :]
 
 
 def _permute(value: Any, perm: tuple[int, ...] | None, lead: int) -> Any:
@@ -159,6 +187,9 @@ def _stack_entries(
     """Pax's entries for one weight of ``block``: renamed, permuted, and split per stage layer."""
     lead = _leading_axes(block, num_stages, repeats)
     value = _permute(value, perm, lead)
+    group = _scanned_group(block, num_stages)
+    if group is not None:
+        return {group + name: value}
     if block != _SCANNED:
         return {block + name: value}
     if num_stages == 1:
@@ -265,6 +296,9 @@ def _stacked_names(
     block: str, name: str, shape: tuple[int, ...], num_stages: int, repeats: int
 ) -> tuple[tuple[str, ...], int]:
     """``(Pax names, stages)`` of one weight of ``block`` (see :func:`_stack_entries`)."""
+    group = _scanned_group(block, num_stages)
+    if group is not None:
+        return (group + name,), 1
     if block != _SCANNED:
         return (block + name,), 1
     if num_stages == 1:

@@ -21,6 +21,7 @@ from paxlite.checkpoints import checkpoint_sources, init_from
 from paxlite.experiments.base_experiment import with_overrides
 from paxlite.experiments.tasks_lib import CheckpointLoadingRules
 from praxis_lite import config as config_lib
+from praxis_lite.base_layer import AUX_LOSS
 from praxis_lite.py_utils import NestedMap
 from tasks.lm import c4, lm_cloud
 from tests import FIXTURES
@@ -52,7 +53,35 @@ OURS = {  # Pax's tiny experiment -> the paxlite class of its Pax base, and its 
             MODEL_DIMS=40, HIDDEN_DIMS=160, NUM_HEADS=5, VOCAB_SIZE=112, TRAINABLE_PE_MAX_SEQ_LEN=32
         ),
     ),
+    # praxis' TransformerFeedForwardMoe (GShard top-2, 4 experts, 2 routing groups):
+    "TinyLmCloudSpmdMoe": (  # scanned as 2 groups of (dense, MoE); second choices overflow
+        lm_cloud.LmCloudSpmd2B,
+        dict(
+            NUM_LAYERS=4,
+            NUM_EXPERTS=4,
+            NUM_GROUPS=2,
+            MOE_EVERY_N=2,
+            EXPERT_CAPACITY_FACTOR=1.0,
+        ),
+    ),
+    "TinyC4SpmdAdamMoe": (  # unscanned, gated experts in layers 0 and 2, 4 slots an expert
+        c4.C4SpmdAdam,
+        dict(
+            NUM_LAYERS=3,
+            MODEL_DIMS=48,
+            HIDDEN_DIMS=96,
+            NUM_HEADS=6,
+            VOCAB_SIZE=96,
+            MAX_SEQ_LEN=12,
+            NUM_EXPERTS=4,
+            NUM_GROUPS=2,
+            MOE_LAYERS=(0, 2),
+            EXPERT_CAPACITY_FACTOR=0.5,
+            MOE_GATED_ACTIVATION=True,
+        ),
+    ),
 }
+_MOE = ("TinyC4SpmdAdamMoe", "TinyLmCloudSpmdMoe")
 
 
 def _model_and_batch(name: str):
@@ -98,6 +127,19 @@ def test_a_pax_checkpoint_gives_praxiss_logits(name):
     scale = np.abs(want).max()
     assert scale > 0.1  # trained, not all zeros
     np.testing.assert_allclose(got, want, atol=1e-4 * scale, rtol=0)
+
+
+@pytest.mark.parametrize("name", _MOE)
+def test_a_pax_moe_checkpoint_gives_praxiss_aux_loss(name):
+    """The summed GShard load-balancing losses of praxis' forward pass on the logits batch
+    (the routing of every MoE layer, groups and overflow included)."""
+    experiment, model, batch, _ = _model_and_batch(name)
+    params = _read_pax(_step_dir(name), model, batch)
+    _, mutables = model.apply({"params": params}, batch, mutable=[AUX_LOSS])
+    ours = sum(float(np.sum(leaf)) for leaf in jax.tree_util.tree_leaves(mutables[AUX_LOSS]))
+    want = float(np.load(_FIXTURES / name / "logits.npz")["aux_loss"])
+    assert want > 1.0  # GShard's loss is 1 at a perfect balance, more otherwise
+    np.testing.assert_allclose(ours, want, rtol=1e-5)
 
 
 def test_another_models_checkpoint_is_named_not_loaded():

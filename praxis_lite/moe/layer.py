@@ -150,7 +150,8 @@ class MoeFeedForward(BaseLayer):
             what = UNSUPPORTED_GATING.get(self.gating_func, "unknown")
             raise ValueError(
                 f"MoE gating_func={self.gating_func!r} ({what}) is not implemented in paxlite; "
-                "use 'top2' (GShard's, with capacity) or dispatch=DROPLESS (top-k)."
+                "use 'top2' (GShard's, with capacity) or dropless top-k dispatch "
+                "(MOE_DISPATCH=dropless)."
             )
         if not 1 <= k <= e:
             raise ValueError(

@@ -19,7 +19,7 @@ from praxis_lite.decoding import beam_search
 from praxis_lite.inputs.synthetic_input import SyntheticLmInput
 from praxis_lite.layers.embedding_softmax import PositionalEmbedding
 from praxis_lite.layers.repeats import AutodiffCheckpointType
-from praxis_lite.moe import Dispatch
+from praxis_lite.moe import Dispatch, routing
 from praxis_lite.sharding import (
     DATA_PARALLEL_RULES,
     EMBED,
@@ -72,7 +72,7 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, Lor
         pipeline's interleaved microbatches, so entering the pipeline is an all-gather over
         'stage' (not a reshuffle of the whole batch through every device).
         """
-        rules = super().logical_axis_rules()
+        rules = (*self.expert_rules(), *super().logical_axis_rules())
         if self.NUM_STAGES > 1:
             rules = ((LM_BATCH, ("replica", "data", "stage")), *rules)
         if self.EMB_W_DATA_DIMS is None:
@@ -111,11 +111,21 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, Lor
         if self.NUM_STAGES > 1 or self.MOE_DISPATCH is not Dispatch.CAPACITY:
             return
         tokens = self.global_batch_size(math.prod(plan.sizes.values())) * self.MAX_SEQ_LEN
-        if self.MIN_GROUP_SIZE is None and tokens % self.NUM_GROUPS:
+        if self.MIN_GROUP_SIZE is not None:
+            return
+        if tokens % self.NUM_GROUPS:
             raise KnobError(
                 f"{plan.owner}.NUM_GROUPS = {self.NUM_GROUPS} does not divide the {tokens} "
                 "tokens of a step (global batch x MAX_SEQ_LEN); the MoE layers route that many "
                 "groups of tokens: pick a divisor (Pax uses the data-parallel size)."
+            )
+        group = tokens // self.NUM_GROUPS
+        factor, experts = self.EXPERT_CAPACITY_FACTOR, self.NUM_EXPERTS
+        if routing.expert_capacity(group, experts, factor, self.EXPERT_CAPACITY) < 1:
+            raise KnobError(
+                f"{plan.owner}: the MoE expert capacity rounds to 0 (groups of {group} tokens x "
+                f"EXPERT_CAPACITY_FACTOR {factor} / NUM_EXPERTS {experts}); raise "
+                "EXPERT_CAPACITY_FACTOR or EXPERT_CAPACITY, or use fewer NUM_GROUPS."
             )
 
     def _check_pipeline(self, plan: mesh_checks.MeshPlan) -> None:

@@ -14,6 +14,7 @@ from praxis_lite import config as config_lib
 from praxis_lite.layers.pipeline import LayerwiseShardablePipelined
 from praxis_lite.layers.transformers import StackedTransformer
 from praxis_lite.moe import Dispatch, MoeFeedForward, SecondExpertPolicy
+from praxis_lite.sharding import EXPERT
 from tasks.lm.knob_groups import knob_group
 from tasks.lm.model_params import Activation
 
@@ -33,7 +34,10 @@ class MoeKnobs(BaseExperiment):
     paxlite's: MOE_DISPATCH ('capacity': GShard's, Pax's; 'dropless': top-k, nothing
     dropped), NUM_EXPERTS_PER_TOKEN (2; dropless: any k), MOE_EVERY_N (every n-th layer is
     MoE: layers n-1, 2n-1, ...; Qwen's ``decoder_sparse_step``), MOE_HIDDEN_DIMS (an
-    expert's hidden dims; None: HIDDEN_DIMS), ROUTER_Z_LOSS_WEIGHT (dropless).
+    expert's hidden dims; None: HIDDEN_DIMS), ROUTER_Z_LOSS_WEIGHT (dropless),
+    EXPERT_MESH_AXIS (the mesh axis the experts are split over: 'data', as Pax 1.4 does, or
+    an axis of their own named in MESH_AXIS_NAMES, e.g. MaxText's 'expert'; None: every
+    device holds every expert, split only as the other rules split their weights).
 
     A scanned stack (USE_REPEATED_LAYER) that mixes dense and MoE layers is scanned as
     repeated groups of MOE_EVERY_N layers (Pax's layout: a repeated StackedTransformer of
@@ -58,17 +62,32 @@ class MoeKnobs(BaseExperiment):
     NUM_EXPERTS_PER_TOKEN: int = 2
     MOE_HIDDEN_DIMS: int | None = None
     ROUTER_Z_LOSS_WEIGHT: float = 0.0
+    EXPERT_MESH_AXIS: str | None = "data"
 
     def validate(self) -> None:
         super().validate()
         if not self.NUM_EXPERTS:
             return
         owner = type(self).__qualname__
+        axis = self.EXPERT_MESH_AXIS
+        if axis is not None and axis not in self.MESH_AXIS_NAMES:
+            raise KnobError(
+                f"{owner}.EXPERT_MESH_AXIS = {axis!r} is not an axis of MESH_AXIS_NAMES "
+                f"{tuple(self.MESH_AXIS_NAMES)}; name one of them, or add it to MESH_AXIS_NAMES "
+                "with its size in ICI_MESH_SHAPE."
+            )
         try:
             config_lib.instantiate(self.moe_feed_forward(), input_dims=1, hidden_dims=1).check()
         except ValueError as e:
             raise KnobError(f"{owner}: {e}") from None
         self.moe_layer_indices()
+
+    def expert_rules(self) -> tuple[tuple[str, str], ...]:
+        """The rule that puts the experts on EXPERT_MESH_AXIS (first: it takes that axis
+        before the rules of the experts' other dims); none without experts."""
+        if not self.NUM_EXPERTS or self.EXPERT_MESH_AXIS is None:
+            return ()
+        return ((EXPERT, self.EXPERT_MESH_AXIS),)
 
     def moe_layer_indices(self) -> tuple[int, ...]:
         """The MoE layers of the NUM_LAYERS: MOE_LAYERS, else every MOE_EVERY_N-th.

@@ -107,8 +107,8 @@ def compile_train_step(job: Job, target: TpuTarget | None = None) -> dict[str, A
       optimizer state; the compiled program's per-device memory (``memory_analysis``:
       arguments, outputs, aliased, temp, code, and ``program_bytes_per_device``, their
       total with aliased buffers counted once); XLA's FLOPs per step (XLA counts a
-      scanned layer once, see ``flops_note``); the model's FLOPs per step by definition;
-      compile seconds; the mesh. With a ``target`` also ``target``,
+      scanned layer once, see ``flops_note``); the model's FLOPs per step by definition
+      and what they counted (``model_description``); compile seconds; the mesh. With a ``target`` also ``target``,
       ``hbm_bytes_per_chip``, ``hbm_assigned_bytes_per_chip`` (what the TPU compiler's
       buffer assignment places in a chip's HBM: the figure it checks, below
       ``memory_analysis``'s estimate), and ``hbm_needed_bytes`` when the compiler refused
@@ -150,6 +150,7 @@ def compile_train_step(job: Job, target: TpuTarget | None = None) -> dict[str, A
         xla_flops_per_step=flops.xla_flops(compiled, job.mesh.size),
         flops_note="XLA's count; a scanned (repeated) stack's body is counted once.",
         model_flops_per_step=counted.per_step(global_batch) if counted else {},
+        model_description=counted.description if counted else None,
         compile_seconds=seconds,
     )
     return figures
@@ -240,6 +241,7 @@ def format_report(name: str, figures: dict[str, Any]) -> str:
                 f"{figures['xla_flops_per_step']:.4g} ({figures['flops_note']})",
             ),
             _row("model FLOPs per step", f"{_model_flops(figures)} (paxlite/perf/flops.py)"),
+            *_described_row(figures),
             _row("compile time", f"{figures['compile_seconds']:.1f} s"),
         ]
     else:
@@ -257,6 +259,12 @@ def _model_flops(figures: dict[str, Any]) -> str:
     return ", ".join(f"{k} {v:.4g}" for k, v in counted.items()) or (
         "not counted (the model has no train_flops)"
     )
+
+
+def _described_row(figures: dict[str, Any]) -> list[str]:
+    """What the model FLOPs counted (its shape; a mixture of experts' active weights)."""
+    described = figures.get("model_description")
+    return [_row("counted model", described)] if described else []
 
 
 def _trained_params(job: Job, params: Any) -> int:

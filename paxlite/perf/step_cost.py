@@ -58,6 +58,8 @@ class StepCost:
         )
         line = f"Model FLOPs per step ({self.global_batch}x{self.seq_len} tokens): "
         line += counts or "not counted (the model has no train_flops)"
+        if self.train_flops is not None:
+            line += f" of {self.train_flops.description}"
         line += f"; XLA {flops.format_flops(self.xla_flops)} ({self.xla_flops_note})"
         if self.peak is None:
             return line

@@ -175,7 +175,7 @@ class MoeFeedForward(BaseLayer):
         return MoeFfn(
             active_params=k * per_expert + d * self.num_experts + shared,
             total_params=self.num_experts * per_expert + d * self.num_experts + shared,
-            note=f"E={self.num_experts} top-{k} {self.dispatch.value}",
+            note=f"E={self.num_experts} top-{k} F={self.hidden_dims} {self.dispatch.value}",
         )
 
     def _expert_weights(self) -> tuple[jax.Array, jax.Array | None, jax.Array]:

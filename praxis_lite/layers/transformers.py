@@ -293,6 +293,8 @@ class Transformer(BaseLayer):
             x = x + self.cross_attention.cross_extend(
                 self.cross_layer_norm(x), outputs, memory_paddings
             )
+        if hasattr(self.ff_layer, "extend"):  # A mixture of experts decodes its own way.
+            return self.ff_layer.extend(x, paddings=paddings)
         return self.ff_layer(x, paddings=paddings)
 
 

@@ -237,6 +237,22 @@ class MoeFeedForward(BaseLayer):
         out = self.residual_dropout(out, deterministic=not train)
         return self.constrain(x + out, (BATCH, LENGTH, ACTIVATION_EMBED))
 
+    def extend(self, x: jax.Array, *, paddings: jax.Array | None = None) -> jax.Array:
+        """Incremental decoding (``Transformer.extend``): ``[B, T, D] -> [B, T, D]``.
+
+        Every token goes to its top ``k`` experts, nothing dropped, in both modes: a decode
+        step's few tokens would give capacity routing groups of a few tokens and no slots
+        (praxis decodes such layers with its ``dense_top2`` gate, top-2 without capacity:
+        the same routing).
+        """
+        x = self.to_fprop(x)
+        h = self.layer_norm(x)
+        out = self._dropless(h, paddings, False, TopKWeights.RENORMALIZED)
+        out = out + self._shared_expert(h, False)
+        if paddings is not None:
+            out = out * (1.0 - paddings[..., None]).astype(out.dtype)
+        return x + out
+
     def _groups(self, num_tokens: int) -> int:
         """``G`` for ``num_tokens`` (praxis' ``min_group_size`` rule).
 
@@ -309,12 +325,20 @@ class MoeFeedForward(BaseLayer):
         self.add_summary("over_capacity_1_ratio", gating.over_capacity[0])
         self.add_summary("over_capacity_2_ratio", gating.over_capacity[1])
 
-    def _dropless(self, h: jax.Array, paddings: jax.Array | None, train: bool) -> jax.Array:
-        """Every token to its top ``k`` experts, as grouped matmuls: ``[B, T, D] -> [B, T, D]``."""
+    def _dropless(
+        self,
+        h: jax.Array,
+        paddings: jax.Array | None,
+        train: bool,
+        weights: TopKWeights | None = None,
+    ) -> jax.Array:
+        """Every token to its top ``k`` experts, as grouped matmuls: ``[B, T, D] -> [B, T, D]``;
+        ``weights``: the chosen experts' (None: ``top_k_weights``)."""
         shape, d = h.shape[:-1], h.shape[-1]
         tokens = h.reshape(-1, d)
         logits = self._router_logits(tokens)
-        chosen = routing.top_k_routing(logits, self.num_experts_per_token, self.top_k_weights)
+        weights = weights or self.top_k_weights
+        chosen = routing.top_k_routing(logits, self.num_experts_per_token, weights)
         live = jnp.ones(tokens.shape[:1], jnp.float32)
         if paddings is not None:
             live = 1.0 - paddings.reshape(-1).astype(jnp.float32)

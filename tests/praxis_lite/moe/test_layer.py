@@ -127,6 +127,24 @@ def test_dropless_equals_capacity_routing_with_room_for_every_token():
     assert not np.allclose(tight, want, atol=1e-3)  # Dropped tokens change the output.
 
 
+def test_decoding_routes_without_capacity():
+    """extend (a decode step's few tokens): top-2 with nothing dropped, whatever the mode;
+    with room for every token, the same as the forward pass."""
+    x, paddings = _inputs()
+    layer = _layer(num_groups=2, capacity_factor=float(E), shared_expert_dims=3)
+    params = _perturbed_params(layer, x)
+    want, _ = _apply(layer, params, x, paddings)
+    extend = ref.fast_jit(
+        lambda p, x, pad: layer.apply({"params": p}, x, paddings=pad, method=layer.extend)
+    )
+    np.testing.assert_allclose(extend(params, x, paddings), want, atol=1e-5)
+    tiny = _layer(num_groups=2, capacity_factor=0.1, shared_expert_dims=3)
+    one_token = extend(params, x[:, :1], None)  # 2 tokens: capacity routing has no slot
+    np.testing.assert_allclose(
+        tiny.apply({"params": params}, x[:, :1], method=tiny.extend), one_token, atol=1e-6
+    )
+
+
 def test_one_expert_top1_is_the_dense_feed_forward():
     x, paddings = _inputs()
     moe = _layer(num_experts=1, num_experts_per_token=1, dispatch=Dispatch.DROPLESS)
@@ -163,6 +181,7 @@ _MESHES = {
 }
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("dispatch", list(Dispatch))
 @pytest.mark.parametrize("mesh_name", sorted(_MESHES))
 def test_sharded_equals_one_device(mesh_name, dispatch):

@@ -129,6 +129,7 @@ def test_a_pax_checkpoint_gives_praxiss_logits(name):
     np.testing.assert_allclose(got, want, atol=1e-4 * scale, rtol=0)
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize("name", _MOE)
 def test_a_pax_moe_checkpoint_gives_praxiss_aux_loss(name):
     """The summed GShard load-balancing losses of praxis' forward pass on the logits batch

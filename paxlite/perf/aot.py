@@ -109,8 +109,9 @@ def compile_train_step(job: Job, target: TpuTarget | None = None) -> dict[str, A
       total with aliased buffers counted once); XLA's FLOPs per step (XLA counts a
       scanned layer once, see ``flops_note``); the model's FLOPs per step by definition
       and what they counted (``model_description``); compile seconds; the mesh. With a
-      ``target`` also ``target``, ``hbm_bytes_per_chip``, ``hbm_assigned_bytes_per_chip`` (what the TPU compiler's
-      buffer assignment places in a chip's HBM: the figure it checks, below
+      ``target`` also ``target``, ``hbm_bytes_per_chip``, ``hbm_assigned_bytes_per_chip``
+      (what the TPU compiler's buffer assignment places in a chip's HBM: the figure it
+      checks, below
       ``memory_analysis``'s estimate), and ``hbm_needed_bytes`` when the compiler refused
       the program for lack of HBM (then no program figures).
     """

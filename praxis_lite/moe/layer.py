@@ -16,7 +16,7 @@ The router is a ``[D, E]`` matrix whose logits are computed in float32. Two disp
   praxis' (``gate``, ``wi_0``, ``wi_gate_0``, ``wo_0``), so Pax checkpoints load as they
   are, and the same for a dropless layer.
 * DROPLESS: every token to its top ``k`` experts (``routing.top_k_routing``), the routes
-  sorted by expert and run as grouped matmuls (``dispatch.grouped_matmul``).
+  sorted by expert and run as grouped matmuls (``dispatch.grouped_ffn``).
 
 Auxiliary losses are added with their weights through ``add_aux_loss`` (the train step adds
 them to the objective) and reported with ``add_summary``: CAPACITY: GShard's
@@ -343,16 +343,15 @@ class MoeFeedForward(BaseLayer):
         if paddings is not None:
             live = 1.0 - paddings.reshape(-1).astype(jnp.float32)
         self._record_dropless_losses(logits, chosen.experts, live)
-        routes = dispatch_lib.sort_routes(chosen.experts, chosen.weights, self.num_experts)
-        rows = tokens[routes.token]
-        wi, wi_gate, wo = self.wi, self.wi_gate, self.wo
-        hidden = dispatch_lib.grouped_matmul(rows, wi, routes)
-        hidden_gate = None
-        if wi_gate is not None:
-            hidden_gate = dispatch_lib.grouped_matmul(rows, wi_gate, routes)
-        hidden = self._hidden(hidden, hidden_gate, train)
-        out_rows = dispatch_lib.grouped_matmul(hidden, wo, routes)
-        out = dispatch_lib.scatter_back(out_rows, routes, tokens.shape[0])
+        per_route = dispatch_lib.grouped_ffn(
+            tokens,
+            chosen.experts,
+            (self.wi, self.wi_gate, self.wo),
+            lambda h, h_gate: self._hidden(h, h_gate, train),
+        )
+        k = self.num_experts_per_token
+        per_route = per_route.reshape(-1, k, d)
+        out = jnp.einsum("nkd,nk->nd", per_route, chosen.weights.astype(per_route.dtype))
         return out.reshape(*shape, d)
 
     def _record_dropless_losses(

@@ -65,7 +65,7 @@ from paxlite.pretrained.pretrained_models import (  # Re-exported: callers impor
     PretrainedSeq2Seq,
     pretrained_class,
 )
-from paxlite.runtime import attention_choice, job_record, platforms, storage
+from paxlite.runtime import attention_choice, job_record, platform_kernels, platforms, storage
 from paxlite.runtime.mesh import create_mesh, mesh_size
 from paxlite.train import trainable
 from praxis_lite import config as config_lib
@@ -213,6 +213,7 @@ def _from_checkpoint(
     _set_dtype(task_cfg.model, dtype)
     mesh, rules = _mesh_and_rules(experiment)
     attention_choice.apply(task_cfg, experiment, list(mesh.devices.flat))  # This platform's.
+    platform_kernels.apply(task_cfg, list(mesh.devices.flat))
     task = config_lib.instantiate(task_cfg)
     layout, kinds = experiment.pipeline_layout(), {str(path): kind}
     params = _load_params(task.model, sources, layout, mesh, rules, task.learner, kinds)

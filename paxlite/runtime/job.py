@@ -15,7 +15,7 @@ from jax.sharding import Mesh, NamedSharding
 from paxlite.evaluation import decode_lib
 from paxlite.experiments.base_experiment import BaseExperiment
 from paxlite.experiments.tasks_lib import SingleTask
-from paxlite.runtime import attention_choice, partitioning
+from paxlite.runtime import attention_choice, partitioning, platform_kernels
 from paxlite.runtime.mesh import create_mesh
 from praxis_lite import config as config_lib
 from praxis_lite.inputs.base_input import BaseInput
@@ -87,6 +87,7 @@ def build_job(
         experiment.ICI_MESH_SHAPE, experiment.DCN_MESH_SHAPE, experiment.MESH_AXIS_NAMES, devices
     )
     attention_impl = attention_choice.apply(task_cfg, experiment, list(mesh.devices.flat))
+    platform_kernels.apply(task_cfg, list(mesh.devices.flat))
     task = config_lib.instantiate(task_cfg)
     if decoder_dataset_cfgs:  # Before any decoder input reads data.
         decode_lib.check_can_decode(task.model)

@@ -3,25 +3,36 @@
 Shapes: ``N`` tokens, ``k`` experts a token, ``R = N k`` routes, ``E`` experts, ``D`` model
 dims, ``F`` an expert's hidden dims, ``b`` rows a block, ``n`` blocks.
 
-The routes are sorted by expert, so expert ``e``'s rows are one contiguous run of
-``group_sizes[e]`` rows, and each projection is one grouped matmul over the runs, done one of
-two ways, chosen in one place (:func:`grouped_matmul_kind`):
+``G`` groups of tokens (split over the data-parallel devices). Expert ``e``'s rows are one
+contiguous run, and each projection is one grouped matmul over the runs, done one of two
+ways, chosen in one place (:func:`grouped_matmul_kind`):
 
 * ``ragged``: ``jax.lax.ragged_dot`` (the grouped-matmul op XLA lowers to the accelerators'
-  kernels; MaxText's dropless MoE calls it on TPU and GPU);
-* ``blocked``: each expert's run padded to whole blocks of ``b`` rows, every block multiplied
+  kernels; MaxText's dropless MoE calls it on TPU and GPU), run by ``jax.shard_map`` on each
+  data-parallel device's own routes, sorted there (XLA cannot split one ragged_dot over the
+  devices, and its batched form does not lower for TPUs in jax 0.10); the experts' weights
+  enter whole (all-gathered like an FSDP layer's);
+* ``blocked``: each group routed on its own (no global sort), each expert's run padded to
+  whole blocks of ``b`` rows, every block multiplied
   by its expert's matrix in one batched einsum (``[n, b, D] x [n, D, F]``); the padding
   costs at most ``E (b - 1)`` rows. On a CPU, XLA's ``ragged_dot`` runs every group over all
   rows; this runs about as fast as one dense matmul of the routes (benchmarks/moe_speed.py).
+
+:func:`route` lays the rows out, :func:`gather_rows` fills them, :func:`project` is one
+grouped matmul, :func:`route_outputs` reads each route's output back.
 """
 
 from __future__ import annotations
 
-from collections.abc import Callable
-from typing import NamedTuple
+import math
+from typing import Any, NamedTuple
 
+import flax.linen as nn
 import jax
 import jax.numpy as jnp
+from jax.sharding import PartitionSpec
+
+from praxis_lite.sharding import BATCH
 
 #: Rows a block of the blocked grouped matmul.
 BLOCK_ROWS = 64
@@ -57,9 +68,11 @@ def sort_routes(experts: jax.Array, num_experts: int) -> SortedRoutes:
     return SortedRoutes(order // k, flat[order], sizes, rank)
 
 
-def grouped_matmul_kind() -> str:
-    """``'blocked'`` on the platforms of :data:`BLOCKED_PLATFORMS`, else ``'ragged'``."""
-    return "blocked" if jax.default_backend() in BLOCKED_PLATFORMS else "ragged"
+def grouped_matmul_kind(platform: str | None = None) -> str:
+    """``'blocked'`` on the platforms of :data:`BLOCKED_PLATFORMS`, else ``'ragged'``;
+    ``platform`` None: this process's default backend's (a job compiled for another
+    platform says its devices')."""
+    return "blocked" if (platform or jax.default_backend()) in BLOCKED_PLATFORMS else "ragged"
 
 
 class Blocks(NamedTuple):
@@ -97,54 +110,111 @@ def plan_blocks(experts: jax.Array, num_experts: int, block_rows: int | None = N
     return Blocks(block_start[flat] + earlier, jnp.minimum(expert, num_experts - 1), block_rows)
 
 
-def grouped_ffn(
-    tokens: jax.Array,
-    experts: jax.Array,
-    weights: tuple[jax.Array, jax.Array | None, jax.Array],
-    activate: Callable[[jax.Array, jax.Array | None], jax.Array],
-) -> jax.Array:
-    """Each route's token through its expert's feed-forward: ``activate(x wi, x wi_gate) wo``.
+class Routed(NamedTuple):
+    """Where each group's routes sit while its experts run: the rows the projections see.
 
-    Args:
-      tokens: ``[N, D]``.
-      experts: ``[N, k]`` each token's chosen experts.
-      weights: ``wi [E, D, F]``, ``wi_gate [E, D, F]`` (None: not gated), ``wo [E, F, D]``.
-      activate: ``(h [.., F], h_gate [.., F] or None) -> [.., F]``.
+    Blocked, each group on its own; ragged, each data-parallel device's groups together
+    (one run per expert: ``ragged_dot``'s form), sorted on that device (``jax.shard_map``),
+    the leading axis then the devices.
 
-    Returns:
-      ``[N k, D]``: route ``(n, j)``'s expert output at row ``n k + j``.
+    Attributes:
+      kind: ``'blocked'`` or ``'ragged'`` (see :func:`grouped_matmul_kind`).
+      source: ``[G', rows]`` the token (of its group) each row reads; ``S``: none (a
+        padding row, reading zeros).
+      output_row: ``[G', S k]`` the row holding route ``(s, j)``'s output (at ``s k + j``).
+      expert: blocked: ``[G, n]`` each block's expert; ragged: ``[G', E]`` rows per expert.
+      block_rows: blocked: ``b``; ragged: 0.
     """
-    wi, wi_gate, wo = weights
-    if grouped_matmul_kind() == "ragged":
-        return _ragged_ffn(tokens, sort_routes(experts, wi.shape[0]), weights, activate)
-    blocks = plan_blocks(experts, wi.shape[0])
-    b, d, k = blocks.block_rows, tokens.shape[-1], experts.shape[-1]
-    none = tokens.shape[0]  # The zero row appended below: what padding rows read.
-    source = jnp.full((blocks.expert.shape[0] * b,), none, jnp.int32)
-    source = source.at[blocks.position].set(jnp.arange(blocks.position.shape[0]) // k)
-    x = jnp.concatenate([tokens, jnp.zeros((1, d), tokens.dtype)])[source].reshape(-1, b, d)
 
-    def project(x: jax.Array, w: jax.Array) -> jax.Array:
-        w_blocks = jnp.take(w, blocks.expert, axis=0, indices_are_sorted=True)
-        return jnp.einsum("nbi,nio->nbo", x, w_blocks)
-
-    gate = None if wi_gate is None else project(x, wi_gate)
-    out = project(activate(project(x, wi), gate), wo)
-    return jnp.take(out.reshape(-1, d), blocks.position, axis=0, unique_indices=True)
+    kind: str
+    source: jax.Array
+    output_row: jax.Array
+    expert: jax.Array
+    block_rows: int
 
 
-def _ragged_ffn(
-    tokens: jax.Array,
-    routes: SortedRoutes,
-    weights: tuple[jax.Array, jax.Array | None, jax.Array],
-    activate: Callable[[jax.Array, jax.Array | None], jax.Array],
-) -> jax.Array:
-    """:func:`grouped_ffn` as ``jax.lax.ragged_dot`` over the routes sorted by expert."""
-    wi, wi_gate, wo = weights
+def route(experts: jax.Array, num_experts: int, platform: str | None = None) -> Routed:
+    """The rows of each group's routes ``experts [G, S, k]``: blocked or sorted (ragged), as
+    :func:`grouped_matmul_kind` chooses for ``platform``."""
+    kind = grouped_matmul_kind(platform)
+    if kind == "blocked":
+        b, k = BLOCK_ROWS, experts.shape[-1]
+        position, block_expert = jax.vmap(lambda e: plan_blocks(e, num_experts, b)[:2])(experts)
+        rows = block_expert.shape[-1] * b
 
-    def project(x: jax.Array, w: jax.Array) -> jax.Array:
-        return jax.lax.ragged_dot(x, w, routes.group_sizes)
+        def source_of(position: jax.Array) -> jax.Array:
+            none = jnp.full((rows,), experts.shape[1], jnp.int32)
+            return none.at[position].set(jnp.arange(position.shape[0], dtype=jnp.int32) // k)
 
-    rows = tokens[routes.token]
-    gate = None if wi_gate is None else project(rows, wi_gate)
-    return project(activate(project(rows, wi), gate), wo)[routes.rank]
+        return Routed(kind, jax.vmap(source_of)(position), position, block_expert, b)
+    shards, axes = _data_shards()
+    per_shard = experts.reshape(shards, -1, experts.shape[-1])
+
+    def sort_shard(e: jax.Array) -> tuple[jax.Array, jax.Array, jax.Array]:
+        routes = sort_routes(e[0], num_experts)
+        return routes.token[None], routes.rank[None], routes.group_sizes[None]
+
+    token, rank, sizes = _on_shards(sort_shard, axes, 1, 3)(per_shard)
+    return Routed(kind, token, rank, sizes, 0)
+
+
+def _data_shards() -> tuple[int, Any]:
+    """``(devices, mesh axes)`` the batch is split over in the current mesh and logical axis
+    rules; ``(1, None)`` without a mesh."""
+    mesh = jax.sharding.get_abstract_mesh()
+    if mesh.empty:
+        return 1, None
+    axes = nn.logical_to_mesh_axes((BATCH,))[0]
+    if axes is None:
+        return 1, None
+    names = (axes,) if isinstance(axes, str) else tuple(axes)
+    return math.prod(mesh.shape[name] for name in names), axes
+
+
+def _on_shards(fn: Any, axes: Any, sharded_args: int, num_outputs: int) -> Any:
+    """``fn`` run on each data-parallel device's own rows (``jax.shard_map``): its first
+    ``sharded_args`` arguments and its outputs split on their leading axis over ``axes``,
+    the rest whole; ``fn`` itself without a mesh."""
+    if axes is None:
+        return fn
+
+    def wrapped(*args: Any) -> Any:
+        specs = tuple(
+            PartitionSpec(axes) if i < sharded_args else PartitionSpec() for i in range(len(args))
+        )
+        out_specs = tuple(PartitionSpec(axes) for _ in range(num_outputs))
+        mapped = jax.shard_map(
+            fn, in_specs=specs, out_specs=out_specs[0] if num_outputs == 1 else out_specs
+        )
+        return mapped(*args)
+
+    return wrapped
+
+
+def gather_rows(tokens: jax.Array, routed: Routed) -> jax.Array:
+    """``tokens [G, S, D]`` -> the rows ``[G', rows, D]`` (zeros at padding rows; ragged:
+    ``G'`` = the data-parallel devices, each sorting its own tokens)."""
+    tokens = tokens.reshape(routed.source.shape[0], -1, tokens.shape[-1])
+    padded = jnp.concatenate([tokens, jnp.zeros_like(tokens[:, :1])], axis=1)
+    return jnp.take_along_axis(padded, routed.source[..., None], axis=1)
+
+
+def project(rows: jax.Array, w: jax.Array, routed: Routed) -> jax.Array:
+    """Each row times its expert's matrix: ``rows [G', rows, I] x w [E, I, O]``."""
+    if routed.kind == "ragged":
+        _, axes = _data_shards()
+
+        def shard_matmul(x: jax.Array, sizes: jax.Array, w: jax.Array) -> jax.Array:
+            return jax.lax.ragged_dot(x[0], w, sizes[0])[None]
+
+        return _on_shards(shard_matmul, axes, 2, 1)(rows, routed.expert, w)
+    g, b = rows.shape[0], routed.block_rows
+    blocks = rows.reshape(g, -1, b, rows.shape[-1])
+    w_blocks = jnp.take(w, routed.expert, axis=0)  # [G, n, I, O]
+    return jnp.einsum("gnbi,gnio->gnbo", blocks, w_blocks).reshape(g, -1, w.shape[-1])
+
+
+def route_outputs(rows: jax.Array, routed: Routed, groups: int) -> jax.Array:
+    """The rows' outputs ``[G', rows, D]`` in route order: ``[G, S k, D]``."""
+    out = jnp.take_along_axis(rows, routed.output_row[..., None], axis=1)
+    return out.reshape(groups, -1, out.shape[-1])

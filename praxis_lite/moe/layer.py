@@ -80,7 +80,7 @@ class MoeFeedForward(BaseLayer):
       num_experts_per_token: ``k`` (CAPACITY: 2, GShard's top-2).
       dispatch: CAPACITY or DROPLESS (see the module docstring).
       gating_func: praxis' name of the gate; 'top2' (the others are refused in one line).
-      num_groups: CAPACITY: ``G``, groups routed independently (Pax sets the data-parallel
+      num_groups: ``G``, groups routed independently (Pax sets the data-parallel
         size: each device routes its own tokens). Must divide the tokens.
       min_group_size: CAPACITY: fewer groups when a group would have fewer tokens (praxis').
       capacity_factor: CAPACITY: praxis' ``unadjusted_expert_capacity_factor``.
@@ -101,6 +101,9 @@ class MoeFeedForward(BaseLayer):
         experts); 0: none.
       shared_expert_gate: the shared expert's output times ``sigmoid(x w_gate)``,
         ``w_gate [D, 1]`` (Qwen2-MoE).
+      platform: the platform the program runs on ('cpu', 'tpu', 'gpu'), which picks how
+        dropless experts run (``dispatch.grouped_matmul_kind``); None: this process's
+        default backend (the trainer sets its mesh's devices' platform).
     """
 
     input_dims: int
@@ -125,6 +128,7 @@ class MoeFeedForward(BaseLayer):
     router_z_loss_weight: float = 0.0
     shared_expert_dims: int = 0
     shared_expert_gate: bool = False
+    platform: str | None = None
 
     def setup(self) -> None:
         self.check()
@@ -335,23 +339,32 @@ class MoeFeedForward(BaseLayer):
         """Every token to its top ``k`` experts, as grouped matmuls: ``[B, T, D] -> [B, T, D]``;
         ``weights``: the chosen experts' (None: ``top_k_weights``)."""
         shape, d = h.shape[:-1], h.shape[-1]
-        tokens = h.reshape(-1, d)
+        num_tokens = math.prod(shape)
+        groups = self._groups(num_tokens)
+        tokens = self.constrain(h.reshape(groups, -1, d), (BATCH, None, ACTIVATION_EMBED))
         logits = self._router_logits(tokens)
-        weights = weights or self.top_k_weights
-        chosen = routing.top_k_routing(logits, self.num_experts_per_token, weights)
-        live = jnp.ones(tokens.shape[:1], jnp.float32)
-        if paddings is not None:
-            live = 1.0 - paddings.reshape(-1).astype(jnp.float32)
-        self._record_dropless_losses(logits, chosen.experts, live)
-        per_route = dispatch_lib.grouped_ffn(
-            tokens,
-            chosen.experts,
-            (self.wi, self.wi_gate, self.wo),
-            lambda h, h_gate: self._hidden(h, h_gate, train),
+        chosen = routing.top_k_routing(
+            logits, self.num_experts_per_token, weights or self.top_k_weights
         )
-        k = self.num_experts_per_token
-        per_route = per_route.reshape(-1, k, d)
-        out = jnp.einsum("nkd,nk->nd", per_route, chosen.weights.astype(per_route.dtype))
+        live = jnp.ones(tokens.shape[:2], jnp.float32)
+        if paddings is not None:
+            live = 1.0 - paddings.reshape(tokens.shape[:2]).astype(jnp.float32)
+        e, k = self.num_experts, self.num_experts_per_token
+        flat = (logits.reshape(-1, e), chosen.experts.reshape(-1, k), live.reshape(-1))
+        self._record_dropless_losses(*flat)
+        routed = dispatch_lib.route(chosen.experts, self.num_experts, self.platform)
+        rows = dispatch_lib.gather_rows(tokens, routed)
+        hidden = dispatch_lib.project(rows, self.wi, routed)
+        hidden_gate = None
+        if self.wi_gate is not None:
+            hidden_gate = dispatch_lib.project(rows, self.wi_gate, routed)
+        hidden = self._hidden(hidden, hidden_gate, train)
+        per_route = dispatch_lib.route_outputs(
+            dispatch_lib.project(hidden, self.wo, routed), routed, groups
+        )
+        per_route = per_route.reshape(groups, -1, self.num_experts_per_token, d)
+        out = jnp.einsum("gskd,gsk->gsd", per_route, chosen.weights.astype(per_route.dtype))
+        out = self.constrain(out, (BATCH, None, ACTIVATION_EMBED))
         return out.reshape(*shape, d)
 
     def _record_dropless_losses(

@@ -108,7 +108,7 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, Lor
 
     def _check_moe_groups(self, plan: mesh_checks.MeshPlan) -> None:
         """NUM_GROUPS divides the tokens of a train step's batch (unpipelined, whole batch)."""
-        if self.NUM_STAGES > 1 or self.MOE_DISPATCH is not Dispatch.CAPACITY:
+        if self.NUM_STAGES > 1:
             return
         tokens = self.global_batch_size(math.prod(plan.sizes.values())) * self.MAX_SEQ_LEN
         if self.MIN_GROUP_SIZE is not None:
@@ -119,6 +119,8 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, Lor
                 "tokens of a step (global batch x MAX_SEQ_LEN); the MoE layers route that many "
                 "groups of tokens: pick a divisor (Pax uses the data-parallel size)."
             )
+        if self.MOE_DISPATCH is not Dispatch.CAPACITY:
+            return
         group = tokens // self.NUM_GROUPS
         factor, experts = self.EXPERT_CAPACITY_FACTOR, self.NUM_EXPERTS
         if routing.expert_capacity(group, experts, factor, self.EXPERT_CAPACITY) < 1:

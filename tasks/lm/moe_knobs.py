@@ -24,7 +24,9 @@ class MoeKnobs(BaseExperiment):
     """Mixture-of-experts feed-forwards (off while NUM_EXPERTS is 0).
 
     Pax's (praxis' ``StackedTransformer`` and ``TransformerFeedForwardMoe``): NUM_EXPERTS,
-    NUM_GROUPS (routing groups; Pax sets the data-parallel size), MIN_GROUP_SIZE,
+    NUM_GROUPS (routing groups: each routes its tokens on its own; Pax sets the
+    data-parallel size, so each device routes its own tokens; dropless routing gives the
+    same result for any NUM_GROUPS), MIN_GROUP_SIZE,
     MOE_LAYERS (the layers that are MoE; empty: every layer), GATING_FUNC ('top2'),
     EXPERT_CAPACITY_FACTOR (praxis' ``unadjusted_expert_capacity_factor``, 2.0),
     EXPERT_CAPACITY (praxis' ``expert_capacity_dim``, 0), SECOND_EXPERT_POLICY ('all',
@@ -155,12 +157,16 @@ class MoeKnobs(BaseExperiment):
         return stack
 
     def _moe_block(self, dense: config_lib.Config) -> config_lib.Config:
-        """A copy of the dense block whose feed-forward is the MoE one (its norm and dropout)."""
+        """A copy of the dense block whose feed-forward is the MoE one (its norm, dropout
+        and dtypes)."""
         block = copy.deepcopy(dense)
+        dense_ff = dense.tr_fflayer_tpl
         ff = self.moe_feed_forward()
-        ff.ln_tpl = copy.deepcopy(dense.tr_fflayer_tpl.ln_tpl)
-        ff.relu_dropout_prob = dense.tr_fflayer_tpl.relu_dropout_prob
-        block.tr_fflayer_tpl = ff
+        ff.ln_tpl = copy.deepcopy(dense_ff.ln_tpl)
+        ff.relu_dropout_prob = dense_ff.relu_dropout_prob
+        block.tr_fflayer_tpl = config_lib.set_dtypes(
+            ff, dtype=dense_ff.dtype, fprop_dtype=dense_ff.fprop_dtype
+        )
         if self.MOE_HIDDEN_DIMS:
             block.hidden_dims = self.MOE_HIDDEN_DIMS
         return block

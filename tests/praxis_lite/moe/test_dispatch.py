@@ -1,5 +1,5 @@
 """The dropless grouped feed-forward: blocked (CPU) and ragged_dot (accelerators) against a
-numpy loop over the routes, values and gradients."""
+numpy loop over the routes, values and gradients, with two groups routed on their own."""
 
 import jax
 import jax.numpy as jnp
@@ -9,7 +9,7 @@ import pytest
 from praxis_lite.moe import dispatch
 from tests.praxis_lite.layers import numpy_refs as ref
 
-N, K, E, D, F = 40, 3, 5, 6, 7
+N, K, E, D, F = 40, 3, 5, 6, 7  # N tokens: 2 groups of 20
 
 
 def _inputs():
@@ -48,6 +48,17 @@ def test_blocks_hold_one_expert_and_every_route_once():
     np.testing.assert_array_equal(np.asarray(blocks.expert)[block_of], experts.reshape(-1))
 
 
+def _grouped_ffn(tokens, experts, weights):
+    """Every route's expert output, ``[N k, D]``, through the dispatch module in 2 groups."""
+    wi, wg, wo = weights
+    groups = 2
+    routed = dispatch.route(experts.reshape(groups, -1, K), E)
+    rows = dispatch.gather_rows(tokens.reshape(groups, -1, D), routed)
+    hidden = _activate(dispatch.project(rows, wi, routed), dispatch.project(rows, wg, routed))
+    out = dispatch.route_outputs(dispatch.project(hidden, wo, routed), routed, groups)
+    return out.reshape(N * K, D)
+
+
 @pytest.mark.parametrize("kind", ["blocked", "ragged"])
 def test_grouped_ffn_matches_numpy_values_and_gradients(kind, monkeypatch):
     if kind == "ragged":
@@ -57,14 +68,14 @@ def test_grouped_ffn_matches_numpy_values_and_gradients(kind, monkeypatch):
     tokens, experts, weights = _inputs()
 
     def run(tokens, weights):
-        return dispatch.grouped_ffn(tokens, jnp.asarray(experts), weights, _activate)
+        return _grouped_ffn(tokens, jnp.asarray(experts), weights)
 
     got = ref.fast_jit(run)(tokens, weights)
     np.testing.assert_allclose(got, _numpy(tokens, experts, weights), rtol=1e-4, atol=1e-4)
     grads = ref.fast_jit(jax.grad(lambda t, w: jnp.sum(jnp.sin(run(t, w))), argnums=(0, 1)))(
         tokens, weights
     )
-    if kind == "ragged":  # Both kinds' gradients agree (the other is computed just above).
+    if kind == "ragged":  # Both kinds' gradients agree (the other is computed just below).
         return
     monkeypatch.setattr(dispatch, "BLOCKED_PLATFORMS", ())
     ragged = ref.fast_jit(jax.grad(lambda t, w: jnp.sum(jnp.sin(run(t, w))), argnums=(0, 1)))(

@@ -14,6 +14,7 @@ from praxis_lite.base_layer import AUX_LOSS, SUMMARIES
 from praxis_lite.layers.activations import SiLU
 from praxis_lite.layers.transformers import TransformerFeedForward
 from praxis_lite.moe import Dispatch, MoeFeedForward, TopKWeights
+from praxis_lite.moe import dispatch as dispatch_lib
 from praxis_lite.sharding import (
     EXPERT_AXIS_RULES,
     EXPERTS_OVER_DATA_RULES,
@@ -186,6 +187,19 @@ _MESHES = {
 @pytest.mark.parametrize("mesh_name", sorted(_MESHES))
 def test_sharded_equals_one_device(mesh_name, dispatch):
     """4 routing groups: each device's tokens are routed the same way on one device."""
+    _check_sharded(mesh_name, dispatch)
+
+
+@pytest.mark.slow
+@pytest.mark.parametrize("mesh_name", sorted(_MESHES))
+def test_sharded_ragged_dropless_equals_one_device(mesh_name, monkeypatch):
+    """The accelerators' path (ragged_dot under shard_map, each device sorting its own
+    routes), run on the CPU's devices."""
+    monkeypatch.setattr(dispatch_lib, "BLOCKED_PLATFORMS", ())
+    _check_sharded(mesh_name, Dispatch.DROPLESS)
+
+
+def _check_sharded(mesh_name: str, dispatch: Dispatch) -> None:
     (shape, names), rules = _MESHES[mesh_name]
     layer = _layer(dispatch=dispatch, num_groups=4, capacity_factor=1.0)
     x, paddings = _inputs(batch=4, length=8)

@@ -6,6 +6,7 @@ import re
 
 import jax.numpy as jnp
 import pytest
+from fiddle import daglish
 
 from paxlite.experiments.base_experiment import KnobError, with_overrides
 from praxis_lite import config as config_lib
@@ -77,6 +78,17 @@ def test_experts_go_first_on_their_mesh_axis():
     assert experiment.logical_axis_rules()[0] == (EXPERT, "data")
     dense = LmSyntheticTiny()
     assert all(rule[0] != EXPERT for rule in dense.logical_axis_rules())
+
+
+def test_a_bfloat16_model_computes_its_experts_in_bfloat16():
+    experiment = with_overrides(LmSyntheticTinyMoe, {"FPROP_DTYPE": jnp.bfloat16})()
+    moe = [
+        value
+        for value, _ in daglish.iterate(experiment.task().model)
+        if getattr(value, "__fn_or_cls__", None) is MoeFeedForward
+    ]
+    assert moe and all(cfg.fprop_dtype == jnp.bfloat16 for cfg in moe)
+    assert all(cfg.dtype == jnp.float32 for cfg in moe)
 
 
 @pytest.mark.parametrize(

@@ -4,7 +4,7 @@ Both programs are the train step of Mixtral-8x7B's shape (46.7B parameters, 8 ex
 14336, top-2, dropless), compiled by XLA's TPU compiler through libtpu on this host (no TPU
 needed), at the same sequence length, batch per chip, remat and sharding:
 
-* paxlite: ``tasks.lm.moe.Mixtral8x7BSynthetic`` with ``--mode=compile --compile_topology``
+* paxlite: ``tasks.moe.synthetic.Mixtral8x7BSynthetic`` with ``--mode=compile --compile_topology``
   (FSDP over every chip, full remat, float32 weights and Adam, bfloat16 compute, dropless
   experts as ``ragged_dot`` on each chip's own tokens);
 * MaxText 0.2.5 (its own venv, ``--maxtext-python``; ../shared/STACK-NOTES.md says how to
@@ -49,7 +49,7 @@ def paxlite_figures(topology: str, seq: int, batch: int) -> dict[str, float]:
             sys.executable,
             "-m",
             "paxlite.main",
-            "--exp=tasks.lm.moe.Mixtral8x7BSynthetic",
+            "--exp=tasks.moe.synthetic.Mixtral8x7BSynthetic",
             f"--job_log_dir={job_dir}",
             "--mode=compile",
             f"--compile_topology={topology}",

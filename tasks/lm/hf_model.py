@@ -27,7 +27,7 @@ from praxis_lite import config as config_lib
 from praxis_lite.sharding import FSDP_AND_TENSOR_PARALLEL_RULES
 from tasks.lm.knob_groups import knob_group
 from tasks.lm.lm_cloud import LmCloudSpmd
-from tasks.lm.moe_knobs import moe_knobs_set
+from tasks.moe.moe_knobs import moe_knobs_set
 
 #: Model knob -> config.json's names for that size (Llama's, then GPT-2's): the model is
 #: built with config.json's, so a knob set otherwise is a contradiction.

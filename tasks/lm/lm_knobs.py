@@ -27,7 +27,7 @@ from praxis_lite.layers.transformers import StackedTransformer
 from praxis_lite.models.lm import LanguageModel
 from tasks.lm.knob_groups import check_at_least, knob_group
 from tasks.lm.model_params import Activation, Norm, block_config
-from tasks.lm.moe_knobs import MoeKnobs
+from tasks.moe.moe_knobs import MoeKnobs
 
 
 @knob_group

@@ -57,5 +57,6 @@ class Mixtral8x7BSynthetic(LmCloudSpmd):
     PERCORE_BATCH_SIZE = 1
     ICI_MESH_SHAPE = (1, 16, 1)
     NUM_GROUPS = 16
+    TPU_TARGET = "v5p-32"  # The smallest v5p slice it fits (docs/tpu-sizing.md).
 
     datasets = LmCloudSpmdSynthetic.datasets

@@ -5,12 +5,14 @@ Runs in the paxml venv (make_venv.sh), from the repository root:
 
     JAX_PLATFORMS=cpu /tmp/paxml-venv/bin/python tools/pax_fixtures/make_moe.py tests/fixtures/pax
 
-(``--aux-only`` after the directory: only recompute the aux losses of the checkpoints there.)
+(``--aux-only`` after the directory: only recompute the aux losses of the checkpoints there;
+``--gating-only``: only moe_gating.npz.)
 
 Writes ``<out>/moe_gating.npz``: for each case ``<case>_<field>``: ``logits [G, S, E]``,
-``paddings [G, S]``, ``capacity_factor``, and praxis' ``combine [G, S, E, C]``, ``dispatch``,
-``aux_loss``, ``over_capacity [2]`` and ``dispatched [3]`` (the fractions of tokens sent to 0,
-1 and 2 experts, as praxis' summaries); and, per experiment of tiny_experiments.py's MoE
+``paddings [G, S]``, ``capacity_factor``, ``logit_cap`` (the capped case), and praxis'
+``combine [G, S, E, C]``, ``dispatch``, ``aux_loss``, ``over_capacity [2]`` and
+``dispatched [3]`` (the fractions of tokens sent to 0, 1 and 2 experts, as praxis'
+summaries); and, per experiment of tiny_experiments.py's MoE
 ones, what make_checkpoints.py writes plus ``aux_loss`` (praxis' summed
 ``aux_moe_load_balance_loss`` of the logits batch) in its logits.npz.
 """
@@ -47,6 +49,10 @@ def gating_cases() -> dict[str, dict]:
     cases["small_factor"] = dict(
         logits=wide, paddings=np.zeros((2, 16), np.float32), capacity_factor=0.5
     )
+    large = rng.normal(size=(2, 8, 4)).astype(np.float32) * 20.0  # Capped: 5 tanh(x / 5)
+    cases["capped"] = dict(
+        logits=large, paddings=np.zeros((2, 8), np.float32), capacity_factor=2.0, logit_cap=5.0
+    )
     return cases
 
 
@@ -63,6 +69,7 @@ def gating(out: pathlib.Path) -> None:
             legacy_mtf_behavior=True,
             capacity_factor=case["capacity_factor"],
             mask_dtype=jnp.int32,
+            gating_logit_cap=case.get("logit_cap", 0.0),
         )
         over_1, over_2, d0, d1, d2 = summary
         counts = np.array([d0, d1, d2], np.float32)
@@ -105,12 +112,14 @@ def aux_loss(name: str, params: dict, ids: np.ndarray) -> float:
     return float(sum(np.sum(np.asarray(term.value)) for term in terms))
 
 
-def main(out_dir: str, train: bool = True) -> None:
+def main(out_dir: str, train: bool = True, gating_only: bool = False) -> None:
     """All fixtures; ``train=False`` (``--aux-only``): only the aux losses, from the
-    checkpoints already there."""
+    checkpoints already there; ``gating_only`` (``--gating-only``): only moe_gating.npz."""
     out = pathlib.Path(out_dir)
-    if train:
+    if train or gating_only:
         gating(out)
+    if gating_only:
+        return
     for name in EXPERIMENTS:
         if train:
             make_checkpoints.make(name, out)
@@ -127,4 +136,5 @@ def main(out_dir: str, train: bool = True) -> None:
 
 if __name__ == "__main__":
     jax.config.update("jax_platforms", "cpu")
-    main(sys.argv[1], train="--aux-only" not in sys.argv[2:])
+    flags = sys.argv[2:]
+    main(sys.argv[1], train="--aux-only" not in flags, gating_only="--gating-only" in flags)

@@ -7,7 +7,7 @@ import numpy as np
 import pytest
 
 from praxis_lite.moe import routing
-from praxis_lite.moe.routing import TopKWeights
+from praxis_lite.moe.routing import SecondExpertPolicy, TopKWeights
 from tests import FIXTURES
 
 _GATING = np.load(FIXTURES / "pax" / "moe_gating.npz")
@@ -20,7 +20,7 @@ def _case(name: str) -> dict[str, np.ndarray]:
 
 
 def test_the_fixture_cases_include_overflow_and_padding():
-    assert set(_CASES) == {"overflow", "roomy", "small_factor"}
+    assert set(_CASES) == {"capped", "overflow", "roomy", "small_factor"}
     overflow = _case("overflow")
     assert overflow["over_capacity"][0] > 0 and overflow["over_capacity"][1] > 0
     assert overflow["paddings"].sum() > 0
@@ -34,13 +34,34 @@ def test_top2_gating_is_praxis_exactly(name):
     capacity = routing.expert_capacity(size, experts, float(case["capacity_factor"]), 0)
     assert capacity == case["combine"].shape[-1]
     paddings = jnp.asarray(case["paddings"])
-    gate = jax.jit(routing.top2_gating, static_argnums=2)
-    ours = gate(jnp.asarray(logits), paddings, capacity)
+    cap = float(case.get("logit_cap", 0.0))
+    gate = jax.jit(routing.top2_gating, static_argnums=(2, 3, 5))
+    ours = gate(jnp.asarray(logits), paddings, capacity, SecondExpertPolicy.ALL, None, cap)
     np.testing.assert_allclose(ours.combine, case["combine"], atol=1e-6)
     np.testing.assert_array_equal(np.asarray(ours.dispatch), case["dispatch"].astype(bool))
     np.testing.assert_allclose(ours.aux_loss, case["aux_loss"], rtol=1e-6)
     np.testing.assert_allclose(ours.over_capacity, case["over_capacity"], atol=1e-6)
     np.testing.assert_allclose(ours.dispatched, case["dispatched"], atol=1e-6)
+
+
+@pytest.mark.parametrize("policy", [SecondExpertPolicy.RANDOM, SecondExpertPolicy.SAMPLING])
+def test_random_second_experts_route_validly_and_follow_the_key(policy):
+    """Each live token: its first choice as 'all' picks it, a second one elsewhere (or none),
+    gates renormalised over the two; the same key gives the same routing."""
+    case = _case("roomy")
+    logits, paddings = jnp.asarray(case["logits"]), jnp.asarray(case["paddings"])
+    gate = jax.jit(routing.top2_gating, static_argnums=(2, 3))
+    greedy = gate(logits, paddings, 8, SecondExpertPolicy.ALL, None)
+    first = np.asarray(greedy.combine).sum(-1).argmax(-1)  # The larger gate is the first.
+    runs = [gate(logits, paddings, 8, policy, jax.random.key(seed)) for seed in (0, 0, 1)]
+    np.testing.assert_array_equal(runs[0].combine, runs[1].combine)
+    per_expert = np.asarray(runs[0].combine).sum(-1)  # [G, S, E]
+    assert ((per_expert > 0).sum(-1) <= 2).all()
+    np.testing.assert_array_equal(per_expert.argmax(-1), first)
+    if policy is SecondExpertPolicy.SAMPLING:  # Gumbel: some second choices differ.
+        seconds = [np.argsort(-np.asarray(r.combine).sum(-1), -1)[..., 1] for r in runs]
+        greedy_second = np.argsort(-np.asarray(greedy.combine).sum(-1), -1)[..., 1]
+        assert any((second != greedy_second).any() for second in seconds)
 
 
 @pytest.mark.parametrize(

@@ -87,7 +87,7 @@ class MoeFeedForward(BaseLayer):
       expert_capacity: CAPACITY: praxis' ``expert_capacity_dim``; the capacity is
         ``routing.expert_capacity`` of the two.
       second_expert_policy: CAPACITY: see ``routing.SecondExpertPolicy``.
-      gating_logit_cap: CAPACITY: > 0 soft-caps the router logits (praxis').
+      gating_logit_cap: > 0 soft-caps the router logits (praxis'): ``cap tanh(x / cap)``.
       top_k_weights: DROPLESS: the chosen experts' weights (``routing.TopKWeights``).
       use_gated_activation: ``act(x wi_gate) * (x wi)`` (SwiGLU with SiLU) instead of ``act(x wi)``.
       activation_tpl: the experts' activation.
@@ -96,7 +96,7 @@ class MoeFeedForward(BaseLayer):
       residual_dropout_prob: dropout on the branch before the residual add.
       load_balance_loss_weight: the load-balancing loss's weight (CAPACITY: GShard's, praxis'
         ``moe_load_balance_loss_weight``; DROPLESS: Switch's, 0 for none).
-      router_z_loss_weight: DROPLESS: ST-MoE's router z-loss weight (0: none).
+      router_z_loss_weight: ST-MoE's router z-loss weight (0: none).
       shared_expert_dims: hidden dims of an always-on shared expert (gated like the
         experts); 0: none.
       shared_expert_gate: the shared expert's output times ``sigmoid(x w_gate)``,
@@ -251,7 +251,11 @@ class MoeFeedForward(BaseLayer):
         """
         x = self.to_fprop(x)
         h = self.layer_norm(x)
-        out = self._dropless(h, paddings, False, TopKWeights.RENORMALIZED)
+        weights = self.top_k_weights
+        if self.dispatch is Dispatch.CAPACITY:  # GShard's gates, renormalised over the two
+            weights = TopKWeights.RENORMALIZED
+        groups = math.gcd(self.num_groups, math.prod(h.shape[:-1]))  # Dropless: any works.
+        out = self._dropless(h, paddings, False, weights, groups)
         out = out + self._shared_expert(h, False)
         if paddings is not None:
             out = out * (1.0 - paddings[..., None]).astype(out.dtype)
@@ -293,8 +297,14 @@ class MoeFeedForward(BaseLayer):
         key = None
         if self.second_expert_policy is not SecondExpertPolicy.ALL:
             key = self.make_rng("dropout") if train else jax.random.key(0)
+        logits = self._router_logits(xg)
+        if self.router_z_loss_weight:
+            live = jnp.ones(xg.shape[:2], jnp.float32) if pg is None else 1.0 - pg
+            e = self.num_experts
+            capped = routing.capped(logits, self.gating_logit_cap)
+            self._record_z_loss(capped.reshape(-1, e), live.reshape(-1))
         gating = routing.top2_gating(
-            self._router_logits(xg),
+            logits,
             pg,
             capacity,
             self.second_expert_policy,
@@ -335,14 +345,16 @@ class MoeFeedForward(BaseLayer):
         paddings: jax.Array | None,
         train: bool,
         weights: TopKWeights | None = None,
+        groups: int | None = None,
     ) -> jax.Array:
         """Every token to its top ``k`` experts, as grouped matmuls: ``[B, T, D] -> [B, T, D]``;
-        ``weights``: the chosen experts' (None: ``top_k_weights``)."""
+        ``weights``: the chosen experts' (None: ``top_k_weights``); ``groups``: how the
+        tokens are split for routing (None: ``num_groups``'s rule; the result is the same)."""
         shape, d = h.shape[:-1], h.shape[-1]
         num_tokens = math.prod(shape)
-        groups = self._groups(num_tokens)
+        groups = groups or self._groups(num_tokens)
         tokens = self.constrain(h.reshape(groups, -1, d), (BATCH, None, ACTIVATION_EMBED))
-        logits = self._router_logits(tokens)
+        logits = routing.capped(self._router_logits(tokens), self.gating_logit_cap)
         chosen = routing.top_k_routing(
             logits, self.num_experts_per_token, weights or self.top_k_weights
         )
@@ -376,6 +388,11 @@ class MoeFeedForward(BaseLayer):
             loss = loss * self.load_balance_loss_weight
             self.add_summary("load_balancing_loss", loss)
             self.add_aux_loss("load_balancing_loss", loss)
+        self._record_z_loss(logits, live)
+
+    def _record_z_loss(self, logits: jax.Array, live: jax.Array) -> None:
+        """ST-MoE's router z-loss of ``logits [N, E]`` over ``live [N]``, where its weight is
+        set."""
         if self.router_z_loss_weight:
             loss = routing.router_z_loss(logits, live) * self.router_z_loss_weight
             self.add_summary("router_z_loss", loss)

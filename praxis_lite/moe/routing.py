@@ -60,6 +60,13 @@ def expert_capacity(group_size: int, num_experts: int, capacity_factor: float, g
     return ((auto + 3) // 4) * 4 if given < auto else given
 
 
+def capped(logits: jax.Array, cap: float) -> jax.Array:
+    """``cap * tanh(logits / cap)`` (praxis' ``gating_logit_cap``); ``logits`` when ``cap`` is 0."""
+    if cap <= 0:
+        return logits
+    return cap * jnp.tanh(logits / cap)
+
+
 class Top2Gating(NamedTuple):
     """GShard's top-2 routing of ``G`` groups of ``S`` tokens.
 
@@ -96,9 +103,7 @@ def top2_gating(
       key: a PRNG key for RANDOM or SAMPLING.
       logit_cap: > 0: logits soft-capped to ``cap * tanh(logits / cap)`` first.
     """
-    logits = logits.astype(jnp.float32)
-    if logit_cap > 0:
-        logits = logit_cap * jnp.tanh(logits / logit_cap)
+    logits = capped(logits.astype(jnp.float32), logit_cap)
     num_experts = logits.shape[-1]
     gates = jax.nn.softmax(logits, axis=-1)
     live = jnp.ones(logits.shape[:2], jnp.float32) if paddings is None else 1.0 - paddings

@@ -18,6 +18,7 @@ from praxis_lite import config as config_lib
 from praxis_lite.decoding import beam_search
 from praxis_lite.inputs.synthetic_input import SyntheticLmInput
 from praxis_lite.layers.embedding_softmax import PositionalEmbedding
+from praxis_lite.layers.lora_targets import FEED_FORWARD_TARGETS
 from praxis_lite.layers.repeats import AutodiffCheckpointType
 from praxis_lite.moe import Dispatch, routing
 from praxis_lite.sharding import (
@@ -107,17 +108,27 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, Lor
         plan.check_even_split(sizes)
 
     def _check_moe_groups(self, plan: mesh_checks.MeshPlan) -> None:
-        """NUM_GROUPS divides the tokens of a train step's batch (unpipelined, whole batch)."""
+        """NUM_GROUPS divides the tokens an MoE layer sees at once (a train step's batch, or
+        one of its microbatches: pipelined or accumulated), and capacity routing has slots."""
+        adapted = sorted(set(self.lora_targets()) & set(FEED_FORWARD_TARGETS))
+        if self.LORA_RANK and adapted:
+            raise KnobError(
+                f"{plan.owner}: LoRA adapters on the feed-forward ({', '.join(adapted)}) are "
+                "not built for mixture-of-experts layers; target the attention only."
+            )
+        examples = self.global_batch_size(math.prod(plan.sizes.values()))
         if self.NUM_STAGES > 1:
-            return
-        tokens = self.global_batch_size(math.prod(plan.sizes.values())) * self.MAX_SEQ_LEN
+            examples = self.MICROBATCH_SIZE or examples // (
+                self.NUM_MICROBATCHES or self.NUM_STAGES
+            )
+        tokens = examples // self.GRAD_ACCUM_STEPS * self.MAX_SEQ_LEN
         if self.MIN_GROUP_SIZE is not None:
             return
         if tokens % self.NUM_GROUPS:
             raise KnobError(
                 f"{plan.owner}.NUM_GROUPS = {self.NUM_GROUPS} does not divide the {tokens} "
-                "tokens of a step (global batch x MAX_SEQ_LEN); the MoE layers route that many "
-                "groups of tokens: pick a divisor (Pax uses the data-parallel size)."
+                "tokens an MoE layer sees at once (the batch, or a microbatch, x MAX_SEQ_LEN); "
+                "pick a divisor (Pax uses the data-parallel size)."
             )
         if self.MOE_DISPATCH is not Dispatch.CAPACITY:
             return

@@ -13,7 +13,7 @@ from paxlite.experiments.base_experiment import BaseExperiment, KnobError
 from praxis_lite import config as config_lib
 from praxis_lite.layers.pipeline import LayerwiseShardablePipelined
 from praxis_lite.layers.transformers import StackedTransformer
-from praxis_lite.moe import Dispatch, MoeFeedForward, SecondExpertPolicy
+from praxis_lite.moe import Dispatch, MoeFeedForward, SecondExpertPolicy, TopKWeights
 from praxis_lite.sharding import EXPERT
 from tasks.lm.knob_groups import knob_group
 from tasks.lm.model_params import Activation
@@ -36,7 +36,9 @@ class MoeKnobs(BaseExperiment):
     paxlite's: MOE_DISPATCH ('capacity': GShard's, Pax's; 'dropless': top-k, nothing
     dropped), NUM_EXPERTS_PER_TOKEN (2; dropless: any k), MOE_EVERY_N (every n-th layer is
     MoE: layers n-1, 2n-1, ...; Qwen's ``decoder_sparse_step``), MOE_HIDDEN_DIMS (an
-    expert's hidden dims; None: HIDDEN_DIMS), ROUTER_Z_LOSS_WEIGHT (dropless),
+    expert's hidden dims; None: HIDDEN_DIMS), ROUTER_Z_LOSS_WEIGHT, MOE_TOP_K_WEIGHTS
+    (dropless: the chosen experts' weights renormalised, Mixtral's and Qwen's
+    ``norm_topk_prob``, or the plain softmax),
     EXPERT_MESH_AXIS (the mesh axis the experts are split over: 'data', as Pax 1.4 does, or
     an axis of their own named in MESH_AXIS_NAMES, e.g. MaxText's 'expert'; None: every
     device holds every expert, split only as the other rules split their weights).
@@ -64,13 +66,21 @@ class MoeKnobs(BaseExperiment):
     NUM_EXPERTS_PER_TOKEN: int = 2
     MOE_HIDDEN_DIMS: int | None = None
     ROUTER_Z_LOSS_WEIGHT: float = 0.0
+    MOE_TOP_K_WEIGHTS: TopKWeights = TopKWeights.RENORMALIZED
     EXPERT_MESH_AXIS: str | None = "data"
 
     def validate(self) -> None:
         super().validate()
-        if not self.NUM_EXPERTS:
-            return
         owner = type(self).__qualname__
+        if not self.NUM_EXPERTS:
+            stray = moe_knobs_set(type(self))
+            if stray:
+                raise KnobError(
+                    f"{owner}: {', '.join(stray)} set but NUM_EXPERTS = 0 (no mixture of "
+                    "experts); set NUM_EXPERTS, or leave them unset."
+                )
+            return
+        self._refuse_other_modes_knobs(owner)
         axis = self.EXPERT_MESH_AXIS
         if axis is not None and axis not in self.MESH_AXIS_NAMES:
             raise KnobError(
@@ -83,6 +93,16 @@ class MoeKnobs(BaseExperiment):
         except ValueError as e:
             raise KnobError(f"{owner}: {e}") from None
         self.moe_layer_indices()
+
+    def _refuse_other_modes_knobs(self, owner: str) -> None:
+        """Knobs of the other dispatch mode, set: refused (they would change nothing)."""
+        only = _CAPACITY_ONLY if self.MOE_DISPATCH is Dispatch.DROPLESS else _DROPLESS_ONLY
+        unread = [name for name in moe_knobs_set(type(self)) if name in only]
+        if unread:
+            raise KnobError(
+                f"{owner}: MOE_DISPATCH = {self.MOE_DISPATCH.value!r} reads no "
+                f"{', '.join(unread)}; leave it unset or change MOE_DISPATCH."
+            )
 
     def expert_rules(self) -> tuple[tuple[str, str], ...]:
         """The rule that puts the experts on EXPERT_MESH_AXIS (first: it takes that axis
@@ -111,6 +131,11 @@ class MoeKnobs(BaseExperiment):
                 )
             return tuple(sorted(set(self.MOE_LAYERS)))
         n = self.MOE_EVERY_N
+        if n > layers:
+            raise KnobError(
+                f"{owner}.MOE_EVERY_N = {n} selects none of the {layers} layers; pick at most "
+                f"{layers}."
+            )
         return tuple(i for i in range(layers) if (i + 1) % n == 0)
 
     def moe_feed_forward(self) -> config_lib.Config:
@@ -126,6 +151,7 @@ class MoeKnobs(BaseExperiment):
             expert_capacity=self.EXPERT_CAPACITY,
             second_expert_policy=self.SECOND_EXPERT_POLICY,
             gating_logit_cap=self.GATING_LOGIT_CAP,
+            top_k_weights=self.MOE_TOP_K_WEIGHTS,
             use_gated_activation=self.MOE_GATED_ACTIVATION,
             activation_tpl=self.MOE_ACTIVATION_CLS.value.HParams.config(),
             load_balance_loss_weight=self.MOE_LOAD_BALANCE_LOSS_WEIGHT,
@@ -143,6 +169,12 @@ class MoeKnobs(BaseExperiment):
         layers = self.moe_layer_indices()
         if len(layers) == self.NUM_LAYERS:
             repeated.block_tpl = moe
+        elif repeated is not stack:
+            raise KnobError(
+                f"{type(self).__qualname__}: a pipeline (NUM_STAGES = {self.NUM_STAGES}) of "
+                "dense and MoE layers mixed is not built; make every layer MoE (MOE_EVERY_N = "
+                "1, MOE_LAYERS unset) or set NUM_STAGES = 1."
+            )
         elif repeated.__fn_or_cls__ is StackedTransformer:
             repeated.moe_layers, repeated.moe_block_tpl = layers, moe
         else:
@@ -189,6 +221,16 @@ class MoeKnobs(BaseExperiment):
             f"scanned stack of {scanned} layers can scan; set USE_REPEATED_LAYER = False "
             "(or MoE layers that repeat, e.g. MOE_EVERY_N)."
         )
+
+
+#: The knobs only one dispatch mode reads.
+_CAPACITY_ONLY = (
+    "GATING_FUNC",
+    "EXPERT_CAPACITY_FACTOR",
+    "EXPERT_CAPACITY",
+    "SECOND_EXPERT_POLICY",
+)
+_DROPLESS_ONLY = ("MOE_TOP_K_WEIGHTS",)
 
 
 def moe_knobs_set(experiment: type) -> list[str]:

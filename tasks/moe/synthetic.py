@@ -51,7 +51,9 @@ class Mixtral8x7BSynthetic(LmCloudSpmd):
     MOE_DISPATCH = Dispatch.DROPLESS
     MOE_ACTIVATION_CLS = Activation.SILU
     MOE_GATED_ACTIVATION = True
-    MOE_LOAD_BALANCE_LOSS_WEIGHT = 0.02  # Mixtral's router_aux_loss_coef
+    # Mixtral's router_aux_loss_coef 0.02 weighs one loss over all 32 layers' routes (Hugging
+    # Face's load_balancing_loss_func); paxlite adds a loss a layer: 0.02 / 32 each.
+    MOE_LOAD_BALANCE_LOSS_WEIGHT = 0.02 / 32
     EXPERT_MESH_AXIS = None
     LOGICAL_AXIS_RULES = FSDP_RULES
     PERCORE_BATCH_SIZE = 1

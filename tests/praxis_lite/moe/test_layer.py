@@ -146,6 +146,25 @@ def test_decoding_routes_without_capacity():
     )
 
 
+@pytest.mark.parametrize(
+    "fields",
+    [
+        dict(top_k_weights=TopKWeights.SOFTMAX, num_experts_per_token=3),
+        dict(gating_logit_cap=0.5, num_groups=3),
+    ],
+)
+def test_dropless_decoding_equals_its_forward_pass(fields):
+    """Its weights, its logit cap; and any number of groups (a decode step's tokens: 2)."""
+    x, paddings = _inputs()
+    layer = _layer(dispatch=Dispatch.DROPLESS, **fields)
+    params = _perturbed_params(layer, x)
+    want, _ = _apply(layer, params, x, paddings)
+    got = layer.apply({"params": params}, x, paddings=paddings, method=layer.extend)
+    np.testing.assert_allclose(got, want, atol=1e-5)
+    step = layer.apply({"params": params}, x[:, :1], method=layer.extend)
+    np.testing.assert_allclose(step, want[:, :1], atol=1e-5)
+
+
 def test_one_expert_top1_is_the_dense_feed_forward():
     x, paddings = _inputs()
     moe = _layer(num_experts=1, num_experts_per_token=1, dispatch=Dispatch.DROPLESS)

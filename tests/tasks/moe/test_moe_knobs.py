@@ -12,7 +12,7 @@ from paxlite.experiments.base_experiment import KnobError, with_overrides
 from praxis_lite import config as config_lib
 from praxis_lite.layers.repeats import StackedTransformerRepeated
 from praxis_lite.layers.transformers import StackedTransformer
-from praxis_lite.moe import MoeFeedForward
+from praxis_lite.moe import Dispatch, MoeFeedForward, TopKWeights
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import EXPERT
 from tasks.lm.hf import HfCausalLm
@@ -101,12 +101,42 @@ def test_a_bfloat16_model_computes_its_experts_in_bfloat16():
         (dict(GATING_FUNC="expert_choice"), r"'expert_choice' \(experts choosing tokens\)"),
         (dict(EXPERT_MESH_AXIS="expert"), "'expert' is not an axis of MESH_AXIS_NAMES"),
         (dict(ICI_MESH_SHAPE=(1, 3, 1)), "NUM_EXPERTS=8 does not split evenly over the 3"),
+        (dict(MOE_EVERY_N=5), "MOE_EVERY_N = 5 selects none of the 4 layers"),
+        (
+            dict(MOE_DISPATCH=Dispatch.DROPLESS, EXPERT_CAPACITY_FACTOR=1.0),
+            "MOE_DISPATCH = 'dropless' reads no EXPERT_CAPACITY_FACTOR",
+        ),
+        (dict(MOE_TOP_K_WEIGHTS=TopKWeights.SOFTMAX), "'capacity' reads no MOE_TOP_K_WEIGHTS"),
+        (
+            dict(LORA_RANK=4, LORA_TARGET_MODULES="all-linear"),
+            "LoRA adapters on the feed-forward .* are not built for mixture-of-experts",
+        ),
+        (dict(NUM_GROUPS=256, GRAD_ACCUM_STEPS=4), "NUM_GROUPS = 256 does not divide the 128"),
     ],
 )
 def test_bad_moe_knobs_are_one_line(knobs, message):
     with pytest.raises(KnobError) as e:
         with_overrides(LmSyntheticTinyMoe, knobs)().validate()
     assert re.search(message, str(e.value)) and "\n" not in str(e.value)
+
+
+def test_moe_knobs_without_experts_are_refused():
+    with pytest.raises(KnobError, match="NUM_GROUPS set but NUM_EXPERTS = 0"):
+        with_overrides(LmSyntheticTiny, {"NUM_GROUPS": 4})().validate()
+
+
+def test_a_pipeline_of_mixed_layers_is_refused_and_one_of_moe_layers_built():
+    knobs = {
+        "NUM_LAYERS": 4,
+        "NUM_STAGES": 2,
+        "MESH_AXIS_NAMES": ("stage", "replica", "data", "mdl"),
+        "ICI_MESH_SHAPE": (2, 1, 1, 1),
+    }
+    with pytest.raises(KnobError, match="pipeline .* of dense and MoE layers mixed"):
+        with_overrides(LmSyntheticTinyMoe, knobs)().task()
+    task = with_overrides(LmSyntheticTinyMoe, {**knobs, "MOE_EVERY_N": 1})().task()
+    stage = task.model.lm_tpl.stacked_transformer_tpl.stage_tpl
+    assert _is_moe(stage.block_tpl)
 
 
 def test_a_hugging_face_model_refuses_the_moe_knobs():

@@ -38,6 +38,7 @@ TINY = dict(
     MAX_SEQ_LEN=16,
     FPROP_DTYPE=jnp.float32,
     ICI_MESH_SHAPE=(1, 1, 1),
+    PERCORE_BATCH_SIZE=4,
 )
 OURS = {  # Pax's tiny experiment -> the paxlite class of its Pax base, and its own knobs
     "TinyLmCloudSpmd": (lm_cloud.LmCloudSpmd2B, {}),  # scanned layers

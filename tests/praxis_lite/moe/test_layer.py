@@ -114,6 +114,7 @@ def test_dropless_matches_numpy(k, weights, shared_gate):
     np.testing.assert_allclose(got, want, atol=2e-5)
 
 
+@pytest.mark.slow
 def test_dropless_equals_capacity_routing_with_room_for_every_token():
     """GShard's top-2 renormalised over the two, nothing dropped, is dropless top-2."""
     x, paddings = _inputs()
@@ -128,6 +129,7 @@ def test_dropless_equals_capacity_routing_with_room_for_every_token():
     assert not np.allclose(tight, want, atol=1e-3)  # Dropped tokens change the output.
 
 
+@pytest.mark.slow
 def test_decoding_routes_without_capacity():
     """extend (a decode step's few tokens): top-2 with nothing dropped, whatever the mode;
     with room for every token, the same as the forward pass."""
@@ -146,6 +148,7 @@ def test_decoding_routes_without_capacity():
     )
 
 
+@pytest.mark.slow
 @pytest.mark.parametrize(
     "fields",
     [

@@ -63,11 +63,9 @@ def read_params(step_dir: pathlib.Path) -> dict:
     return params
 
 
-def logits(name: str, params: dict, ids: np.ndarray) -> np.ndarray:
-    """praxis's logits of ``ids [B, T]`` with ``params``."""
-    experiment = experiment_registry.get(name)()
-    model = pax_fiddle.instantiate(experiment.task().model)
-    batch = py_utils.NestedMap(
+def lm_batch(ids: np.ndarray) -> py_utils.NestedMap:
+    """praxis' LM batch of ``ids [B, T]``: no padding, one segment a row."""
+    return py_utils.NestedMap(
         ids=ids,
         labels=ids,
         weights=np.ones(ids.shape, np.float32),
@@ -75,9 +73,15 @@ def logits(name: str, params: dict, ids: np.ndarray) -> np.ndarray:
         segment_ids=np.ones(ids.shape, np.int32),
         segment_pos=np.broadcast_to(np.arange(ids.shape[1], dtype=np.int32), ids.shape),
     )
+
+
+def logits(name: str, params: dict, ids: np.ndarray) -> np.ndarray:
+    """praxis's logits of ``ids [B, T]`` with ``params``."""
+    experiment = experiment_registry.get(name)()
+    model = pax_fiddle.instantiate(experiment.task().model)
     context = base_layer.JaxContext.HParams(do_eval=True)
     with base_layer.JaxContext.new_context(hparams=context):
-        out = model.apply({"params": params}, batch, method=model.compute_predictions)
+        out = model.apply({"params": params}, lm_batch(ids), method=model.compute_predictions)
     return np.asarray(out.logits, np.float32)
 
 

@@ -24,7 +24,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 from paxml import experiment_registry
-from praxis import base_layer, gshard_utils, pax_fiddle, py_utils
+from praxis import base_layer, gshard_utils, pax_fiddle
 
 sys.path.insert(0, str(pathlib.Path(__file__).resolve().parents[2]))
 from tools.pax_fixtures import make_checkpoints  # noqa: E402
@@ -89,14 +89,7 @@ def gating(out: pathlib.Path) -> None:
 def aux_loss(name: str, params: dict, ids: np.ndarray) -> float:
     """praxis' summed aux losses of the logits batch (as its LanguageModel adds them)."""
     model = pax_fiddle.instantiate(experiment_registry.get(name)().task().model)
-    batch = py_utils.NestedMap(
-        ids=ids,
-        labels=ids,
-        weights=np.ones(ids.shape, np.float32),
-        paddings=np.zeros(ids.shape, np.float32),
-        segment_ids=np.ones(ids.shape, np.int32),
-        segment_pos=np.broadcast_to(np.arange(ids.shape[1], dtype=np.int32), ids.shape),
-    )
+    batch = make_checkpoints.lm_batch(ids)
     context = base_layer.JaxContext.HParams(do_eval=True)
     with base_layer.JaxContext.new_context(hparams=context):
         _, variables = model.apply(

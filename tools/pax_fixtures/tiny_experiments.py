@@ -102,16 +102,10 @@ class TinyLmCloudSpmdMoe(_TinyMoe, _Tiny, lm_cloud.LmCloudSpmd):
 
 
 @experiment_registry.register
-class TinyC4SpmdAdamMoe(_TinyMoe, _Tiny, lm_cloud.SyntheticDataset, c4.C4SpmdAdam):
+class TinyC4SpmdAdamMoe(_TinyMoe, TinyC4SpmdAdam):
     """TinyC4SpmdAdam's model, unscanned, with gated (ReLU) MoE feed-forwards in layers 0
     and 2 of 3, capacity factor 0.5 (4 slots an expert: most second choices dropped)."""
 
-    NUM_LAYERS = 3
-    MODEL_DIMS = 48
-    HIDDEN_DIMS = 96
-    NUM_HEADS = 6
-    VOCAB_SIZE = 96
-    MAX_SEQ_LEN = 12
     MOE_GROUP = 3
     MOE_LAYERS = (0, 2)
     CAPACITY_FACTOR = 0.5

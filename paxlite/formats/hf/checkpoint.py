@@ -89,7 +89,7 @@ class HfSource(LayoutSource):
         """``(our path, where it is, its variable names: one per layer when stacked)``."""
         named = hf_layout.their_names(self.family.table_of(self.config.fields), list(run_params))
         return [
-            (path, where, [_variable_name(n) for n in where.layer_names(run_params[path].shape[0])])
+            (path, where, [_variable_name(n) for n in where.tensor_names(run_params[path].shape)])
             for path, where in named.items()
         ]
 
@@ -105,12 +105,12 @@ class HfSource(LayoutSource):
 
     def _read_leaf(self, path: str, stored: list[str], where: hf_layout.Named, target: Any) -> Any:
         """Our leaf ``path`` on ``target``'s sharding and dtype, from their tensors ``stored``
-        (one, or one per layer of a scanned stack)."""
+        (one, or one per layer of a scanned stack and per expert)."""
 
-        def read_layer(layer: int) -> hf_layout.SliceReader:
-            tensor = self._tensor(stored[layer])
-            file = self.path / self._file_of[stored[layer]]
-            itemsize = _dtype(tensor.get_dtype(), stored[layer], file).itemsize
+        def read_tensor(i: int) -> hf_layout.SliceReader:
+            tensor = self._tensor(stored[i])
+            file = self.path / self._file_of[stored[i]]
+            itemsize = _dtype(tensor.get_dtype(), stored[i], file).itemsize
 
             def read(index: tuple[slice, ...]) -> np.ndarray:
                 values = tensor[index]
@@ -121,7 +121,7 @@ class HfSource(LayoutSource):
             return read
 
         def read_ours(index: tuple[slice, ...]) -> np.ndarray:
-            values = hf_layout.read_stacked(where, tuple(target.shape), index, read_layer)
+            values = hf_layout.read_stacked(where, tuple(target.shape), index, read_tensor)
             return values.astype(target.dtype)
 
         return checkpoint_sources.sharded_array(target, read_ours)
@@ -259,9 +259,10 @@ def save(
     parts: dict[str, list[tuple[hf_layout.Named, np.ndarray]]] = {}
     for path, where in named.items():
         array = np.asarray(params[path])
-        layers = list(array) if where.stacked else [array]  # A scanned stack: [L, ...].
-        for name, layer in zip(where.layer_names(len(layers)), layers, strict=True):
-            parts.setdefault(name, []).append((where, hf_layout.to_theirs(where.layout, layer)))
+        split = where.split_dims  # A scanned stack's [L, ...], experts' [E, ...].
+        pieces = array.reshape(-1, *array.shape[split:])
+        for name, piece in zip(where.tensor_names(array.shape), pieces, strict=True):
+            parts.setdefault(name, []).append((where, hf_layout.to_theirs(where.layout, piece)))
     tensors = {name: np.ascontiguousarray(hf_layout.fused(p)) for name, p in parts.items()}
     written = _write_tensors(directory, tensors, max_shard_bytes)
     dtype = np.dtype(next(iter(tensors.values())).dtype).name

@@ -7,7 +7,11 @@ tensor (GPT-2's ``c_attn``: q, k and v side by side) holds ``parts`` of our arra
 being ``part``. Layouts need no model sizes: each follows from our array's shape. Shapes:
 ``D`` model dims, ``N`` heads, ``H`` dims per head, ``F`` hidden dims, ``V`` vocabulary,
 ``P`` positions; torch's ``Linear.weight`` is ``[out, in]``, GPT-2's ``Conv1D.weight``
-``[in, out]``.
+``[in, out]``; ``E`` experts.
+
+A mixture of experts keeps each expert in tensors of its own (``experts.{expert}.w1.weight``):
+our ``[E, ...]`` array of every expert's weight is ``E`` of their tensors (a row's
+``{expert}``), each in the row's layout.
 
 A device's slice of one of our arrays is read from the matching slice of Hugging Face's
 tensor (:func:`read_slice`): nothing outside it is read, except whole heads' dims when
@@ -18,6 +22,7 @@ from __future__ import annotations
 
 import dataclasses
 import enum
+import itertools
 import re
 from collections.abc import Callable
 
@@ -57,6 +62,8 @@ class Named:
 
     ``stacked``: ours is a scanned stack's ``[L, ...]`` array of every layer's parameter:
     ``theirs`` is then a name with ``{}`` for the layer (:meth:`layer_names`).
+    ``experts``: ours is ``[E, ...]`` (after ``L`` when stacked), each expert in a tensor of
+    its own: ``theirs`` has ``{expert}`` for it (:meth:`tensor_names`).
     """
 
     theirs: str
@@ -64,12 +71,29 @@ class Named:
     part: int = 0
     parts: int = 1
     stacked: bool = False
+    experts: bool = False
+
+    @property
+    def split_dims(self) -> int:
+        """How many leading axes of our array pick Hugging Face's tensor (layers, experts)."""
+        return int(self.stacked) + int(self.experts)
 
     def layer_names(self, num_layers: int) -> list[str]:
         """Hugging Face's tensors, one per layer (just ``theirs`` when not stacked)."""
         if not self.stacked:
             return [self.theirs]
         return [self.theirs.format(layer) for layer in range(num_layers)]
+
+    def tensor_names(self, shape: tuple[int, ...]) -> list[str]:
+        """Hugging Face's tensors of our array of ``shape``, one per index of its
+        :attr:`split_dims` leading axes, in C order (layer-major)."""
+        counts = shape[: self.split_dims]
+        names = []
+        for index in itertools.product(*(range(c) for c in counts)):
+            layer = (index[0],) if self.stacked else ()
+            expert = {"expert": index[-1]} if self.experts else {}
+            names.append(self.theirs.format(*layer, **expert) if index else self.theirs)
+        return names
 
 
 Table = tuple[Row, ...]
@@ -78,6 +102,8 @@ Table = tuple[Row, ...]
 #: A plain stack's block ``i`` (the row's regex group) and, in the same place of a scanned
 #: stack (``StackedTransformerRepeated``), every layer's block in one ``[L, ...]`` array.
 _LAYER = r"x_layers_(\d+)/"
+#: Where a row's Hugging Face name holds the expert's number.
+_EXPERT = "{expert}"
 _SCANNED_LAYERS = "repeat/block/"
 _BLOCK = "lm/transformer/" + _LAYER
 
@@ -115,6 +141,38 @@ LLAMA_TABLE: Table = (
     _llama_block("ff_layer/ffn_layer1/w", "mlp.gate_proj.weight", Layout.TRANSPOSE),
     _llama_block("ff_layer/ffn_layer1_gate/w", "mlp.up_proj.weight", Layout.TRANSPOSE),
     _llama_block("ff_layer/ffn_layer2/w", "mlp.down_proj.weight", Layout.TRANSPOSE),
+)
+
+
+def _experts(module: str, gate: str, up: str, down: str) -> tuple[Row, ...]:
+    """A mixture-of-experts feed-forward (``praxis_lite.moe.MoeFeedForward``) under
+    ``module``: the router ``gate [D, E]`` (theirs ``[E, D]``), each expert's activated
+    projection ``wi_gate_0`` (``gate``), linear one ``wi_0`` (``up``) and output ``wo_0``
+    (``down``), one Linear per expert."""
+    experts = f"{module}.experts.{_EXPERT}."
+    return (
+        _llama_block("ff_layer/gate", f"{module}.gate.weight", Layout.TRANSPOSE),
+        _llama_block("ff_layer/wi_gate_0", f"{experts}{gate}.weight", Layout.TRANSPOSE),
+        _llama_block("ff_layer/wi_0", f"{experts}{up}.weight", Layout.TRANSPOSE),
+        _llama_block("ff_layer/wo_0", f"{experts}{down}.weight", Layout.TRANSPOSE),
+    )
+
+
+#: Mixtral: Llama's, the feed-forward a mixture of experts (``block_sparse_moe``; w1 the
+#: activated projection, w3 the linear one, w2 the output).
+MIXTRAL_TABLE: Table = (*_experts("block_sparse_moe", "w1", "w3", "w2"), *LLAMA_TABLE)
+
+#: Qwen2-MoE and Qwen3-MoE: Llama's (dense layers keep ``mlp.*_proj``), MoE layers'
+#: experts under ``mlp.experts``, and Qwen2-MoE's shared expert and its sigmoid gate.
+QWEN_MOE_TABLE: Table = (
+    *_experts("mlp", "gate_proj", "up_proj", "down_proj"),
+    _llama_block(
+        "ff_layer/shared_wi_gate_0", "mlp.shared_expert.gate_proj.weight", Layout.TRANSPOSE
+    ),
+    _llama_block("ff_layer/shared_wi_0", "mlp.shared_expert.up_proj.weight", Layout.TRANSPOSE),
+    _llama_block("ff_layer/shared_wo_0", "mlp.shared_expert.down_proj.weight", Layout.TRANSPOSE),
+    _llama_block("ff_layer/shared_gate", "mlp.shared_expert_gate.weight", Layout.TRANSPOSE),
+    *LLAMA_TABLE,
 )
 
 #: Gemma 2: Llama's, with a norm after the attention (its ``post_attention_layernorm``),
@@ -231,20 +289,24 @@ def t5_table(gated: bool) -> Table:
 def their_names(table: Table, ours: list[str]) -> dict[str, Named]:
     """``{our path: where Hugging Face keeps it}`` for each of ``ours`` the table names
     (the first row that matches wins; the layer number fills ``{}``; a scanned stack's
-    path matches a block row with ``{}`` kept for :meth:`Named.layer_names`)."""
+    path matches a block row with ``{}`` kept for :meth:`Named.layer_names`; ``{expert}`` is
+    kept for :meth:`Named.tensor_names`)."""
     named = {}
     for path in ours:
         for row in table:
+            experts = _EXPERT in row.theirs
             match = re.fullmatch(row.ours, path)
             if match:
-                theirs = row.theirs.format(*match.groups())
-                named[path] = Named(theirs, row.layout, row.part, row.parts)
+                theirs = row.theirs.format(*match.groups(), expert=_EXPERT)
+                named[path] = Named(theirs, row.layout, row.part, row.parts, experts=experts)
                 break
             scanned = _LAYER in row.ours and re.fullmatch(
                 row.ours.replace(_LAYER, _SCANNED_LAYERS), path
             )
             if scanned:
-                named[path] = Named(row.theirs, row.layout, row.part, row.parts, stacked=True)
+                named[path] = Named(
+                    row.theirs, row.layout, row.part, row.parts, stacked=True, experts=experts
+                )
                 break
     return named
 
@@ -299,14 +361,27 @@ def read_stacked(
     named: Named,
     shape: tuple[int, ...],
     index: tuple[slice, ...],
-    read_layer: Callable[[int], SliceReader],
+    read_tensor: Callable[[int], SliceReader],
 ) -> np.ndarray:
-    """As :func:`read_slice`, for a scanned stack's ``[L, ...]`` array: each layer in
-    ``index[0]`` read from its own tensor (``read_layer(layer)``)."""
-    if not named.stacked:
-        return read_slice(named, shape, index, read_layer(0))
-    layers = range(*index[0].indices(shape[0]))
-    return np.stack([read_slice(named, shape[1:], index[1:], read_layer(i)) for i in layers])
+    """As :func:`read_slice`, for an array whose :attr:`Named.split_dims` leading axes (a
+    scanned stack's layers, the experts) pick the tensor: each tensor that ``index`` covers
+    is read from ``read_tensor(i)``, ``i`` its place in :meth:`Named.tensor_names`; nothing
+    of the others is read."""
+    split = named.split_dims
+    counts, inner = shape[:split], shape[split:]
+    ranges = [range(*s.indices(c)) for s, c in zip(index[:split], counts, strict=True)]
+    blocks = [
+        read_slice(named, inner, index[split:], read_tensor(_flat(combo, counts)))
+        for combo in itertools.product(*ranges)
+    ]
+    if not split:
+        return blocks[0]
+    return np.stack(blocks).reshape(*(len(r) for r in ranges), *blocks[0].shape)
+
+
+def _flat(index: tuple[int, ...], counts: tuple[int, ...]) -> int:
+    """The place of ``index`` among ``counts``' indices in C order (0 for none)."""
+    return int(np.ravel_multi_index(index, counts)) if counts else 0
 
 
 def read_slice(

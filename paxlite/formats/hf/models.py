@@ -42,6 +42,7 @@ from praxis_lite.layers.transformer_models import TransformerLm
 from praxis_lite.layers.transformers import StackedTransformer, Transformer, TransformerFeedForward
 from praxis_lite.models.lm import LanguageModel
 from praxis_lite.models.t5 import T5_NORM_EPSILON, T5Shape, t5_model
+from praxis_lite.moe import Dispatch, MoeFeedForward, TopKWeights
 
 CONFIG_FILE = "config.json"
 
@@ -122,7 +123,8 @@ class Family:
         fields, when they decide them; see :meth:`table_of`); inert: the family's own fields that
         never change the numbers (beyond every family's); canonical_name: a stored
         tensor's name as the table spells it, or None for a buffer that is no parameter
-        (older checkpoints of a family may name them otherwise).
+        (older checkpoints of a family may name them otherwise); mixture_of_experts: its
+        feed-forwards (some or all) are mixtures of experts.
     """
 
     model_type: str
@@ -132,6 +134,7 @@ class Family:
     inert: frozenset[str] = frozenset()
     canonical_name: Callable[[str], str | None] = lambda name: name
     table_for: Callable[[Mapping[str, Any]], hf_layout.Table] | None = None
+    mixture_of_experts: bool = False
 
     def table_of(self, fields: Mapping[str, Any]) -> hf_layout.Table:
         """The names of a model whose config.json holds ``fields`` (``table`` unless the
@@ -188,6 +191,7 @@ class _Options:
       gemma: norms scaling by ``1 + w``, embeddings by ``sqrt(D)``, ``hidden_activation``.
       gemma2: norms after the attention and the feed-forward too, logit soft caps, the
         query scaled by ``query_pre_attn_scalar ** -0.5``.
+      experts: how config.json spells its mixture of experts (None: dense).
     """
 
     qkv_bias: bool = False
@@ -195,6 +199,60 @@ class _Options:
     sliding_windows: tuple[int | None, ...] = ()
     gemma: bool = False
     gemma2: bool = False
+    experts: _Experts | None = None
+
+
+@dataclasses.dataclass(frozen=True)
+class _Experts:
+    """How a family spells its mixture of experts in config.json.
+
+    Attributes:
+      hidden: the field of an expert's hidden dims (Mixtral: ``intermediate_size``).
+      renormalize: the field saying whether the chosen experts' softmax weights are
+        renormalised to sum to 1 (Qwen's ``norm_topk_prob``, false by default); None: always
+        (Mixtral).
+      shared_expert: a shared expert behind a sigmoid gate (Qwen2-MoE's
+        ``shared_expert_intermediate_size``).
+      sparse_step: the MoE layers are chosen by ``decoder_sparse_step`` and
+        ``mlp_only_layers`` (Qwen); otherwise every layer is one.
+    """
+
+    hidden: str = "moe_intermediate_size"
+    renormalize: str | None = "norm_topk_prob"
+    shared_expert: bool = False
+    sparse_step: bool = True
+
+
+#: The number of experts: transformers reads either name in each family (Mixtral and
+#: Qwen3-MoE save ``num_local_experts``, Qwen's Hub configs say ``num_experts``).
+_EXPERT_COUNT = ("num_experts", "num_local_experts")
+
+#: Fields of mixture-of-experts families paxlite's routing does not have (DeepSeek's grouped
+#: routing and scaled, biased or sigmoid scores): refused when set.
+_UNSUPPORTED_ROUTING = {
+    "n_group": "DeepSeek's grouped routing",
+    "topk_group": "DeepSeek's grouped routing",
+    "topk_method": "DeepSeek's routing methods",
+    "scoring_func": "a router score other than the softmax",
+    "routed_scaling_factor": "scaled routed experts",
+    "n_shared_experts": "DeepSeek's shared experts",
+    "first_k_dense_replace": "DeepSeek's leading dense layers",
+    "moe_layer_freq": "DeepSeek's MoE layer frequency",
+    "kv_lora_rank": "multi-head latent attention (MLA)",
+    "q_lora_rank": "multi-head latent attention (MLA)",
+}
+
+#: Mixture-of-experts model types paxlite does not build, and what they need.
+_UNSUPPORTED_MOE_TYPES = {
+    "deepseek_v2": "DeepSeek's grouped routing and multi-head latent attention (kv_lora_rank)",
+    "deepseek_v3": "DeepSeek's grouped routing, its sigmoid router with a score bias and "
+    "multi-head latent attention (kv_lora_rank)",
+    "gpt_oss": "gpt-oss' attention sinks and its clamped SwiGLU experts with biases",
+    "qwen3_next": "Qwen3-Next's gated DeltaNet layers",
+    "olmoe": "OLMoE (not one of paxlite's families yet)",
+    "jamba": "Jamba's Mamba layers",
+    "dbrx": "DBRX's fused experts (not one of paxlite's families yet)",
+}
 
 
 def _llama_like(cfg: HfConfig, options: _Options) -> config_lib.Config:
@@ -233,6 +291,13 @@ def _llama_like(cfg: HfConfig, options: _Options) -> config_lib.Config:
         tr_atten_tpl=attention,
         tr_fflayer_tpl=feed_forward,
     )
+    stack = StackedTransformer.HParams.config(
+        num_layers=cfg.require("num_hidden_layers"),
+        block_tpl=block,
+        sliding_windows=options.sliding_windows,
+    )
+    if options.experts is not None:
+        _add_experts(cfg, options.experts, stack)
     tied = cfg.get("tie_word_embeddings", options.gemma)
     softmax = (
         SharedEmbeddingSoftmax.HParams.config(scale_sqrt_depth=options.gemma)
@@ -246,14 +311,60 @@ def _llama_like(cfg: HfConfig, options: _Options) -> config_lib.Config:
         vocab_size=cfg.require("vocab_size"),
         softmax_tpl=softmax,
         embedding_tpl=None if tied else Embedding.HParams.config(scale_sqrt_depth=options.gemma),
-        stacked_transformer_tpl=StackedTransformer.HParams.config(
-            num_layers=cfg.require("num_hidden_layers"),
-            block_tpl=block,
-            sliding_windows=options.sliding_windows,
-        ),
+        stacked_transformer_tpl=stack,
         final_ln_tpl=norm(),
     )
     return LanguageModel.HParams.config(lm_tpl=lm)
+
+
+def _add_experts(cfg: HfConfig, experts: _Experts, stack: config_lib.Config) -> None:
+    """Makes ``stack``'s MoE layers (all, or Qwen's choice) blocks whose feed-forward is a
+    dropless top-k ``MoeFeedForward`` of the dense one's norm and activation, in place."""
+    for field, what in _UNSUPPORTED_ROUTING.items():
+        if cfg.get(field) is not None:
+            raise cfg.refuse(field, cfg.get(field), f"{what} is not implemented in paxlite")
+    count_field = next((f for f in _EXPERT_COUNT if cfg.get(f) is not None), _EXPERT_COUNT[0])
+    count, k = cfg.require(count_field), cfg.require("num_experts_per_tok")
+    if not 1 <= k <= count:
+        raise cfg.refuse(
+            "num_experts_per_tok", k, f"it must be between 1 and {count_field}={count}"
+        )
+    renormalize = cfg.get(experts.renormalize, False) if experts.renormalize else True
+    dense_block = stack.block_tpl
+    dense_ff = dense_block.tr_fflayer_tpl
+    shared = cfg.require("shared_expert_intermediate_size") if experts.shared_expert else 0
+    moe_ff = MoeFeedForward.HParams.config(
+        num_experts=count,
+        num_experts_per_token=k,
+        dispatch=Dispatch.DROPLESS,
+        top_k_weights=TopKWeights.RENORMALIZED if renormalize else TopKWeights.SOFTMAX,
+        use_gated_activation=True,
+        activation_tpl=copy.deepcopy(dense_ff.activation_tpl),
+        ln_tpl=copy.deepcopy(dense_ff.ln_tpl),
+        load_balance_loss_weight=0.0,  # Training sets it (HfCausalLm: router_aux_loss_coef).
+        shared_expert_dims=shared,
+        shared_expert_gate=bool(shared),
+    )
+    moe_block = copy.deepcopy(dense_block)
+    moe_block.tr_fflayer_tpl = moe_ff
+    moe_block.hidden_dims = cfg.require(experts.hidden)
+    layers = _moe_layers(cfg, experts, stack.num_layers)
+    if len(layers) == stack.num_layers:
+        stack.block_tpl = moe_block
+    else:
+        stack.moe_layers, stack.moe_block_tpl = layers, moe_block
+
+
+def _moe_layers(cfg: HfConfig, experts: _Experts, num_layers: int) -> tuple[int, ...]:
+    """The MoE layers: every one, or (Qwen) those after each ``decoder_sparse_step`` that
+    ``mlp_only_layers`` does not keep dense."""
+    if not experts.sparse_step:
+        return tuple(range(num_layers))
+    step = cfg.get("decoder_sparse_step", 1)
+    if not isinstance(step, int) or step < 1:
+        raise cfg.refuse("decoder_sparse_step", step, "a whole number of at least 1")
+    dense = set(cfg.get("mlp_only_layers", []))
+    return tuple(i for i in range(num_layers) if i not in dense and (i + 1) % step == 0)
 
 
 def _gemma2_extras(
@@ -314,6 +425,42 @@ def _qwen2(cfg: HfConfig) -> config_lib.Config:
 def _qwen3(cfg: HfConfig) -> config_lib.Config:
     _no_sliding_window(cfg)
     return _llama_like(cfg, _Options(qk_norm=True))
+
+
+def _mixtral(cfg: HfConfig) -> config_lib.Config:
+    """Mistral's attention; every feed-forward ``num_local_experts`` SwiGLU experts, each
+    token to its top ``num_experts_per_tok`` by a softmax over the chosen logits."""
+    _no_router_jitter(cfg)
+    window = cfg.get("sliding_window")
+    windows = (window,) * cfg.require("num_hidden_layers")
+    experts = _Experts("intermediate_size", renormalize=None, sparse_step=False)
+    return _llama_like(cfg, _Options(sliding_windows=windows, experts=experts))
+
+
+def _no_router_jitter(cfg: HfConfig) -> None:
+    """Mixtral's training-time router jitter: refused when on (paxlite does not add it)."""
+    if cfg.get("router_jitter_noise", 0.0):
+        raise cfg.refuse(
+            "router_jitter_noise", cfg.get("router_jitter_noise"), "supported: 0.0 (no jitter)"
+        )
+
+
+def _qwen2_moe(cfg: HfConfig) -> config_lib.Config:
+    """Qwen2's attention (its q/k/v biases per ``qkv_bias``); MoE layers with a shared expert."""
+    _no_sliding_window(cfg)
+    experts = _Experts(shared_expert=True)
+    return _llama_like(cfg, _Options(qkv_bias=cfg.get("qkv_bias", True), experts=experts))
+
+
+def _qwen3_moe(cfg: HfConfig) -> config_lib.Config:
+    """Qwen3's attention (q/k norms); MoE layers without a shared expert."""
+    _no_sliding_window(cfg)
+    return _llama_like(cfg, _Options(qk_norm=True, experts=_Experts()))
+
+
+#: The MoE families' fields that never change a forward pass: the training-time aux loss
+#: (HfCausalLm reads ``router_aux_loss_coef`` itself).
+_MOE_INERT = frozenset({"output_router_logits", "router_aux_loss_coef"})
 
 
 #: Gemma's ``hidden_act`` is superseded by ``hidden_activation`` (transformers reads that).
@@ -510,6 +657,30 @@ FAMILIES: dict[str, Family] = {
         Family("gemma2", "Gemma2ForCausalLM", _gemma2, hf_layout.GEMMA2_TABLE, _GEMMA_INERT),
         Family("gpt2", "GPT2LMHeadModel", _gpt2, hf_layout.GPT2_TABLE, _GPT2_INERT, _gpt2_name),
         Family(
+            "mixtral",
+            "MixtralForCausalLM",
+            _mixtral,
+            hf_layout.MIXTRAL_TABLE,
+            _MOE_INERT,
+            mixture_of_experts=True,
+        ),
+        Family(
+            "qwen2_moe",
+            "Qwen2MoeForCausalLM",
+            _qwen2_moe,
+            hf_layout.QWEN_MOE_TABLE,
+            _MOE_INERT | _QWEN_INERT,
+            mixture_of_experts=True,
+        ),
+        Family(
+            "qwen3_moe",
+            "Qwen3MoeForCausalLM",
+            _qwen3_moe,
+            hf_layout.QWEN_MOE_TABLE,
+            _MOE_INERT | _QWEN_INERT,
+            mixture_of_experts=True,
+        ),
+        Family(
             "t5",
             "T5ForConditionalGeneration",
             _t5,
@@ -528,9 +699,16 @@ def scanned(model: config_lib.Config, **stack_fields: Any) -> config_lib.Config:
     ``stack_fields``); its weights read and saved under the same Hugging Face names.
 
     Raises:
-      HfConfigError: the blocks differ (Gemma 2's per-layer sliding windows).
+      HfConfigError: the blocks differ (Gemma 2's per-layer sliding windows, Qwen-MoE's
+        dense layers among MoE ones).
     """
     plain = model.lm_tpl.stacked_transformer_tpl
+    if plain.moe_layers:
+        raise HfConfigError(
+            f"only layers {list(plain.moe_layers)} of the {plain.num_layers} are mixtures of "
+            "experts (decoder_sparse_step, mlp_only_layers), so the layers cannot be one "
+            "scanned block; keep the plain stack (USE_REPEATED_LAYER=False)."
+        )
     if plain.sliding_windows and len(set(plain.sliding_windows)) > 1:
         raise HfConfigError(
             "the layers differ (their sliding windows alternate), so they cannot be one "
@@ -549,6 +727,13 @@ def scanned(model: config_lib.Config, **stack_fields: Any) -> config_lib.Config:
 def family_of(cfg: HfConfig) -> Family:
     """The family of ``cfg``'s ``model_type``, or an HfConfigError listing the supported."""
     model_type = cfg.get("model_type")
+    if model_type in _UNSUPPORTED_MOE_TYPES:
+        raise cfg.refuse(
+            "model_type",
+            model_type,
+            f"{_UNSUPPORTED_MOE_TYPES[model_type]} is not implemented in paxlite; its mixtures "
+            f"of experts: {', '.join(n for n, f in FAMILIES.items() if f.mixture_of_experts)}",
+        )
     if model_type not in FAMILIES:
         raise cfg.refuse("model_type", model_type, f"supported: {', '.join(sorted(FAMILIES))}")
     return FAMILIES[model_type]

@@ -49,9 +49,14 @@ class HfModelKnobs(LmCloudSpmd):
     Attributes (knobs):
       HF_MODEL: the Hugging Face model directory (config.json; safetensors and a
         tokenizer where the experiment reads them).
+      ROUTER_AUX_LOSS_COEF: a mixture of experts' load-balancing loss weight in training;
+        None: config.json's ``router_aux_loss_coef`` (transformers adds that loss only with
+        ``output_router_logits`` true; paxlite always does: set 0 for none). Spread over
+        the MoE layers (``hf_models.set_router_aux_loss``).
     """
 
     HF_MODEL: str | None = None
+    ROUTER_AUX_LOSS_COEF: float | None = None
 
     LOGICAL_AXIS_RULES = FSDP_AND_TENSOR_PARALLEL_RULES  # Weights over 'data' and 'mdl'.
     FPROP_DTYPE = jnp.bfloat16
@@ -106,9 +111,24 @@ class HfModelKnobs(LmCloudSpmd):
                 checkpoint_policy=self.CHECKPOINT_POLICY,
                 offload_to_host=self.CHECKPOINT_OFFLOAD_TO_HOST,
             )
+        self._set_router_aux_loss(model)
         softmax = model.lm_tpl.softmax_tpl
         softmax.num_chunks, softmax.z_loss_weight = self.NUM_LOSS_CHUNKS, self.Z_LOSS_WEIGHT
         return config_lib.set_dtypes(model, dtype=jnp.float32, fprop_dtype=self.FPROP_DTYPE)
+
+    def _set_router_aux_loss(self, model: config_lib.Config) -> None:
+        """ROUTER_AUX_LOSS_COEF (or config.json's) on ``model``'s MoE layers, in place;
+        refused for a dense model."""
+        coefficient = self.ROUTER_AUX_LOSS_COEF
+        if coefficient is None:
+            coefficient = float(self.hf_config.fields.get("router_aux_loss_coef") or 0.0)
+        if not hf_models.set_router_aux_loss(model, coefficient) and (
+            self.ROUTER_AUX_LOSS_COEF is not None
+        ):
+            raise KnobError(
+                f"{type(self).__qualname__}: ROUTER_AUX_LOSS_COEF is set but {self.HF_MODEL} "
+                "is no mixture of experts; leave it unset."
+            )
 
     def lora_targets(self) -> tuple[str, ...]:
         """LORA_TARGET_MODULES in Hugging Face's module names (PEFT's default: the family's)."""

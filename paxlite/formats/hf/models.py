@@ -724,6 +724,22 @@ def scanned(model: config_lib.Config, **stack_fields: Any) -> config_lib.Config:
     return model
 
 
+def set_router_aux_loss(model: config_lib.Config, coefficient: float) -> int:
+    """Gives ``model``'s (a family's LanguageModel config, plain or :func:`scanned`) MoE
+    feed-forwards the load-balancing loss weight ``coefficient / M``, ``M`` its MoE layers,
+    in place: their losses sum to ``coefficient`` times their mean (transformers computes one
+    loss over every layer's routes pooled; both are 1 x coefficient at perfect balance).
+    Returns ``M`` (0: a dense model, nothing set)."""
+    stack = model.lm_tpl.stacked_transformer_tpl
+    some = stack.__fn_or_cls__ is StackedTransformer and bool(stack.moe_layers)
+    moe_block = stack.moe_block_tpl if some else stack.block_tpl
+    if moe_block.tr_fflayer_tpl.__fn_or_cls__ is not MoeFeedForward:
+        return 0
+    layers = len(stack.moe_layers) if some else stack.num_layers
+    moe_block.tr_fflayer_tpl.load_balance_loss_weight = coefficient / layers
+    return layers
+
+
 def family_of(cfg: HfConfig) -> Family:
     """The family of ``cfg``'s ``model_type``, or an HfConfigError listing the supported."""
     model_type = cfg.get("model_type")

@@ -36,6 +36,7 @@ from paxlite.formats.hf import checkpoint as hf_checkpoint
 from paxlite.formats.hf import layout as hf_layout
 from paxlite.formats.hf import models as hf_models
 from praxis_lite.layers import lora
+from praxis_lite.layers.lora_targets import FEED_FORWARD_TARGETS
 
 CONFIG_FILE = "adapter_config.json"
 WEIGHTS_FILE = "adapter_model.safetensors"
@@ -96,10 +97,13 @@ def lora_targets(family: hf_models.Family, modules: Sequence[str]) -> tuple[str,
     the blocks, never the output head; empty: the family's default).
 
     Raises:
-      PeftError: a module name the family does not have.
+      PeftError: a module name the family does not have; a feed-forward module (or
+        ``all-linear``) of a mixture-of-experts family.
     """
     names = module_targets(family.table)
     modules = list(modules) or list(default_modules(family))
+    if family.mixture_of_experts:
+        names = _refuse_moe_feed_forwards(family, modules, names)
     if modules == [ALL_LINEAR]:
         modules = list(names)
     unknown = [m for m in modules if m not in names]
@@ -109,6 +113,26 @@ def lora_targets(family: hf_models.Family, modules: Sequence[str]) -> tuple[str,
             f"projections are {', '.join(names)} (or {ALL_LINEAR})."
         )
     return tuple(dict.fromkeys(t for m in modules for t in names[m]))
+
+
+def _refuse_moe_feed_forwards(
+    family: hf_models.Family, modules: Sequence[str], names: Mapping[str, tuple[str, ...]]
+) -> dict[str, tuple[str, ...]]:
+    """The attention modules of a mixture-of-experts family's ``names``; a PeftError for
+    LoRA on its feed-forwards (experts, router, shared expert, dense layers), which paxlite
+    does not adapt yet (``all-linear`` would include some)."""
+    attention = {
+        m: targets for m, targets in names.items() if not set(targets) & set(FEED_FORWARD_TARGETS)
+    }
+    in_table = {row.theirs.rsplit(".", 2)[-2] for row in family.table}
+    feed_forward = [m for m in modules if m == ALL_LINEAR or (m in in_table and m not in attention)]
+    if feed_forward:
+        raise PeftError(
+            f"LoRA on {family.model_type}'s feed-forwards (its experts, router, shared expert "
+            f"and dense layers; asked: {', '.join(feed_forward)}) is not implemented yet; adapt "
+            f"the attention projections: {', '.join(attention)}."
+        )
+    return attention
 
 
 def fan_in_fan_out(family: hf_models.Family) -> bool:

@@ -355,17 +355,23 @@ def _right_padded(rows: list[list[int]]) -> tuple[np.ndarray, np.ndarray]:
 
 def _settings(defaults: sampling.DecoderParams, settings: dict[str, Any]) -> Any:
     """``defaults`` with generate's ``settings`` (an old Pax name or an unknown one is one
-    error line naming the fields)."""
+    error line naming the fields); ``pad_token_id=None`` is the first EOS id, as
+    transformers pads."""
     known = [f.name for f in dataclasses.fields(sampling.DecoderParams)]
     unknown = sorted(set(settings) - set(known))
     try:
-        return dataclasses.replace(defaults, **settings)
+        params = dataclasses.replace(defaults, **settings)
     except TypeError as e:
         if "is now" in str(e):
             raise
         raise TypeError(
             f"generate: unknown setting {', '.join(unknown)}; it takes {', '.join(known)}."
         ) from None
+    if params.pad_token_id is None:
+        eos = params.eos_token_id
+        first = eos[0] if isinstance(eos, (tuple, list)) else eos
+        params = dataclasses.replace(params, pad_token_id=0 if first is None else int(first))
+    return params
 
 
 def _until_eos(row: np.ndarray, params: sampling.DecoderParams) -> list[int]:

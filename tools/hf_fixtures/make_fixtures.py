@@ -1,6 +1,7 @@
 """Builds tiny randomly initialised Hugging Face causal LMs (Llama 2, Llama 3, Mistral, Qwen2,
-Qwen3, Gemma, Gemma 2, GPT-2) with the real ``transformers`` (PyTorch) and stores each, with its
-tokenizer and its outputs, as a test fixture that paxlite's JAX loaders read without torch.
+Qwen3, Gemma, Gemma 2, GPT-2, and the mixtures of experts Mixtral, Qwen2-MoE, Qwen3-MoE) with the
+real ``transformers`` (PyTorch) and stores each, with its tokenizer and its outputs, as a test
+fixture that paxlite's JAX loaders read without torch.
 
 Runs in the venv of make_venv.sh, by hand (never by CI), from the repository root:
 
@@ -9,7 +10,7 @@ Runs in the venv of make_venv.sh, by hand (never by CI), from the repository roo
 
 Writes, per family (``FAMILIES``), ``<out>/<name>/``: what ``save_pretrained`` writes for the
 model (config.json, generation_config.json, model.safetensors or shards + index) and for its
-tokenizer (tokenizer.json, tokenizer_config.json; Llama 2, Gemma and Gemma 2 also
+tokenizer (tokenizer.json, tokenizer_config.json; Llama 2, Mixtral, Gemma and Gemma 2 also
 tokenizer.model and special_tokens_map.json), plus
 
 - ``outputs.npz``: ``ids [2, T]`` int32 (two texts, no padding), ``logits [2, T, V]`` float32
@@ -18,12 +19,17 @@ tokenizer.model and special_tokens_map.json), plus
   do_sample=False, max_new_tokens=8)`` (shorter when it stopped at an EOS);
 - ``tokenizer_cases.json``: ``{"cases": [{"text", "ids", "ids_no_special", "decoded"}...],
   "special": {"bos_token_id", "eos_token_id", "pad_token_id"}}``;
-- families with a chat template (Qwen2: ChatML; Llama 3: its headers; written here): the
-  template in ``chat_template.jinja`` (where transformers 5's save_pretrained puts it; not in
-  tokenizer_config.json), and ``chat_cases.json``: ``{"cases": [{"messages", "rendered",
+- families with a chat template (Qwen2 and Qwen2-MoE: ChatML; Llama 3: its headers; written
+  here): the template in ``chat_template.jinja`` (where transformers 5's save_pretrained puts it;
+  not in tokenizer_config.json), and ``chat_cases.json``: ``{"cases": [{"messages", "rendered",
   "rendered_with_prompt", "ids"}...]}``, apply_chat_template's text (without and with
   add_generation_prompt) and ids for CHAT_CONVERSATIONS. No assistant mask: transformers gives
   one only for templates with ``{% generation %}`` markers, which these lack.
+
+Asserts, per family: generate equals greedy decoding by full forward passes, no greedy step is a
+near tie (MIN_GREEDY_GAP), each must_matter ablation moves the logits (MUST_MATTER), a float64
+copy gives the same logits (FLOAT64_TOLERANCE); for a mixture of experts (computed with eager
+experts), no token of those forwards is near a routing tie (MIN_ROUTER_MARGIN).
 
 Checks a directory that something else saved (e.g. paxlite's HF export) against a fixture:
 
@@ -35,6 +41,8 @@ with fixture NAME; exits 1 on a mismatch.
 """
 
 import argparse
+import contextlib
+import copy
 import dataclasses
 import io
 import json
@@ -44,6 +52,7 @@ import re
 import shutil
 import sys
 import tempfile
+from collections.abc import Callable, Iterator
 
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
@@ -67,6 +76,10 @@ NEW_TOKENS = 8  # max_new_tokens of the greedy decodes.
 TOLERANCE = 1e-4  # --check: max |logits - fixture| / max |fixture logits|.
 MUST_MATTER = 1e-2  # an ablation (Family.must_matter) must move the logits by this, relatively.
 MIN_GREEDY_GAP = 0.02  # top-1 minus top-2 logit at every greedy step (Family.seed is chosen so).
+# MoE: the k-th minus the (k+1)-th router probability, at every MoE layer and token of every
+# recorded forward (Family.seed is chosen so): a float32 implementation elsewhere routes alike.
+MIN_ROUTER_MARGIN = 1e-3
+FLOAT64_TOLERANCE = 1e-5  # max |float64 logits - float32 logits| / max |logit|.
 
 # The training text of every tokenizer (about 4 KB), written for this script.
 CORPUS = """\
@@ -201,6 +214,10 @@ class SentencePieceSpec:
     tokenizer_class: str = "LlamaTokenizer"
 
 
+# A must_matter ablation that is no config switch: edits (in place) a copy of the model.
+Ablation = Callable[[transformers.PreTrainedModel], None]
+
+
 @dataclasses.dataclass(frozen=True)
 class Family:
     """One fixture: a transformers config and the tokenizer that goes with it.
@@ -214,8 +231,10 @@ class Family:
       tokenizer: how to build the tokenizer.
       generation_eos: tokens whose ids become generation_config's (and config's) eos_token_id
         list; None: the tokenizer's eos id.
-      must_matter: config overrides (by label) that must change the logits: proves the fixture
-        exercises that feature (e.g. a sliding window shorter than the sequence).
+      must_matter: ablations (by label) that must change the logits: proves the fixture
+        exercises that feature (e.g. a sliding window shorter than the sequence). Each is config
+        overrides (the same weights; an MoE layer that ``mlp_only_layers`` makes dense, or the
+        reverse, gets fresh weights) or an edit of a copy of the model (``Ablation``).
       max_shard_size: save_pretrained's shard size (None: one model.safetensors).
     """
 
@@ -225,7 +244,7 @@ class Family:
     config: dict
     tokenizer: ByteLevelSpec | SentencePieceSpec
     generation_eos: tuple[str, ...] | None = None
-    must_matter: dict[str, dict] = dataclasses.field(default_factory=dict)
+    must_matter: dict[str, dict | Ablation] = dataclasses.field(default_factory=dict)
     max_shard_size: str | None = None
 
 
@@ -289,6 +308,54 @@ GEMMA_TOKENIZER = SentencePieceSpec(
     add_dummy_prefix=False,
     tokenizer_class="GemmaTokenizer",
 )
+
+# Qwen's byte-level BPE: fewer tokens than embedding rows, as the real Qwen checkpoints have.
+QWEN2_TOKENIZER = ByteLevelSpec(
+    vocab_size=312,
+    special_tokens=QWEN_TOKENS,
+    specials_first=False,
+    bos=None,
+    eos="<|endoftext|>",
+    pad="<|endoftext|>",
+    add_bos=False,
+    digits=r"\p{N}",
+    nfc=True,
+    chat_template=QWEN_CHAT_TEMPLATE,
+)
+QWEN3_TOKENIZER = dataclasses.replace(QWEN2_TOKENIZER, eos="<|im_end|>", chat_template=None)
+QWEN3_EOS = ("<|im_end|>", "<|endoftext|>")
+
+
+# transformers 5's MoE routers (MixtralTopKRouter, Qwen2MoeTopKRouter, Qwen3MoeTopKRouter) map
+# hidden [N, D] to (router_logits [N, E], top-k weights [N, k], top-k expert ids [N, k]).
+def is_router(module: torch.nn.Module) -> bool:
+    """Whether ``module`` is an MoE router (a ``*TopKRouter``, with its k as ``top_k``)."""
+    return type(module).__name__.endswith("TopKRouter")
+
+
+def without_top_k_renormalisation(model: transformers.PreTrainedModel) -> None:
+    """An Ablation: each router's top-k weights become the softmax probabilities themselves, not
+    divided by their sum (Mixtral always divides; MixtralConfig has no switch for it)."""
+
+    def hook(module, args, output):
+        logits, _, experts = output
+        return logits, torch.softmax(logits.float(), dim=-1).gather(-1, experts), experts
+
+    routers = [module for module in model.modules() if is_router(module)]
+    assert routers, "no router"
+    for module in routers:
+        module.register_forward_hook(hook)
+
+
+def zero_shared_expert_gates(model: transformers.PreTrainedModel) -> None:
+    """An Ablation: every ``shared_expert_gate`` weight to 0 (Qwen2-MoE scales its shared expert's
+    output by sigmoid(x . w); with w = 0, by 1/2)."""
+    gates = [p for n, p in model.named_parameters() if n.endswith("shared_expert_gate.weight")]
+    assert gates, "no shared_expert_gate"
+    with torch.no_grad():
+        for gate in gates:
+            gate.zero_()
+
 
 FAMILIES = (
     Family(
@@ -375,19 +442,7 @@ FAMILIES = (
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
             tie_word_embeddings=True,
         ),
-        # Fewer tokens than embedding rows, as the real Qwen checkpoints have.
-        tokenizer=ByteLevelSpec(
-            vocab_size=312,
-            special_tokens=QWEN_TOKENS,
-            specials_first=False,
-            bos=None,
-            eos="<|endoftext|>",
-            pad="<|endoftext|>",
-            add_bos=False,
-            digits=r"\p{N}",
-            nfc=True,
-            chat_template=QWEN_CHAT_TEMPLATE,
-        ),
+        tokenizer=QWEN2_TOKENIZER,
     ),
     Family(
         name="qwen3",
@@ -401,18 +456,8 @@ FAMILIES = (
             rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
             tie_word_embeddings=False,
         ),
-        tokenizer=ByteLevelSpec(
-            vocab_size=312,
-            special_tokens=QWEN_TOKENS,
-            specials_first=False,
-            bos=None,
-            eos="<|im_end|>",
-            pad="<|endoftext|>",
-            add_bos=False,
-            digits=r"\p{N}",
-            nfc=True,
-        ),
-        generation_eos=("<|im_end|>", "<|endoftext|>"),
+        tokenizer=QWEN3_TOKENIZER,
+        generation_eos=QWEN3_EOS,
         max_shard_size="200KB",
     ),
     Family(
@@ -491,6 +536,82 @@ FAMILIES = (
             add_bos=False,
             digits=None,
         ),
+    ),
+    Family(
+        name="mixtral",
+        seed=84,
+        config_class="MixtralConfig",
+        config=dict(
+            TINY,
+            intermediate_size=32,  # each expert's
+            vocab_size=352,
+            num_local_experts=4,
+            num_experts_per_tok=2,
+            router_jitter_noise=0.0,
+            sliding_window=None,
+            rms_norm_eps=1e-5,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            tie_word_embeddings=False,
+        ),
+        tokenizer=SentencePieceSpec(vocab_size=352),
+        must_matter={
+            "top-1 routing": {"num_experts_per_tok": 1},
+            "no top-k renormalisation": without_top_k_renormalisation,
+        },
+    ),
+    Family(
+        name="qwen2_moe",
+        seed=33,
+        config_class="Qwen2MoeConfig",
+        config=dict(
+            TINY,
+            vocab_size=320,
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            shared_expert_intermediate_size=48,
+            decoder_sparse_step=1,
+            mlp_only_layers=[],
+            norm_topk_prob=False,  # Qwen1.5-MoE's
+            qkv_bias=True,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            tie_word_embeddings=False,
+        ),
+        tokenizer=QWEN2_TOKENIZER,
+        must_matter={
+            "top-1 routing": {"num_experts_per_tok": 1},
+            "norm_topk_prob=True": {"norm_topk_prob": True},
+            "shared_expert_gate zeroed": zero_shared_expert_gates,
+        },
+    ),
+    Family(
+        name="qwen3_moe",
+        seed=67,
+        config_class="Qwen3MoeConfig",
+        config=dict(
+            TINY,
+            num_hidden_layers=3,
+            vocab_size=320,
+            head_dim=32,  # not a Qwen3MoeConfig field: kept as an extra attribute, as the hub's.
+            num_experts=4,
+            num_experts_per_tok=2,
+            moe_intermediate_size=32,
+            mlp_only_layers=[1],  # layer 1 dense (intermediate_size 80), layers 0 and 2 MoE
+            decoder_sparse_step=1,
+            norm_topk_prob=True,
+            rms_norm_eps=1e-6,
+            rope_parameters={"rope_type": "default", "rope_theta": 1000000.0},
+            tie_word_embeddings=False,
+        ),
+        tokenizer=QWEN3_TOKENIZER,
+        generation_eos=QWEN3_EOS,
+        must_matter={
+            "top-1 routing": {"num_experts_per_tok": 1},
+            "norm_topk_prob=False": {"norm_topk_prob": False},
+            "mlp_only_layers=[]": {"mlp_only_layers": []},
+        },
+        max_shard_size="300KB",
     ),
 )
 
@@ -707,9 +828,13 @@ def make_config(family: Family, ids: dict, **overrides) -> transformers.Pretrain
 
 
 def new_model(config: transformers.PretrainedConfig) -> transformers.PreTrainedModel:
-    """An eager-attention float32 model of ``config``, in eval mode, from torch's RNG."""
+    """An eager-attention float32 model of ``config``, in eval mode, from torch's RNG.
+
+    MoE experts eager too: a loop over the experts hit (transformers' default on CPU,
+    ``grouped_mm``, has no float64 kernel). Dense models ignore the setting.
+    """
     model = AutoModelForCausalLM.from_config(
-        config, attn_implementation="eager", dtype=torch.float32
+        config, attn_implementation="eager", experts_implementation="eager", dtype=torch.float32
     )
     return model.eval()
 
@@ -789,6 +914,64 @@ def greedy_without_cache(
     return np.array(tokens[len(prompt) :], np.int32), min(gaps)
 
 
+@contextlib.contextmanager
+def router_margins(model: transformers.PreTrainedModel) -> Iterator[list[float]]:
+    """While active, appends to the yielded list each router call's smallest margin over its
+    tokens: the k-th minus the (k+1)-th largest of softmax(router_logits) (k: the router's
+    top_k). Empty for a dense model."""
+    margins = []
+
+    def hook(module, args, output):
+        probs = torch.softmax(output[0].double(), dim=-1)
+        top = torch.topk(probs, module.top_k + 1, dim=-1).values
+        margins.append(float((top[:, -2] - top[:, -1]).min()))
+
+    handles = [m.register_forward_hook(hook) for m in model.modules() if is_router(m)]
+    try:
+        yield margins
+    finally:
+        for handle in handles:
+            handle.remove()
+
+
+def float64_gap(
+    model: transformers.PreTrainedModel, batch: np.ndarray, logits: np.ndarray
+) -> float:
+    """max |logits of a float64 copy - logits| / max |logits| on ``batch``.
+
+    transformers keeps some steps in float32 whatever the model's dtype (RMSNorm, the attention
+    softmax, the routers' softmax); the rest (matmuls, the experts' weighted sum) is float64.
+    """
+    other = copy.deepcopy(model).to(torch.float64)
+    with torch.no_grad():
+        wide = other(torch.from_numpy(batch).long()).logits.numpy()
+    return float(np.abs(wide - logits).max() / np.abs(logits).max())
+
+
+def changed_mlp_layers(family: Family, overrides: dict) -> set[int]:
+    """Layers whose MLP kind (dense or MoE) ``overrides`` of ``mlp_only_layers`` change."""
+    before = set(family.config.get("mlp_only_layers", []))
+    return before ^ set(overrides.get("mlp_only_layers", before))
+
+
+def ablated(
+    family: Family, ids: dict, model: transformers.PreTrainedModel, ablation: dict | Ablation
+) -> transformers.PreTrainedModel:
+    """``model`` with one must_matter ablation: config overrides, the same weights (a layer whose
+    MLP kind they change keeps its fresh ones), or an Ablation applied to a copy."""
+    if callable(ablation):
+        other = copy.deepcopy(model)
+        ablation(other)
+        return other
+    other = new_model(make_config(family, ids, **ablation))
+    missing, unexpected = other.load_state_dict(model.state_dict(), strict=False)
+    changed = changed_mlp_layers(family, ablation)
+    for key in missing + unexpected:
+        layer = re.match(r"model\.layers\.(\d+)\.mlp\.", key)
+        assert layer and int(layer.group(1)) in changed, f"{family.name}: {key} not loaded"
+    return other
+
+
 def ablation_gaps(
     family: Family,
     ids: dict,
@@ -796,15 +979,14 @@ def ablation_gaps(
     batch: np.ndarray,
     logits: np.ndarray,
 ) -> dict[str, float]:
-    """Each must_matter override's max |logits change| / max |logits|, same weights.
+    """Each must_matter ablation's max |logits change| / max |logits|.
 
     ``batch [B, T]`` int32 and its ``logits [B, T, V]`` from ``model``.
     """
     gaps = {}
     scale = float(np.abs(logits).max())
-    for label, overrides in family.must_matter.items():
-        other = new_model(make_config(family, ids, **overrides))
-        other.load_state_dict(model.state_dict(), strict=True)
+    for label, ablation in family.must_matter.items():
+        other = ablated(family, ids, model, ablation)
         gaps[label] = float(np.abs(logits_of(other, batch) - logits).max()) / scale
         assert gaps[label] > MUST_MATTER, f"{family.name}: {label} changes logits by {gaps[label]}"
     return gaps
@@ -884,8 +1066,13 @@ def write_outputs(
     batch = token_ids(tokenizer, LOGIT_TEXTS, SEQ_LEN)
     if tokenizer.convert_ids_to_tokens(0) == "!":
         assert (batch == 0).any(), f"{family.name}: id 0 ('!') not in the logit texts"
-    logits = logits_of(model, batch)
-    greedy_arrays, gap = greedy_outputs(model, tokenizer, ids, family.name)
+    with router_margins(model) as margins:
+        logits = logits_of(model, batch)
+        greedy_arrays, gap = greedy_outputs(model, tokenizer, ids, family.name)
+    margin = min(margins, default=None)
+    assert margin is None or margin >= MIN_ROUTER_MARGIN, f"{family.name}: router margin {margin}"
+    wide = float64_gap(model, batch, logits)
+    assert wide <= FLOAT64_TOLERANCE, f"{family.name}: float64 logits differ by {wide}"
     np.savez(out / "outputs.npz", ids=batch, logits=logits, **greedy_arrays)
     cases = tokenizer_cases(tokenizer)
     if isinstance(family.tokenizer, SentencePieceSpec):
@@ -902,6 +1089,8 @@ def write_outputs(
         "KB": round(sum(f.stat().st_size for f in out.iterdir()) / 1024),
         "max |logit|": round(float(np.abs(logits).max()), 3),
         "min greedy top-2 gap": round(gap, 3),
+        **({"min router margin": round(margin, 4)} if margin is not None else {}),
+        "float64 gap": float(f"{wide:.1e}"),
         "relative change": ablation_gaps(family, ids, model, batch, logits),
     }
 

@@ -1,25 +1,28 @@
 """Records what Hugging Face ``transformers``' own ``generate()`` returns (beam search, and greedy
-search with a few logits processors) on two existing fixtures, so that paxlite's JAX beam search
-can be tested against it in CI without torch.
+search with a few logits processors) on existing fixtures (llama3, t5_flan, and the mixtures of
+experts mixtral, qwen2_moe, qwen3_moe), so that paxlite's JAX beam search can be tested against
+it in CI without torch.
 
 Runs in the venv of make_venv.sh, by hand (never by CI), from the repository root, after
 make_fixtures.py and make_t5_fixtures.py (it reads their directories and changes no file in them):
 
     /tmp/hf-venv/bin/python tools/hf_fixtures/make_generate_fixtures.py tests/fixtures/hf
+    /tmp/hf-venv/bin/python tools/hf_fixtures/make_generate_fixtures.py tests/fixtures/hf \
+        --only mixtral,qwen2_moe
 
-Loads ``<dir>/llama3`` with ``AutoModelForCausalLM`` and ``<dir>/t5_flan`` with
-``T5ForConditionalGeneration`` (float32, eval; no sampling anywhere, so no seed) and writes
-``generate_cases.json`` into each directory:
+Loads ``<dir>/t5_flan`` with ``T5ForConditionalGeneration`` and the others (``EOS``'s keys) with
+``AutoModelForCausalLM`` (float32, eval, MoE experts eager; no sampling anywhere, so no seed) and
+writes ``generate_cases.json`` into each directory:
 
     {"transformers": "5.24.0", "torch": "2.15.0+cu132", "cases": [
       {"name": str,            # beam4, beam4_lp0, beam4_lp2, beam4_early, beam3_two_eos,
                                # greedy_controls, beam4_controls
-       "prompt": [int],        # llama3: outputs.npz's prompt_i; t5_flan: row i of input_ids
+       "prompt": [int],        # decoder-only: outputs.npz's prompt_i; t5_flan: row i of input_ids
                                # without its padding (it ends with </s> 1)
        "kwargs": {...},        # exactly the keyword arguments given to generate() besides the
                                # input ids and an all-ones attention_mask
        "sequences": [[int]],   # each returned sequence's new tokens, best first: without the
-                               # prompt (llama3) or the decoder start token 0 (t5_flan); all
+                               # prompt (decoder-only) or the decoder start token 0 (t5_flan); all
                                # rows as wide as generate returned them (the longest one)
        "lengths": [int],       # each one's real length: its generated tokens, an EOS that
                                # ended it included; what follows it is filler
@@ -27,7 +30,8 @@ Loads ``<dir>/llama3`` with ``AutoModelForCausalLM`` and ``<dir>/t5_flan`` with
 
 One batch row a call (no padding). Each case runs on both prompts of each fixture (14 cases a
 file), with ``max_new_tokens`` 6, ``do_sample`` False and ``pad_token_id`` given. The EOS ids
-(``EOS`` below) are chosen per prompt, by hand, from tokens that beam search without an EOS
+(``EOS`` below) are chosen per prompt (by hand; for the mixtures of experts by trying such
+tokens in turn until the checks below pass) from tokens that beam search without an EOS
 produces in its lower beams, so that the results hold hypotheses that end with EOS before the
 length limit and hypotheses that reach it; greedy_controls' EOS is the second token of the greedy
 decode under the case's other processors, so without ``min_new_tokens`` it would stop there.
@@ -43,9 +47,11 @@ max(2, 1 + number of EOS ids), the candidates kept), the num_beams-th vs the nex
 num_beams may finish), the num_beams-th vs the next candidate that did not stop (the running
 beams), the num_beams-th vs the next finished hypothesis where one joins, the early-stop
 comparison (best running score / current length ** length_penalty vs the worst finished score);
-consecutive final scores; each greedy step's top 2. It prints each case and whether the penalties
-of the *_controls cases change their output. Deterministic (one CPU thread): two runs (different
-``PYTHONHASHSEED``) give byte-identical files.
+consecutive final scores; each greedy step's top 2. For a mixture of experts, every token of
+every row that generate runs (all beams, the prompt included) is routed with a margin of at least
+make_fixtures.MIN_ROUTER_MARGIN (k-th minus (k+1)-th router probability). It prints each case
+and whether the penalties of the *_controls cases change their output. Deterministic (one CPU
+thread): two runs (different ``PYTHONHASHSEED``) give byte-identical files.
 
 What transformers 5.24 does here (generation/utils.py ``_beam_search``), which a test must match:
 a hypothesis' score is (sum of its processed log-probs) / L ** length_penalty with L its new
@@ -75,6 +81,7 @@ os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 import numpy as np  # noqa: E402
 import torch  # noqa: E402
 import transformers  # noqa: E402
+from make_fixtures import MIN_ROUTER_MARGIN, router_margins  # noqa: E402
 from transformers import AutoModelForCausalLM, T5ForConditionalGeneration  # noqa: E402
 
 MAX_NEW_TOKENS = 6
@@ -92,6 +99,18 @@ EOS = {
     "t5_flan": [
         {"eos": 242, "eos2": 55, "greedy_eos": 72},
         {"eos": 55, "eos2": 145, "greedy_eos": 90},
+    ],
+    "mixtral": [
+        {"eos": 316, "eos2": 123, "greedy_eos": 278},
+        {"eos": 249, "eos2": 243, "greedy_eos": 131},
+    ],
+    "qwen2_moe": [
+        {"eos": 53, "eos2": 315, "greedy_eos": 79},
+        {"eos": 228, "eos2": 110, "greedy_eos": 49},
+    ],
+    "qwen3_moe": [
+        {"eos": 306, "eos2": 112, "greedy_eos": 306},
+        {"eos": 207, "eos2": 287, "greedy_eos": 257},
     ],
 }
 
@@ -232,7 +251,10 @@ def load(directory: pathlib.Path, name: str) -> tuple[transformers.PreTrainedMod
         ids["decoder_start_token_id"] = model.config.decoder_start_token_id
         assert ids == {"pad_token_id": 0, "decoder_start_token_id": 0}, ids
     else:
-        model = AutoModelForCausalLM.from_pretrained(directory, dtype=torch.float32)
+        # Experts eager (MoE fixtures), as make_fixtures.py computes them; dense models ignore it.
+        model = AutoModelForCausalLM.from_pretrained(
+            directory, dtype=torch.float32, experts_implementation="eager"
+        )
         prompts = [fixture["prompt_0"], fixture["prompt_1"]]
         ids = {"pad_token_id": model.generation_config.pad_token_id}
     model.eval()
@@ -250,7 +272,7 @@ def run_case(model, prompt: list, kwargs: dict, recorder: GapRecorder) -> dict:
     encoder_decoder = model.config.is_encoder_decoder
     ids = torch.tensor([prompt])
     beam = kwargs["num_beams"] > 1
-    with torch.no_grad():
+    with torch.no_grad(), router_margins(model) as margins:
         out = model.generate(
             ids,
             attention_mask=torch.ones_like(ids),
@@ -302,6 +324,7 @@ def run_case(model, prompt: list, kwargs: dict, recorder: GapRecorder) -> dict:
     record["_filler"] = sorted(fillers)
     record["_gaps"] = gaps
     record["_steps"] = len(out.scores)
+    record["_margin"] = min(margins, default=None)
     return record
 
 
@@ -317,6 +340,7 @@ def make_fixture(directory: pathlib.Path, name: str) -> dict:
             gaps = record.pop("_gaps")
             filler = record.pop("_filler")
             steps = record.pop("_steps")
+            margin = record.pop("_margin")
             smallest = min(gaps, key=lambda g: g[1])
             ends = [
                 "eos" if row[n - 1] in np.atleast_1d(kwargs["eos_token_id"]) else "max"
@@ -335,8 +359,10 @@ def make_fixture(directory: pathlib.Path, name: str) -> dict:
                     )
                 )
                 + f" | {steps} steps, filler {filler} | min gap {smallest[1]:.4f} ({smallest[0]})"
+                + ("" if margin is None else f" | min router margin {margin:.4f}")
             )
             assert smallest[1] >= MIN_GAP, (case, i, smallest)
+            assert margin is None or margin >= MIN_ROUTER_MARGIN, (case, i, margin)
             if case == "greedy_controls":
                 without = {k: v for k, v in kwargs.items() if k != "min_new_tokens"}
                 other = run_case(model, prompt, without, recorder)
@@ -380,12 +406,18 @@ def make_fixture(directory: pathlib.Path, name: str) -> dict:
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n\n")[0])
     parser.add_argument("fixtures", help="the fixture root (tests/fixtures/hf)")
+    parser.add_argument("--only", metavar="NAME[,NAME]", help="write only these fixtures' cases")
     args = parser.parse_args()
+    wanted = list(EOS) if args.only is None else [name.strip() for name in args.only.split(",")]
+    unknown = sorted(set(wanted) - set(EOS))
+    if unknown:
+        parser.error(f"--only: unknown fixtures {unknown}; known: {list(EOS)}")
     transformers.utils.logging.disable_progress_bar()
     transformers.utils.logging.set_verbosity_error()
     torch.set_num_threads(1)
     for name in EOS:
-        make_fixture(pathlib.Path(args.fixtures) / name, name)
+        if name in wanted:
+            make_fixture(pathlib.Path(args.fixtures) / name, name)
 
 
 if __name__ == "__main__":

@@ -76,6 +76,23 @@ class HfSource(LayoutSource):
             out[name] = Variable(tuple(tensor.get_shape()), dtype)
         return out
 
+    def unreadable(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> list[str]:
+        """Raises, in one line, for a run leaf the directory holds only some tensors of (an
+        expert of a layer missing, say); otherwise the parts' problems (``PartsSource``)."""
+        missing = []
+        for _, _, names in self._leaf_parts(run_params):
+            absent = [n for n in names if n not in self._name_of]
+            if absent and len(absent) < len(names):
+                missing += absent
+        if missing:
+            names = [n[len(PARAMS) :].replace("/", ".") for n in missing]
+            raise checkpoint_sources.CheckpointSourceError(
+                f"{self.path} lacks {len(names)} tensors the model of its config.json needs "
+                f"({', '.join(names[:4])}{' ...' if len(names) > 4 else ''}): an interrupted "
+                "download, or weights of another configuration; download the safetensors again."
+            )
+        return super().unreadable(assigned, run_params)
+
     def read(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> dict[str, Any]:
         out = {}
         loaded = self.loaded_leaves(assigned, run_params)

@@ -728,7 +728,7 @@ def set_router_aux_loss(model: config_lib.Config, coefficient: float) -> int:
     """Gives ``model``'s (a family's LanguageModel config, plain or :func:`scanned`) MoE
     feed-forwards the load-balancing loss weight ``coefficient / M``, ``M`` its MoE layers,
     in place: their losses sum to ``coefficient`` times their mean (transformers computes one
-    loss over every layer's routes pooled; both are 1 x coefficient at perfect balance).
+    loss over every layer's routes pooled; both are k x coefficient at perfect balance).
     Returns ``M`` (0: a dense model, nothing set)."""
     stack = model.lm_tpl.stacked_transformer_tpl
     some = stack.__fn_or_cls__ is StackedTransformer and bool(stack.moe_layers)

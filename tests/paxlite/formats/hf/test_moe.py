@@ -1,0 +1,231 @@
+"""Hugging Face's mixtures of experts in and out: the Mixtral, Qwen2-MoE and Qwen3-MoE
+directories transformers wrote (tests/fixtures/hf/{mixtral,qwen2_moe,qwen3_moe}, made by
+tools/hf_fixtures/make_fixtures.py, with beam cases by make_generate_fixtures.py).
+
+Oracles: the logits, greedy and beam tokens transformers computed for each fixture; the
+tensors transformers saved (names, shapes, values) for save_pretrained; the safetensors
+arrays themselves for the per-device reads.
+"""
+
+import collections
+import json
+import shutil
+
+import jax
+import numpy as np
+import pytest
+from flax import traverse_util
+from safetensors import safe_open
+from safetensors.numpy import save_file
+
+from paxlite.checkpoints import checkpoint_sources
+from paxlite.experiments.tasks_lib import CheckpointLoadingRules
+from paxlite.formats.hf import checkpoint as hf_checkpoint
+from paxlite.formats.hf import layout as hf_layout
+from paxlite.formats.hf import models as hf_models
+from paxlite.pretrained import loading
+from paxlite.pretrained.loading import from_pretrained
+from paxlite.runtime.mesh import create_mesh
+from praxis_lite import config as config_lib
+from praxis_lite.moe import Dispatch, MoeFeedForward, TopKWeights
+from praxis_lite.sharding import (
+    EXPERTS_OVER_DATA_RULES,
+    FSDP_AND_TENSOR_PARALLEL_RULES,
+    filter_rules_for_mesh,
+)
+from tests import FIXTURES
+from tests.paxlite.formats.hf.test_models import _assert_logits, _greedy_matches, _tensors
+from tests.paxlite.pretrained.test_hf_generate import _check_run
+
+_HF = FIXTURES / "hf"
+MOE = ["mixtral", "qwen2_moe", "qwen3_moe"]
+
+
+def _outputs(name: str) -> dict[str, np.ndarray]:
+    return dict(np.load(_HF / name / "outputs.npz"))
+
+
+def _beam_cases(name: str) -> dict[str, list[dict]]:
+    cases = json.loads((_HF / name / "generate_cases.json").read_text())["cases"]
+    by_name = collections.defaultdict(list)
+    for case in cases:
+        by_name[case["name"]].append(case)
+    return by_name
+
+
+@pytest.fixture(scope="module", params=MOE)
+def loaded(request, tmp_path_factory):
+    """(name, the fixture loaded on the 8 fake devices, its resaved copy's directory)."""
+    name = request.param
+    lm = from_pretrained(_HF / name)
+    saved = tmp_path_factory.mktemp("saved") / name
+    max_shard = 60_000 if name == "qwen3_moe" else hf_checkpoint.DEFAULT_MAX_SHARD_BYTES
+    lm.save_pretrained(saved, max_shard_bytes=max_shard)
+    return name, lm, saved
+
+
+@pytest.mark.slow
+def test_logits_greedy_and_beam_tokens_are_transformers(loaded):
+    name, lm, _ = loaded
+    out = _outputs(name)
+    _assert_logits(lm.logits(out["ids"]), out["logits"])
+    eos = lm.generation.eos_token_id
+    eos = {eos} if isinstance(eos, int) else set(eos)
+    wants = [out["greedy_0"], out["greedy_1"]]
+    got = lm.generate([out["prompt_0"].tolist(), out["prompt_1"].tolist()], max(map(len, wants)))
+    for row, want in zip(got, wants, strict=True):
+        _greedy_matches(row, want, eos)
+    row = MOE.index(name) % 2  # One prompt's beams each (each EOS compiles its own search).
+    _check_run(lm, _beam_cases(name)["beam4"][row], f"{name} beam4 {row}")
+    if name == "mixtral":  # Sampling: the seed's, reproducible.
+        sampled = [lm.generate(got[:, :2].tolist(), 6, do_sample=True, seed=s) for s in (1, 1, 2)]
+        assert sampled[0].shape == (2, 6) and np.array_equal(sampled[0], sampled[1])
+        assert not np.array_equal(sampled[0], sampled[2])
+
+
+def test_save_pretrained_writes_what_transformers_wrote(loaded):
+    """Every tensor under transformers' per-expert names, shapes and values (qwen3_moe in
+    shards with an index); reloaded, transformers' logits."""
+    name, _, saved = loaded
+    files = {p.name for p in saved.iterdir()}
+    if name == "qwen3_moe":
+        assert hf_checkpoint.INDEX_FILE in files and len(files - {"config.json"}) > 3, files
+    ours, theirs = _tensors(saved), _tensors(_HF / name)
+    assert sorted(ours) == sorted(theirs)
+    assert any(".experts.3." in tensor for tensor in ours)
+    for tensor, value in theirs.items():
+        np.testing.assert_array_equal(ours[tensor], value, err_msg=tensor)
+    config = json.loads((saved / "config.json").read_text())
+    assert (
+        config["architectures"]
+        == json.loads((_HF / name / "config.json").read_text())["architectures"]
+    )
+    out = _outputs(name)
+    _assert_logits(from_pretrained(saved).logits(out["ids"]), out["logits"])
+
+
+def test_routing_is_each_familys():
+    """Top-k dropless routing with each family's weights, experts and dense layers."""
+    expected = {  # weights, shared expert dims, MoE layers of the fixture's
+        "mixtral": (TopKWeights.RENORMALIZED, 0, None),
+        "qwen2_moe": (TopKWeights.SOFTMAX, 48, None),
+        "qwen3_moe": (TopKWeights.RENORMALIZED, 0, (0, 2)),
+    }
+    for name, (weights, shared, layers) in expected.items():
+        family, model = hf_models.build_model(hf_models.HfConfig.load(_HF / name))
+        assert family.mixture_of_experts
+        stack = model.lm_tpl.stacked_transformer_tpl
+        block = stack.moe_block_tpl if layers else stack.block_tpl
+        ff = block.tr_fflayer_tpl
+        assert ff.__fn_or_cls__ is MoeFeedForward and ff.dispatch is Dispatch.DROPLESS
+        assert (ff.num_experts, ff.num_experts_per_token) == (4, 2)
+        assert (ff.top_k_weights, ff.shared_expert_dims) == (weights, shared)
+        assert stack.moe_layers == (layers or ())
+
+
+def test_each_device_reads_only_its_experts():
+    """8 devices as 4 ('data', the experts' axis and FSDP) x 2 ('mdl'): each expert's tensor
+    is read only by the devices holding that expert, each device slice once."""
+    config = hf_models.HfConfig.load(_HF / "mixtral")
+    _, model_cfg = hf_models.build_model(config)
+    model = config_lib.instantiate(model_cfg)
+    mesh = create_mesh((1, 4, 2), None, ("replica", "data", "mdl"), jax.devices())
+    rules = filter_rules_for_mesh(EXPERTS_OVER_DATA_RULES + FSDP_AND_TENSOR_PARALLEL_RULES, mesh)
+    abstract, shardings = loading._abstract_params(model, mesh, rules)
+    run_params = traverse_util.flatten_dict(
+        jax.tree_util.tree_map(
+            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
+        ),
+        sep="/",
+    )
+    reads: list[tuple[str, int]] = []
+    source = hf_checkpoint.HfSource(_HF / "mixtral", lambda leaf, n: reads.append((leaf, n)))
+    arrays = source.read({n: n for n in source.run_names(run_params)}, run_params)
+    assert set(arrays) == set(run_params)
+    tensors = _tensors(_HF / "mixtral")
+    experts = [leaf for leaf in arrays if leaf.endswith(("wi_0", "wi_gate_0", "wo_0"))]
+    assert len(experts) == 6
+    for leaf in experts:
+        array = arrays[leaf]
+        slices = array.sharding.devices_indices_map(array.shape).values()
+        assert {(s[0].start, s[0].stop) for s in slices} == {(0, 1), (1, 2), (2, 3), (3, 4)}
+        asked = [n for path, n in reads if path == leaf]
+        # One read per (device slice, expert in it): 8 slices of one expert each.
+        assert len(asked) == 8 and sum(asked) == array.nbytes, leaf
+        where = hf_layout.their_names(hf_layout.MIXTRAL_TABLE, [leaf])[leaf]
+        for e, tensor in enumerate(where.tensor_names(array.shape)):
+            np.testing.assert_array_equal(
+                hf_layout.to_theirs(where.layout, np.asarray(array)[e]), tensors[tensor]
+            )
+
+
+def test_a_scanned_mixtral_reads_and_writes_the_same_tensors(tmp_path):
+    """Every layer's experts in one ``[L, E, ...]`` array: each (layer, expert) slice read
+    from its own tensor on 8 devices (FSDP); transformers' logits; saved back the same."""
+    config = hf_models.HfConfig.load(_HF / "mixtral")
+    family, model_cfg = hf_models.build_model(config)
+    model = config_lib.instantiate(hf_models.scanned(model_cfg))
+    mesh = create_mesh((1, 8, 1), None, ("replica", "data", "mdl"), jax.devices())
+    rules = filter_rules_for_mesh(loading.FSDP_RULES, mesh)
+    params = loading._load_params(
+        model, {str(_HF / "mixtral"): CheckpointLoadingRules()}, (1, 1), mesh, rules
+    )
+    flat = traverse_util.flatten_dict(params, sep="/")
+    assert flat["lm/transformer/repeat/block/ff_layer/wi_0"].shape[:2] == (2, 4)
+    lm = loading.PretrainedLm(model, params, None, mesh, rules)
+    out = _outputs("mixtral")
+    _assert_logits(lm.logits(out["ids"]), out["logits"])
+    hf_checkpoint.save(tmp_path, {p: np.asarray(v) for p, v in flat.items()}, family, config.fields)
+    ours, theirs = _tensors(tmp_path), _tensors(_HF / "mixtral")
+    assert set(ours) == set(theirs)
+    for tensor, value in theirs.items():
+        np.testing.assert_array_equal(ours[tensor], value, err_msg=tensor)
+
+
+def test_dense_layers_among_moe_ones_cannot_be_scanned():
+    _, model_cfg = hf_models.build_model(hf_models.HfConfig.load(_HF / "qwen3_moe"))
+    with pytest.raises(hf_models.HfConfigError, match=r"only layers \[0, 2\] of the 3") as e:
+        hf_models.scanned(model_cfg)
+    assert "\n" not in str(e.value) and "USE_REPEATED_LAYER=False" in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "name, change, message",
+    [
+        ("mixtral", {"num_experts_per_tok": 5},
+         r"num_experts_per_tok=5 is not supported \(it must be between 1 and num_local_experts=4"),
+        ("qwen3_moe", {"n_group": 2, "topk_group": 1},
+         r"n_group=2 is not supported \(DeepSeek's grouped routing is not implemented"),
+        ("qwen3_moe", {"model_type": "deepseek_v3"},
+         r"model_type=\"deepseek_v3\" is not supported \(DeepSeek's grouped routing, .*"
+         r"multi-head latent attention \(kv_lora_rank\) is not implemented in paxlite; its "
+         r"mixtures of experts: mixtral, qwen2_moe, qwen3_moe\)"),
+        ("qwen3_moe", {"model_type": "gpt_oss"}, r"gpt-oss' attention sinks"),
+        ("mixtral", {"router_jitter_noise": 0.01}, r"router_jitter_noise=0.01 is not supported"),
+    ],
+    ids=["k-over-experts", "grouped-routing", "deepseek", "gpt-oss", "jitter"],
+)  # fmt: skip
+def test_an_moe_config_paxlite_cannot_build_is_one_line(tmp_path, name, change, message):
+    config = json.loads((_HF / name / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**config, **change}))
+    with pytest.raises(hf_models.HfConfigError, match=message) as e:
+        hf_models.build_model(hf_models.HfConfig.load(tmp_path))
+    assert "\n" not in str(e.value)
+
+
+def test_an_expert_missing_from_the_checkpoint_is_one_line(tmp_path):
+    copy = tmp_path / "mixtral"
+    shutil.copytree(_HF / "mixtral", copy)
+    file = copy / hf_checkpoint.SINGLE_FILE
+    with safe_open(str(file), "numpy") as f:
+        tensors = {k: f.get_tensor(k) for k in f.keys()}  # noqa: SIM118
+    missing = "model.layers.1.block_sparse_moe.experts.2.w3.weight"
+    del tensors[missing]
+    save_file(tensors, str(file), metadata={"format": "pt"})
+    with pytest.raises(checkpoint_sources.CheckpointSourceError) as e:
+        from_pretrained(copy)
+    message = str(e.value)
+    assert (
+        "\n" not in message
+        and f"lacks 1 tensors the model of its config.json needs ({missing})" in message
+    )

@@ -101,6 +101,9 @@ class MoeFeedForward(BaseLayer):
         experts); 0: none.
       shared_expert_gate: the shared expert's output times ``sigmoid(x w_gate)``,
         ``w_gate [D, 1]`` (Qwen2-MoE).
+      input_jitter: ``j`` > 0 multiplies the normed input of the router and the experts by
+        noise uniform in ``[1 - j, 1 + j]`` in training (Mixtral's ``router_jitter_noise``;
+        needs the 'dropout' RNG); 0: none.
       platform: the platform the program runs on ('cpu', 'tpu', 'gpu'), which picks how
         dropless experts run (``dispatch.grouped_matmul_kind``); None: this process's
         default backend (the trainer sets its mesh's devices' platform).
@@ -128,6 +131,7 @@ class MoeFeedForward(BaseLayer):
     router_z_loss_weight: float = 0.0
     shared_expert_dims: int = 0
     shared_expert_gate: bool = False
+    input_jitter: float = 0.0
     platform: str | None = None
 
     def setup(self) -> None:
@@ -230,6 +234,9 @@ class MoeFeedForward(BaseLayer):
         random second expert)."""
         x = self.to_fprop(x)
         h = self.constrain(self.layer_norm(x), (BATCH, LENGTH, ACTIVATION_EMBED))
+        if train and self.input_jitter:
+            j = self.input_jitter
+            h = h * jax.random.uniform(self.make_rng("dropout"), h.shape, h.dtype, 1 - j, 1 + j)
         if self.dispatch is Dispatch.CAPACITY:
             out = self._capacity(h, paddings, train)
         else:

@@ -77,19 +77,19 @@ class HfSource(LayoutSource):
         return out
 
     def unreadable(self, assigned: Mapping[str, str], run_params: Mapping[str, Any]) -> list[str]:
-        """Raises, in one line, for a run leaf the directory holds only some tensors of (an
-        expert of a layer missing, say); otherwise the parts' problems (``PartsSource``)."""
+        """Raises, in one line, for a leaf the rules load of which the directory holds only
+        some tensors (an expert of a layer missing, say); otherwise the parts' problems
+        (``PartsSource``)."""
         missing = []
         for _, _, names in self._leaf_parts(run_params):
-            absent = [n for n in names if n not in self._name_of]
-            if absent and len(absent) < len(names):
-                missing += absent
+            if any(n in assigned for n in names):
+                missing += [n for n in names if n not in self._name_of]
         if missing:
             names = [n[len(PARAMS) :].replace("/", ".") for n in missing]
             raise checkpoint_sources.CheckpointSourceError(
-                f"{self.path} lacks {len(names)} tensors the model of its config.json needs "
+                f"{self.path} holds only some tensors of a parameter; it lacks {len(names)} "
                 f"({', '.join(names[:4])}{' ...' if len(names) > 4 else ''}): an interrupted "
-                "download, or weights of another configuration; download the safetensors again."
+                "download? Download the safetensors again."
             )
         return super().unreadable(assigned, run_params)
 
@@ -103,7 +103,8 @@ class HfSource(LayoutSource):
         return out
 
     def _leaf_parts(self, run_params: Mapping[str, Any]) -> list[tuple[str, Any, list[str]]]:
-        """``(our path, where it is, its variable names: one per layer when stacked)``."""
+        """``(our path, where it is, its variable names: one per layer when stacked and per
+        expert)``."""
         named = hf_layout.their_names(self.family.table_of(self.config.fields), list(run_params))
         return [
             (path, where, [_variable_name(n) for n in where.tensor_names(run_params[path].shape)])

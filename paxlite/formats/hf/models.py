@@ -227,19 +227,19 @@ class _Experts:
 #: Qwen3-MoE save ``num_local_experts``, Qwen's Hub configs say ``num_experts``).
 _EXPERT_COUNT = ("num_experts", "num_local_experts")
 
-#: Fields of mixture-of-experts families paxlite's routing does not have (DeepSeek's grouped
-#: routing and scaled, biased or sigmoid scores): refused when set.
-_UNSUPPORTED_ROUTING = {
-    "n_group": "DeepSeek's grouped routing",
-    "topk_group": "DeepSeek's grouped routing",
-    "topk_method": "DeepSeek's routing methods",
-    "scoring_func": "a router score other than the softmax",
-    "routed_scaling_factor": "scaled routed experts",
-    "n_shared_experts": "DeepSeek's shared experts",
-    "first_k_dense_replace": "DeepSeek's leading dense layers",
-    "moe_layer_freq": "DeepSeek's MoE layer frequency",
-    "kv_lora_rank": "multi-head latent attention (MLA)",
-    "q_lora_rank": "multi-head latent attention (MLA)",
+#: Fields of other mixture-of-experts families (DeepSeek's) that paxlite's routing lacks,
+#: what they are, and the values that change nothing (other values are refused).
+_UNSUPPORTED_ROUTING: dict[str, tuple[str, tuple[Any, ...]]] = {
+    "n_group": ("DeepSeek's grouped routing", (1,)),
+    "topk_group": ("DeepSeek's grouped routing", (1,)),
+    "topk_method": ("DeepSeek's routing methods", ("greedy",)),
+    "scoring_func": ("a router score other than the softmax", ("softmax",)),
+    "routed_scaling_factor": ("scaled routed experts", (1, 1.0)),
+    "n_shared_experts": ("DeepSeek's shared experts", (0,)),
+    "first_k_dense_replace": ("DeepSeek's leading dense layers", (0,)),
+    "moe_layer_freq": ("DeepSeek's MoE layer frequency", (1,)),
+    "kv_lora_rank": ("multi-head latent attention (MLA)", ()),
+    "q_lora_rank": ("multi-head latent attention (MLA)", ()),
 }
 
 #: Mixture-of-experts model types paxlite does not build, and what they need.
@@ -249,9 +249,9 @@ _UNSUPPORTED_MOE_TYPES = {
     "multi-head latent attention (kv_lora_rank)",
     "gpt_oss": "gpt-oss' attention sinks and its clamped SwiGLU experts with biases",
     "qwen3_next": "Qwen3-Next's gated DeltaNet layers",
-    "olmoe": "OLMoE (not one of paxlite's families yet)",
+    "olmoe": "OLMoE",
     "jamba": "Jamba's Mamba layers",
-    "dbrx": "DBRX's fused experts (not one of paxlite's families yet)",
+    "dbrx": "DBRX",
 }
 
 
@@ -320,8 +320,8 @@ def _llama_like(cfg: HfConfig, options: _Options) -> config_lib.Config:
 def _add_experts(cfg: HfConfig, experts: _Experts, stack: config_lib.Config) -> None:
     """Makes ``stack``'s MoE layers (all, or Qwen's choice) blocks whose feed-forward is a
     dropless top-k ``MoeFeedForward`` of the dense one's norm and activation, in place."""
-    for field, what in _UNSUPPORTED_ROUTING.items():
-        if cfg.get(field) is not None:
+    for field, (what, inert) in _UNSUPPORTED_ROUTING.items():
+        if cfg.get(field) is not None and cfg.get(field) not in inert:
             raise cfg.refuse(field, cfg.get(field), f"{what} is not implemented in paxlite")
     count_field = next((f for f in _EXPERT_COUNT if cfg.get(f) is not None), _EXPERT_COUNT[0])
     count, k = cfg.require(count_field), cfg.require("num_experts_per_tok")
@@ -429,25 +429,33 @@ def _qwen3(cfg: HfConfig) -> config_lib.Config:
 
 def _mixtral(cfg: HfConfig) -> config_lib.Config:
     """Mistral's attention; every feed-forward ``num_local_experts`` SwiGLU experts, each
-    token to its top ``num_experts_per_tok`` by a softmax over the chosen logits."""
-    _no_router_jitter(cfg)
+    token to its top ``num_experts_per_tok`` by a softmax over the chosen logits, with
+    ``router_jitter_noise`` in training. MixtralConfig's defaults for what config.json
+    leaves out."""
+    _default(cfg, rms_norm_eps=1e-5, num_key_value_heads=8)
+    if cfg.get("rope_parameters") is None and cfg.get("rope_scaling") is None:
+        _default(cfg, rope_theta=1e6)
     window = cfg.get("sliding_window")
     windows = (window,) * cfg.require("num_hidden_layers")
     experts = _Experts("intermediate_size", renormalize=None, sparse_step=False)
-    return _llama_like(cfg, _Options(sliding_windows=windows, experts=experts))
+    model = _llama_like(cfg, _Options(sliding_windows=windows, experts=experts))
+    jitter = float(cfg.get("router_jitter_noise", 0.0))
+    model.lm_tpl.stacked_transformer_tpl.block_tpl.tr_fflayer_tpl.input_jitter = jitter
+    return model
 
 
-def _no_router_jitter(cfg: HfConfig) -> None:
-    """Mixtral's training-time router jitter: refused when on (paxlite does not add it)."""
-    if cfg.get("router_jitter_noise", 0.0):
-        raise cfg.refuse(
-            "router_jitter_noise", cfg.get("router_jitter_noise"), "supported: 0.0 (no jitter)"
-        )
+def _default(cfg: HfConfig, **values: Any) -> None:
+    """Fills the fields config.json leaves out with the family's defaults (transformers'
+    config class's), in place: they are saved with the model too."""
+    for name, value in values.items():
+        if cfg.fields.get(name) is None:
+            cfg.fields[name] = value
 
 
 def _qwen2_moe(cfg: HfConfig) -> config_lib.Config:
     """Qwen2's attention (its q/k/v biases per ``qkv_bias``); MoE layers with a shared expert."""
     _no_sliding_window(cfg)
+    _default(cfg, num_key_value_heads=16)  # Qwen2MoeConfig's.
     experts = _Experts(shared_expert=True)
     return _llama_like(cfg, _Options(qkv_bias=cfg.get("qkv_bias", True), experts=experts))
 
@@ -455,6 +463,7 @@ def _qwen2_moe(cfg: HfConfig) -> config_lib.Config:
 def _qwen3_moe(cfg: HfConfig) -> config_lib.Config:
     """Qwen3's attention (q/k norms); MoE layers without a shared expert."""
     _no_sliding_window(cfg)
+    _default(cfg, num_key_value_heads=4)  # Qwen3MoeConfig's.
     return _llama_like(cfg, _Options(qk_norm=True, experts=_Experts()))
 
 

@@ -369,9 +369,15 @@ def _table_of(names: Sequence[str]) -> hf_layout.Table:
     modules = {n[len(PEFT_PREFIX) :].rsplit(".", 2)[0] for n in names}
     for family in hf_models.FAMILIES.values():
         patterns = [
-            re.escape(row.theirs.rsplit(".", 1)[0]).replace(r"\{\}", r"\d+") for row in family.table
+            re.escape(row.theirs.rsplit(".", 1)[0])
+            .replace(r"\{\}", r"\d+")
+            .replace(r"\{expert\}", r"\d+")
+            for row in family.table
         ]
         if all(any(re.fullmatch(p, m) for p in patterns) for m in modules):
+            if family.mixture_of_experts:
+                kinds = {m.rsplit(".", 1)[-1] for m in modules}
+                _refuse_moe_feed_forwards(family, sorted(kinds), module_targets(family.table))
             return family.table
     raise PeftError(
         f"the adapter's modules ({', '.join(sorted(modules)[:4])} ...) are no family's paxlite "

@@ -268,3 +268,24 @@ def test_bad_settings_are_one_line(fields, message):
     with pytest.raises(ValueError) as e:
         layer.init(jax.random.key(0), x)
     assert message in str(e.value) and "\n" not in str(e.value)
+
+
+def test_input_jitter_acts_in_training_only():
+    """Mixtral's router jitter: the 'dropout' RNG's noise in training (the same key, the same
+    output; another key, another), none in eval."""
+    plain = _layer(dispatch=Dispatch.DROPLESS)
+    jittered = _layer(dispatch=Dispatch.DROPLESS, input_jitter=0.3)
+    x, paddings = _inputs()
+    params = _perturbed_params(plain, x)
+
+    def train(layer, seed):
+        rngs = {"dropout": jax.random.key(seed)}
+        return layer.apply({"params": params}, x, paddings=paddings, train=True, rngs=rngs,
+                           mutable=[AUX_LOSS, SUMMARIES])[0]  # fmt: skip
+
+    np.testing.assert_array_equal(_apply(jittered, params, x, paddings)[0],
+                                  _apply(plain, params, x, paddings)[0])  # fmt: skip
+    np.testing.assert_array_equal(train(plain, 1), _apply(plain, params, x, paddings)[0])
+    np.testing.assert_array_equal(train(jittered, 1), train(jittered, 1))
+    assert np.abs(train(jittered, 1) - train(plain, 1)).max() > 1e-2
+    assert np.abs(train(jittered, 1) - train(jittered, 2)).max() > 1e-2

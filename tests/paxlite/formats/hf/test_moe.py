@@ -201,9 +201,9 @@ def test_dense_layers_among_moe_ones_cannot_be_scanned():
          r"multi-head latent attention \(kv_lora_rank\) is not implemented in paxlite; its "
          r"mixtures of experts: mixtral, qwen2_moe, qwen3_moe\)"),
         ("qwen3_moe", {"model_type": "gpt_oss"}, r"gpt-oss' attention sinks"),
-        ("mixtral", {"router_jitter_noise": 0.01}, r"router_jitter_noise=0.01 is not supported"),
+        ("qwen2_moe", {"scoring_func": "sigmoid"}, r'scoring_func="sigmoid" is not supported'),
     ],
-    ids=["k-over-experts", "grouped-routing", "deepseek", "gpt-oss", "jitter"],
+    ids=["k-over-experts", "grouped-routing", "deepseek", "gpt-oss", "sigmoid-router"],
 )  # fmt: skip
 def test_an_moe_config_paxlite_cannot_build_is_one_line(tmp_path, name, change, message):
     config = json.loads((_HF / name / "config.json").read_text())
@@ -225,7 +225,41 @@ def test_an_expert_missing_from_the_checkpoint_is_one_line(tmp_path):
     with pytest.raises(checkpoint_sources.CheckpointSourceError) as e:
         from_pretrained(copy)
     message = str(e.value)
-    assert (
-        "\n" not in message
-        and f"lacks 1 tensors the model of its config.json needs ({missing})" in message
+    assert "\n" not in message and f"it lacks 1 ({missing}): an interrupted" in message
+
+
+def test_what_changes_nothing_is_taken_and_jitter_is_a_training_setting(tmp_path):
+    """DeepSeek-style fields at values that change nothing build the same model; Mixtral's
+    router_jitter_noise becomes the layer's training-time input jitter; MixtralConfig's
+    defaults fill what config.json leaves out."""
+    config = json.loads((_HF / "mixtral" / "config.json").read_text())
+    want = config_lib.to_json(hf_models.build_model(hf_models.HfConfig.load(_HF / "mixtral"))[1])
+    inert = {"scoring_func": "softmax", "routed_scaling_factor": 1.0, "n_group": 1}
+    got = hf_models.build_model(hf_models.HfConfig({**config, **inert}, "x"))[1]
+    assert config_lib.to_json(got) == want
+    jittered = hf_models.build_model(
+        hf_models.HfConfig({**config, "router_jitter_noise": 0.01}, "x")
     )
+    ff = jittered[1].lm_tpl.stacked_transformer_tpl.block_tpl.tr_fflayer_tpl
+    assert ff.input_jitter == 0.01
+    bare = {k: v for k, v in config.items() if k not in ("rope_parameters", "rms_norm_eps")}
+    cfg = hf_models.HfConfig(bare, "x")
+    hf_models.build_model(cfg)
+    assert cfg.fields["rope_theta"] == 1e6 and cfg.fields["rms_norm_eps"] == 1e-5
+
+
+def test_a_peft_adapter_on_the_experts_is_one_line(tmp_path):
+    """PEFT's LoRA on Mixtral's experts (w1, w2, w3: a common QLoRA target): refused, naming
+    what paxlite adapts, until LoRA on experts is built."""
+    config = json.loads((_HF / "llama3_lora" / "adapter_config.json").read_text())
+    config.update(base_model_name_or_path=str(_HF / "mixtral"), target_modules=["w1", "q_proj"])
+    (tmp_path / "adapter_config.json").write_text(json.dumps(config))
+    prefix = "base_model.model.model.layers.0."
+    tensors = {
+        f"{prefix}block_sparse_moe.experts.1.w1.lora_A.weight": np.zeros((4, 64), np.float32),
+        f"{prefix}self_attn.q_proj.lora_A.weight": np.zeros((4, 64), np.float32),
+    }
+    save_file(tensors, str(tmp_path / "adapter_model.safetensors"))
+    with pytest.raises(ValueError, match=r"LoRA on mixtral's feed-forwards .*asked: w1\)") as e:
+        from_pretrained(_HF / "mixtral", adapter=tmp_path)
+    assert "\n" not in str(e.value) and "q_proj, k_proj, v_proj, o_proj" in str(e.value)

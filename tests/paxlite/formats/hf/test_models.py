@@ -54,15 +54,22 @@ def _greedy_matches(got: np.ndarray, want: np.ndarray, eos: set[int]) -> None:
     np.testing.assert_array_equal(got[:stop], want[:stop])
 
 
-@pytest.fixture(scope="module", params=FAMILIES)
-def loaded(request, tmp_path_factory):
-    """(name, the fixture loaded on the 8 fake devices, its resaved copy loaded again)."""
-    name = request.param
+#: Fixtures saved back in shards of 60 KB (several files and an index).
+SHARDED = ("qwen3", "qwen3_moe")
+
+
+def load_and_resave(name: str, tmp_path_factory) -> tuple:
+    """(name, fixture ``name`` loaded on the 8 fake devices, the directory it was saved to)."""
     lm = from_pretrained(_HF / name)
     saved = tmp_path_factory.mktemp("saved") / name
-    max_shard = 60_000 if name == "qwen3" else hf_checkpoint.DEFAULT_MAX_SHARD_BYTES
+    max_shard = 60_000 if name in SHARDED else hf_checkpoint.DEFAULT_MAX_SHARD_BYTES
     lm.save_pretrained(saved, max_shard_bytes=max_shard)
     return name, lm, saved
+
+
+@pytest.fixture(scope="module", params=FAMILIES)
+def loaded(request, tmp_path_factory):
+    return load_and_resave(request.param, tmp_path_factory)
 
 
 @pytest.mark.slow

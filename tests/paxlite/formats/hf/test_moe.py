@@ -34,7 +34,12 @@ from praxis_lite.sharding import (
     filter_rules_for_mesh,
 )
 from tests import FIXTURES
-from tests.paxlite.formats.hf.test_models import _assert_logits, _greedy_matches, _tensors
+from tests.paxlite.formats.hf.test_models import (
+    _assert_logits,
+    _greedy_matches,
+    _tensors,
+    load_and_resave,
+)
 from tests.paxlite.pretrained.test_hf_generate import _check_run
 
 _HF = FIXTURES / "hf"
@@ -55,13 +60,7 @@ def _beam_cases(name: str) -> dict[str, list[dict]]:
 
 @pytest.fixture(scope="module", params=MOE)
 def loaded(request, tmp_path_factory):
-    """(name, the fixture loaded on the 8 fake devices, its resaved copy's directory)."""
-    name = request.param
-    lm = from_pretrained(_HF / name)
-    saved = tmp_path_factory.mktemp("saved") / name
-    max_shard = 60_000 if name == "qwen3_moe" else hf_checkpoint.DEFAULT_MAX_SHARD_BYTES
-    lm.save_pretrained(saved, max_shard_bytes=max_shard)
-    return name, lm, saved
+    return load_and_resave(request.param, tmp_path_factory)
 
 
 @pytest.mark.slow

@@ -72,11 +72,10 @@ def loaded(request, tmp_path_factory):
     return load_and_resave(request.param, tmp_path_factory)
 
 
-@pytest.mark.slow
-def test_logits_and_greedy_tokens_are_transformers(loaded):
-    name, lm, _ = loaded
+def assert_logits_and_greedy(name: str, lm) -> np.ndarray:
+    """``lm``'s logits and greedy tokens are fixture ``name``'s (transformers'); returns
+    the greedy tokens ``[2, N]``."""
     out = _outputs(name)
-    assert {leaf.sharding.mesh.devices.size for leaf in jax.tree_util.tree_leaves(lm.params)} == {8}
     _assert_logits(lm.logits(out["ids"]), out["logits"])
     eos = lm.generation.eos_token_id
     eos = {eos} if isinstance(eos, int) else set(eos)
@@ -85,6 +84,14 @@ def test_logits_and_greedy_tokens_are_transformers(loaded):
     got = lm.generate(prompts, max_new_tokens=max(len(w) for w in wants))
     for row, want in zip(got, wants, strict=True):
         _greedy_matches(row, want, eos)
+    return got
+
+
+@pytest.mark.slow
+def test_logits_and_greedy_tokens_are_transformers(loaded):
+    name, lm, _ = loaded
+    assert {leaf.sharding.mesh.devices.size for leaf in jax.tree_util.tree_leaves(lm.params)} == {8}
+    assert_logits_and_greedy(name, lm)
 
 
 def test_save_pretrained_round_trips(loaded):

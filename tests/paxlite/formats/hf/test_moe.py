@@ -36,18 +36,15 @@ from praxis_lite.sharding import (
 from tests import FIXTURES
 from tests.paxlite.formats.hf.test_models import (
     _assert_logits,
-    _greedy_matches,
+    _outputs,
     _tensors,
+    assert_logits_and_greedy,
     load_and_resave,
 )
 from tests.paxlite.pretrained.test_hf_generate import _check_run
 
 _HF = FIXTURES / "hf"
 MOE = ["mixtral", "qwen2_moe", "qwen3_moe"]
-
-
-def _outputs(name: str) -> dict[str, np.ndarray]:
-    return dict(np.load(_HF / name / "outputs.npz"))
 
 
 def _beam_cases(name: str) -> dict[str, list[dict]]:
@@ -66,14 +63,7 @@ def loaded(request, tmp_path_factory):
 @pytest.mark.slow
 def test_logits_greedy_and_beam_tokens_are_transformers(loaded):
     name, lm, _ = loaded
-    out = _outputs(name)
-    _assert_logits(lm.logits(out["ids"]), out["logits"])
-    eos = lm.generation.eos_token_id
-    eos = {eos} if isinstance(eos, int) else set(eos)
-    wants = [out["greedy_0"], out["greedy_1"]]
-    got = lm.generate([out["prompt_0"].tolist(), out["prompt_1"].tolist()], max(map(len, wants)))
-    for row, want in zip(got, wants, strict=True):
-        _greedy_matches(row, want, eos)
+    got = assert_logits_and_greedy(name, lm)
     row = MOE.index(name) % 2  # One prompt's beams each (each EOS compiles its own search).
     _check_run(lm, _beam_cases(name)["beam4"][row], f"{name} beam4 {row}")
     if name == "mixtral":  # Sampling: the seed's, reproducible.

@@ -13,6 +13,7 @@ import pathlib
 import shutil
 import subprocess
 import sys
+from typing import Any
 
 import jax
 import jax.numpy as jnp
@@ -144,15 +145,13 @@ def _tensors(directory: pathlib.Path) -> dict[str, np.ndarray]:
     return out
 
 
-def test_each_device_reads_only_its_slice(tmp_path):
-    """8 devices as 4 (FSDP, 'data') x 2 (tensor, 'mdl'): each read asks for one device
-    slice, together each array once; the arrays are transformers' tensors."""
-    name = "qwen2"  # q/k/v biases and GQA: every layout.
-    config = hf_models.HfConfig.load(_HF / name)
-    family, model_cfg = hf_models.build_model(config)
+def read_on_4x2_devices(name: str, rules: Any) -> tuple[Any, dict, list[tuple[str, int]]]:
+    """Fixture ``name``'s weights read onto 8 devices as 4 ('data') x 2 ('mdl') by ``rules``:
+    (its family, ``{leaf: array}``, each read's ``(leaf, bytes)``)."""
+    family, model_cfg = hf_models.build_model(hf_models.HfConfig.load(_HF / name))
     model = config_lib.instantiate(model_cfg)
     mesh = create_mesh((1, 4, 2), None, ("replica", "data", "mdl"), jax.devices())
-    rules = filter_rules_for_mesh(FSDP_AND_TENSOR_PARALLEL_RULES, mesh)
+    rules = filter_rules_for_mesh(rules, mesh)
     abstract, shardings = loading._abstract_params(model, mesh, rules)
     run_params = traverse_util.flatten_dict(
         jax.tree_util.tree_map(
@@ -162,9 +161,16 @@ def test_each_device_reads_only_its_slice(tmp_path):
     )
     reads: list[tuple[str, int]] = []
     source = hf_checkpoint.HfSource(_HF / name, lambda leaf, n: reads.append((leaf, n)))
-    assigned = {n: n for n in source.run_names(run_params)}
-    arrays = source.read(assigned, run_params)
+    arrays = source.read({n: n for n in source.run_names(run_params)}, run_params)
     assert set(arrays) == set(run_params)
+    return family, arrays, reads
+
+
+def test_each_device_reads_only_its_slice(tmp_path):
+    """8 devices as 4 (FSDP, 'data') x 2 (tensor, 'mdl'): each read asks for one device
+    slice, together each array once; the arrays are transformers' tensors."""
+    name = "qwen2"  # q/k/v biases and GQA: every layout.
+    family, arrays, reads = read_on_4x2_devices(name, FSDP_AND_TENSOR_PARALLEL_RULES)
     named = hf_layout.their_names(family.table, list(arrays))
     tensors = _tensors(_HF / name)
     split = 0

@@ -40,6 +40,7 @@ from tests.paxlite.formats.hf.test_models import (
     _tensors,
     assert_logits_and_greedy,
     load_and_resave,
+    read_on_4x2_devices,
 )
 from tests.paxlite.pretrained.test_hf_generate import _check_run
 
@@ -115,22 +116,8 @@ def test_routing_is_each_familys():
 def test_each_device_reads_only_its_experts():
     """8 devices as 4 ('data', the experts' axis and FSDP) x 2 ('mdl'): each expert's tensor
     is read only by the devices holding that expert, each device slice once."""
-    config = hf_models.HfConfig.load(_HF / "mixtral")
-    _, model_cfg = hf_models.build_model(config)
-    model = config_lib.instantiate(model_cfg)
-    mesh = create_mesh((1, 4, 2), None, ("replica", "data", "mdl"), jax.devices())
-    rules = filter_rules_for_mesh(EXPERTS_OVER_DATA_RULES + FSDP_AND_TENSOR_PARALLEL_RULES, mesh)
-    abstract, shardings = loading._abstract_params(model, mesh, rules)
-    run_params = traverse_util.flatten_dict(
-        jax.tree_util.tree_map(
-            lambda x, s: jax.ShapeDtypeStruct(x.shape, x.dtype, sharding=s), abstract, shardings
-        ),
-        sep="/",
-    )
-    reads: list[tuple[str, int]] = []
-    source = hf_checkpoint.HfSource(_HF / "mixtral", lambda leaf, n: reads.append((leaf, n)))
-    arrays = source.read({n: n for n in source.run_names(run_params)}, run_params)
-    assert set(arrays) == set(run_params)
+    rules = EXPERTS_OVER_DATA_RULES + FSDP_AND_TENSOR_PARALLEL_RULES
+    _, arrays, reads = read_on_4x2_devices("mixtral", rules)
     tensors = _tensors(_HF / "mixtral")
     experts = [leaf for leaf in arrays if leaf.endswith(("wi_0", "wi_gate_0", "wo_0"))]
     assert len(experts) == 6

@@ -30,7 +30,7 @@ from benchmarks.gpu_mfu_report import GIB, markdown, percent
 from benchmarks.paxlite_runner import PaxliteRunner, alternating_rounds
 from benchmarks.plain_jax_lm import PlainRunner, Shape, init_params, make_train_step
 from paxlite.experiments import base_experiment
-from paxlite.perf import aot, bench, bench_report, mfu
+from paxlite.perf import aot, bench, bench_report, flops, mfu
 from paxlite.runtime import partitioning
 from paxlite.runtime.job import Job, build_job
 from paxlite.train import train_setup
@@ -464,16 +464,16 @@ def _comparison_figures(
     rates: dict, batch: int, shape: Shape, settings: _Settings, config: dict[str, Any]
 ) -> dict[str, Any]:
     flops_per_token = lm_shape(config).flops_per_token(settings.seq, FlopsDefinition.CAUSAL)
-    peak = _peak_tflops()
     figures: dict[str, Any] = {"batch": batch, "plain_shape": dataclasses.asdict(shape)}
     for label in ("plain", "paxlite"):
         tokens_per_sec = statistics.median(rates[label])
-        tflops = tokens_per_sec * flops_per_token / 1e12
+        # One device; a token as the step: FLOPs per token at tokens/s.
+        achieved = flops.achieved_flops(flops_per_token, tokens_per_sec, 1, _peak())
         figures[label] = {
             "tokens_per_sec": tokens_per_sec,
             "tokens_per_sec_rounds": rates[label],
-            "tflops_per_sec_per_device": tflops,
-            "mfu": tflops / peak if peak else None,
+            "tflops_per_sec_per_device": achieved.tflops_per_sec_per_device,
+            "mfu": achieved.mfu,
         }
     figures["ratio"] = figures["paxlite"]["tokens_per_sec"] / figures["plain"]["tokens_per_sec"]
     log(
@@ -529,11 +529,10 @@ def profile_summary(trace_root: pathlib.Path, top: int = 15) -> list[dict[str, A
 
 
 @functools.cache
-def _peak_tflops() -> float | None:
+def _peak() -> mfu.Peak:
     """The device's bfloat16 peak, as the benchmark takes it (``paxlite.perf.mfu``: the table's
     dense figure on a GPU; on a CPU a matmul timed now)."""
-    peak = mfu.peak_for(jnp.bfloat16)
-    return peak.tflops if peak else None
+    return mfu.peak_for(jnp.bfloat16)
 
 
 def _add_frozen_base_mfu(leg_report: dict[str, Any], settings: _Settings) -> None:
@@ -567,7 +566,7 @@ def _header(settings: _Settings, gpu_flags_added: list[str]) -> dict[str, Any]:
         "seq": settings.seq,
         "loss_chunks": settings.loss_chunks,
         "remat": settings.remat,
-        "peak_tflops": _peak_tflops(),
+        "peak_tflops": _peak().tflops,
     }
 
 

@@ -41,6 +41,7 @@ import numpy as np  # noqa: E402
 
 from paxlite.experiments.base_experiment import with_overrides  # noqa: E402
 from paxlite.perf import mfu  # noqa: E402
+from paxlite.perf.flops import achieved_flops  # noqa: E402
 from praxis_lite import config as config_lib  # noqa: E402
 from praxis_lite.base_layer import AUX_LOSS, summaries_and_aux_losses  # noqa: E402
 from praxis_lite.moe import Dispatch  # noqa: E402
@@ -90,6 +91,11 @@ def time_steps(step, params, batch, steps: int) -> float:
     return (time.perf_counter() - start) / steps
 
 
+def _mfu(flops: float, seconds: float, peak: mfu.Peak) -> float:
+    """MFU of ``flops`` model FLOPs per step at ``seconds`` per step on one device."""
+    return achieved_flops(flops, 1.0 / seconds, 1, peak).mfu
+
+
 def main() -> None:
     parser = argparse.ArgumentParser(description=__doc__.split("\n")[0])
     parser.add_argument("--rounds", type=int, default=5)
@@ -108,10 +114,9 @@ def main() -> None:
         for name, (step, params, batch, flops) in built.items():
             seconds = time_steps(step, params, batch, args.steps)
             times[name].append(seconds)
-            utilization = 100 * flops / seconds / 1e12 / peak.tflops
             print(
                 f"round {r + 1} {name:>13}: {1e3 * seconds:7.2f} ms/step "
-                f"{tokens / seconds:9.0f} tokens/s MFU {utilization:5.2f}%"
+                f"{tokens / seconds:9.0f} tokens/s MFU {100 * _mfu(flops, seconds, peak):5.2f}%"
             )
     medians = {name: statistics.median(t) for name, t in times.items()}
     print("median:")
@@ -119,7 +124,7 @@ def main() -> None:
         flops = built[name][3]
         print(
             f"  {name:>13}: {1e3 * seconds:7.2f} ms/step {tokens / seconds:9.0f} tokens/s "
-            f"MFU {100 * flops / seconds / 1e12 / peak.tflops:5.2f}% "
+            f"MFU {100 * _mfu(flops, seconds, peak):5.2f}% "
             f"({flops / 1e6:.1f} model MFLOP/step) = {medians['dense'] / seconds:.2f}x dense"
         )
 

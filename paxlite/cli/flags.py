@@ -70,7 +70,7 @@ flags.DEFINE_enum(
     "mfu_definition",
     "causal",
     ["causal", "palm", "6N"],
-    "Model-FLOPs count behind MFU (see paxlite/perf/flops.py): causal (default), palm, 6N.",
+    "Model-FLOPs count behind MFU (see praxis_lite/flops.py): causal (default), palm, 6N.",
 )
 flags.DEFINE_string(
     "compile_topology",

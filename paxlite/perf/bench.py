@@ -25,8 +25,8 @@ from typing import Any
 
 import jax
 
-from paxlite.perf import bench_report, mfu, step_cost
-from paxlite.perf.step_cost import model_dtype
+from paxlite.perf import bench_report, flops, mfu
+from paxlite.perf.flops import model_dtype
 from paxlite.runtime import storage
 from paxlite.runtime.job import Job
 from paxlite.train import prefetch, summaries, train_setup
@@ -120,13 +120,12 @@ def _timed_windows(step_fn, state, batches, key, settings: BenchSettings) -> lis
 def _figures(
     job: Job,
     settings: BenchSettings,
-    cost: step_cost.StepCost,
+    cost: flops.StepCost,
     compile_s: float,
     first_step_s: float,
     tokens_per_step: float,
     windows: list[dict],
 ) -> dict[str, Any]:
-    n = job.mesh.size
     steps = sum(w["steps"] for w in windows)
     seconds = sum(w["seconds"] for w in windows)
     overall = summaries.rates(steps, seconds, tokens_per_step, cost)
@@ -138,12 +137,14 @@ def _figures(
     if cost.xla_flops:
         counts["xla"] = cost.xla_flops
     for name, per_step in counts.items():
-        flops_per_device = overall["steps_per_sec"] * per_step / n
+        achieved = flops.achieved_flops(
+            per_step, overall["steps_per_sec"], cost.num_devices, cost.peak
+        )
         by_definition[name] = {
             "formula": _formula(name),
             "flops_per_step": per_step,
-            "tflops_per_sec_per_device": flops_per_device / 1e12,
-            "mfu": flops_per_device / cost.peak.flops if cost.peak else None,
+            "tflops_per_sec_per_device": achieved.tflops_per_sec_per_device,
+            "mfu": achieved.mfu,
         }
     exp = type(job.experiment)
     counted = cost.train_flops

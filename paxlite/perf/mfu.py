@@ -1,7 +1,10 @@
-"""Peak FLOP/s per device: a table for accelerators, a calibration on CPU.
+"""Peak FLOP/s per device, the denominator of MFU: a table for accelerators, a calibration on CPU.
 
-MFU = achieved model FLOP/s per device / the device's peak FLOP/s. The peak
-comes, in order, from ``--peak_tflops``, from :data:`PEAK_TFLOPS` by
+This module holds only the peaks. MFU = achieved model FLOP/s per device / the
+device's peak FLOP/s; that division, and the model FLOPs of a step, are in
+``paxlite.perf.flops`` (:func:`paxlite.perf.flops.achieved_flops`).
+
+The peak comes, in order, from ``--peak_tflops``, from :data:`PEAK_TFLOPS` by
 ``device_kind`` and dtype, or (CPU, or an unknown device) from timing a jitted
 matmul of the run's dtype on this machine at the start of the run
 (:func:`calibrate`; never cached, so each run is measured against the machine

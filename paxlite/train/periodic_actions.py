@@ -19,7 +19,7 @@ import jax.numpy as jnp
 
 from paxlite.checkpoints import input_positions, train_checkpoints
 from paxlite.evaluation import decode_lib, eval_lib
-from paxlite.perf.step_cost import StepCost
+from paxlite.perf.flops import StepCost
 from paxlite.train import prefetch, summaries, trainable
 
 PREEMPTED_EXIT_CODE = 143  # 128 + SIGTERM: "stopped by the scheduler, resumable".

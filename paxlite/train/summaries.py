@@ -27,11 +27,12 @@ from tensorboard.plugins.scalar import metadata as scalar_metadata
 from tensorboard.summary.writer.record_writer import RecordWriter
 from tensorboard.util import tensor_util
 
+from paxlite.perf import flops
 from paxlite.runtime import best_effort, storage
 
 if TYPE_CHECKING:
     from paxlite.experiments.tasks_lib import SingleTask
-    from paxlite.perf.step_cost import StepCost
+    from paxlite.perf.flops import StepCost
 
 
 class SummaryWriter:
@@ -199,7 +200,7 @@ class Progress:
     The window starts at :meth:`start_window` (call it once the warm-up steps,
     which include compilation, are done and their results are ready), so the
     first interval's rates exclude them. With ``cost`` (a
-    :class:`paxlite.perf.step_cost.StepCost`), reports also carry TFLOP/s per device and
+    :class:`paxlite.perf.flops.StepCost`), reports also carry TFLOP/s per device and
     MFU under ``cost.definition``.
     """
 
@@ -279,10 +280,12 @@ def rates(
         "tokens_per_sec_per_device": steps_per_sec * tokens_per_step / num_devices,
     }
     if cost is not None and cost.model_flops_per_step > 0:
-        flops_per_device = steps_per_sec * cost.model_flops_per_step / num_devices
-        out["tflops_per_sec_per_device"] = flops_per_device / 1e12
-        if cost.peak is not None:
-            out["mfu"] = flops_per_device / cost.peak.flops
+        achieved = flops.achieved_flops(
+            cost.model_flops_per_step, steps_per_sec, num_devices, cost.peak
+        )
+        out["tflops_per_sec_per_device"] = achieved.tflops_per_sec_per_device
+        if achieved.mfu is not None:
+            out["mfu"] = achieved.mfu
     return out
 
 

@@ -17,7 +17,7 @@ from paxlite.checkpoints import train_checkpoints
 from paxlite.checkpoints.init_from import abstract_of
 from paxlite.evaluation import decode_lib, eval_lib
 from paxlite.perf import mfu, profiling
-from paxlite.perf.step_cost import model_dtype
+from paxlite.perf.flops import model_dtype
 from paxlite.runtime.job import Job
 from paxlite.train import prefetch, summaries, train_setup
 from paxlite.train.periodic_actions import (

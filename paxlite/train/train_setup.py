@@ -22,8 +22,8 @@ from jax.sharding import NamedSharding, PartitionSpec
 
 from paxlite.checkpoints import checkpoint_sources, init_from, input_positions, train_checkpoints
 from paxlite.experiments.tasks_lib import CheckpointLoadingRules
+from paxlite.perf.flops import StepCost, step_cost
 from paxlite.perf.mfu import Peak
-from paxlite.perf.step_cost import StepCost, step_cost
 from paxlite.runtime import job_record, partitioning
 from paxlite.runtime.job import Job
 from paxlite.train import pure_steps, summaries, trainable

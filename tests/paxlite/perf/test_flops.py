@@ -6,7 +6,7 @@ import numpy as np
 import pytest
 
 from paxlite.experiments import base_experiment
-from paxlite.perf import aot, flops, step_cost
+from paxlite.perf import aot, flops, mfu
 from paxlite.runtime.job import build_job
 from praxis_lite import config as config_lib
 from praxis_lite.config import unbound_layer
@@ -128,9 +128,18 @@ class _Uncounted(BaseModel):
 
 def test_a_model_without_a_count_gets_xla_only():
     batch = {"x": jax.ShapeDtypeStruct((8, 3), np.float32)}
-    cost = step_cost.step_cost(_Uncounted(), batch, num_devices=1)
+    cost = flops.step_cost(_Uncounted(), batch, num_devices=1)
     assert cost.analytic_flops == {} and cost.global_batch == 8
     assert "not counted" in cost.describe()
+
+
+def test_achieved_flops_per_device_and_mfu():
+    peak = mfu.Peak(tflops=2.0, source="test", device_kind="x", dtype="float32")
+    # 4 steps/s x 3 TFLOP per step over 2 devices: 6 TFLOP/s per device, 3x a 2 TFLOP/s peak.
+    achieved = flops.achieved_flops(3e12, 4.0, 2, peak)
+    assert achieved.tflops_per_sec_per_device == pytest.approx(6.0)
+    assert achieved.mfu == pytest.approx(3.0)
+    assert flops.achieved_flops(3e12, 4.0, 2, None) == (achieved.tflops_per_sec_per_device, None)
 
 
 def test_format_flops():

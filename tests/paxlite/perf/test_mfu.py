@@ -6,7 +6,7 @@ import jax
 import jax.numpy as jnp
 import pytest
 
-from paxlite.perf import mfu, step_cost
+from paxlite.perf import flops, mfu
 from paxlite.train import summaries
 from praxis_lite.flops import FlopsDefinition
 
@@ -67,7 +67,7 @@ def test_matmul_measurement_is_plausible():
 
 
 def test_rates_of_a_window():
-    cost = step_cost.StepCost(
+    cost = flops.StepCost(
         definition=FlopsDefinition.CAUSAL,
         analytic_flops={"6N": 1e12, "palm": 3e12, "causal": 2e12},
         xla_flops=4e12,

@@ -20,6 +20,7 @@ import copy
 import dataclasses
 import difflib
 import functools
+import importlib
 import json
 from collections.abc import Callable, Mapping
 from typing import Any
@@ -276,10 +277,42 @@ def to_json(cfg: Any) -> str:
 
 def from_json(text: str) -> Any:
     """Inverse of :func:`to_json`; also reads what earlier versions wrote (their module paths
-    mapped to today's by :mod:`praxis_lite.moved`)."""
+    and layer fields mapped to today's by :mod:`praxis_lite.moved`)."""
     tree = json.loads(text)
     _current_pyrefs(tree)
-    return serialization.load_json(json.dumps(tree))
+    cfg = serialization.load_json(json.dumps(tree))
+    for value in [v for v, _ in daglish.iterate(cfg) if isinstance(v, fdl.Buildable)]:
+        _current_fields(value)
+    return cfg
+
+
+def _current_fields(cfg: fdl.Buildable) -> None:
+    """Rewrites, in place, the arguments of ``cfg`` that name a field as an earlier version
+    did (:data:`praxis_lite.moved.MOVED_FIELDS`): each is left out, and its replacement set
+    once all are (an old flag may set a field that an old default leaves out)."""
+    classes = [
+        f"{c.__module__}.{c.__qualname__}" for c in getattr(cfg.__fn_or_cls__, "__mro__", ())
+    ]
+    replacements = {}
+    for name, value in list(cfg.__arguments__.items()):
+        rules = next(
+            (moved.MOVED_FIELDS[c, name] for c in classes if (c, name) in moved.MOVED_FIELDS), {}
+        )
+        matches = [
+            now for then, now in rules.items() if type(then) is type(value) and then == value
+        ]
+        if matches:
+            fdl.Buildable.__delattr__(cfg, name)
+            if matches[0] is not None:
+                replacements[matches[0][0]] = _enum_member(matches[0][1])
+    for name, value in replacements.items():
+        fdl.Buildable.__setattr__(cfg, name, value)
+
+
+def _enum_member(path: str) -> Any:
+    """The member ``module:Enum.MEMBER`` names."""
+    module, _, name = path.partition(":")
+    return functools.reduce(getattr, name.split("."), importlib.import_module(module))
 
 
 def _current_pyrefs(node: Any) -> None:

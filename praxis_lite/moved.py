@@ -1,7 +1,7 @@
-"""Where modules moved when the packages were grouped by concern (after commit b9b3ecf):
-job directories written before name their configs' classes by the old module paths
-(config.json is Fiddle JSON), and :func:`praxis_lite.config.from_json` reads them through this
-one table.
+"""Where modules moved when the packages were grouped by concern (after commit b9b3ecf), and
+the layer fields renamed since: job directories written before name their configs' classes by
+the old module paths and their fields by the old names (config.json is Fiddle JSON), and
+:func:`praxis_lite.config.from_json` reads them through these tables.
 
 Only names: nothing here imports the modules.
 """
@@ -66,7 +66,8 @@ MOVED_MODULES: dict[str, str] = {
     "paxlite.init_from": "paxlite.checkpoints.init_from",
     "paxlite.flops": "paxlite.perf.flops",
     "paxlite.mfu": "paxlite.perf.mfu",
-    "paxlite.step_cost": "paxlite.perf.step_cost",
+    "paxlite.step_cost": "paxlite.perf.flops",
+    "paxlite.perf.step_cost": "paxlite.perf.flops",
     "paxlite.bench": "paxlite.perf.bench",
     "paxlite.bench_report": "paxlite.perf.bench_report",
     "paxlite.bench_sweep": "paxlite.perf.bench_sweep",
@@ -93,6 +94,29 @@ MOVED_NAMES: dict[tuple[str, str], str] = {
     ("praxis_lite.models", "LanguageModel"): "praxis_lite.models.lm",
     ("praxis_lite.models", "EncoderDecoderModel"): "praxis_lite.models.encoder_decoder",
     ("praxis_lite.models", "ClassificationMlpModel"): "praxis_lite.models.classification",
+}
+
+_ATTENTIONS = "praxis_lite.layers.attentions"
+_ATTENTION = f"{_ATTENTIONS}.DotProductAttention"
+
+#: Layer fields renamed or given an enum type: ``(class, field as config.json names it) ->
+#: {value written then: (the field now, its value now)}``, a value now naming an enum member
+#: as ``module:Enum.MEMBER``; None: the field is left out (today's default). A class's
+#: subclasses follow its rules; a value not listed (of another type) is read as it is.
+MOVED_FIELDS: dict[tuple[str, str], dict[object, tuple[str, str] | None]] = {
+    (_ATTENTION, "per_dim_scale"): {
+        True: ("query_scale", f"{_ATTENTIONS}:QueryScale.PER_DIM"),
+        False: None,
+    },
+    (_ATTENTION, "query_scale_in_init"): {
+        True: ("query_scale", f"{_ATTENTIONS}:QueryScale.IN_INIT"),
+        False: None,
+    },
+    (_ATTENTION, "query_scale"): {None: None},  # 1 / sqrt(H): QueryScale.RSQRT_HEAD_DIM.
+    (_ATTENTION, "attention_impl"): {
+        impl: ("attention_impl", f"{_ATTENTIONS}:AttentionImpl.{impl.upper()}")
+        for impl in ("einsum", "xla", "cudnn", "splash")
+    },
 }
 
 

@@ -215,6 +215,58 @@ def test_the_trainer_reads_no_knob_by_name():
     assert bad == []
 
 
+#: Folders of layers and what runs them: no module-level state (a layer's state is its
+#: variables; what a call needs, it is passed).
+_STATELESS = ("praxis_lite/layers", "praxis_lite/models", "praxis_lite/decoding")
+#: ``path: name`` of module-level state kept there on purpose -> why (none today).
+_MUTABLE_GLOBALS_ALLOWED: dict[str, str] = {}
+_MUTATORS = {"add", "append", "clear", "discard", "extend", "insert", "pop", "popitem"}
+_MUTATORS |= {"remove", "setdefault", "update"}
+
+
+def _mutated_globals(tree: ast.Module) -> list[tuple[int, str]]:
+    """``(line, name)`` of each module-level name the module rebinds (``global``) or changes
+    in place (``NAME.add(...)``, ``NAME[key] = ...``, ``del NAME[key]``)."""
+    top = {
+        target.id
+        for node in tree.body
+        if isinstance(node, ast.Assign | ast.AnnAssign)
+        for target in (node.targets if isinstance(node, ast.Assign) else [node.target])
+        if isinstance(target, ast.Name)
+    }
+    found = []
+    for node in ast.walk(tree):
+        if isinstance(node, ast.Global):
+            found += [(node.lineno, name) for name in node.names]
+        elif isinstance(node, ast.Call) and isinstance(node.func, ast.Attribute):
+            owner = node.func.value
+            if isinstance(owner, ast.Name) and owner.id in top and node.func.attr in _MUTATORS:
+                found.append((node.lineno, owner.id))
+        elif isinstance(node, ast.Subscript) and isinstance(node.ctx, ast.Store | ast.Del):
+            if isinstance(node.value, ast.Name) and node.value.id in top:
+                found.append((node.lineno, node.value.id))
+    return found
+
+
+def test_no_mutable_module_globals_in_layers_models_and_decoding():
+    """State that outlives a call lives in a layer's variables or the runtime that holds the
+    job, not in a module: a warning said once is a ``functools.cache`` of its message."""
+    bad = [
+        f"{where}:{line}"
+        for folder in _STATELESS
+        for path in sorted((ROOT / folder).rglob("*.py"))
+        for line, name in _mutated_globals(ast.parse(path.read_text()))
+        if (where := f"{path.relative_to(ROOT)}: {name}") not in _MUTABLE_GLOBALS_ALLOWED
+    ]
+    assert bad == []
+
+
+def test_the_mutable_globals_check_sees_a_set_changed_in_place():
+    source = "SEEN = set()\n\ndef f(x):\n    SEEN.add(x)\n    CACHE[x] = 1\n\nCACHE = {}\n"
+    assert _mutated_globals(ast.parse(source)) == [(4, "SEEN"), (5, "CACHE")]
+    assert _mutated_globals(ast.parse("def f():\n    global N\n    N = 1\n")) == [(2, "N")]
+
+
 def test_only_the_registry_names_the_tasks_package():
     """Code strings (not docstrings) of paxlite other than the registry never name ``tasks``:
     the default package for short names is one setting of the registry."""

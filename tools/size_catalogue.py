@@ -203,7 +203,7 @@ def size_one(name: str) -> dict[str, Any]:
     except Exception as e:  # noqa: BLE001 (recorded in the table, not raised)
         first = str(e).strip().splitlines()[0] if str(e).strip() else type(e).__name__
         row = {"name": name, "target": target.describe(), "error": first[:300]}
-        return row if job is None else {**row, "attention_impl": job.attention_impl}
+        return row if job is None else {**row, "attention_impl": job.attention_impl.value}
     figures["fit"] = aot.fit_line(figures)  # With figures["attention_impl"], the layers' impl.
     keep = (str, int, float, dict, type(None))
     return {"name": name, **{k: v for k, v in figures.items() if isinstance(v, keep)}}

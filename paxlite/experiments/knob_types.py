@@ -115,11 +115,14 @@ def matches_type(value: Any, tp: Any) -> bool:
 
 
 def type_name(tp: Any) -> str:
-    """A readable name for an annotated type: ``int``, ``tuple[int, ...] | None``."""
+    """A readable name for an annotated type: ``int``, ``tuple[int, ...] | None``,
+    ``AttentionImpl | None`` (classes by their own names)."""
     if tp is None or tp is type(None):
         return "None"
     if typing.get_origin(tp) is None and isinstance(tp, type):
         return tp.__qualname__
+    if typing.get_origin(tp) in (typing.Union, types.UnionType):
+        return " | ".join(type_name(arg) for arg in typing.get_args(tp))
     return repr(tp).replace("typing.", "")
 
 

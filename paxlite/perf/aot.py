@@ -118,7 +118,7 @@ def compile_train_step(job: Job, target: TpuTarget | None = None) -> dict[str, A
     figures: dict[str, Any] = {
         "mesh": dict(job.mesh.shape),
         "num_devices": job.mesh.size,
-        "attention_impl": job.attention_impl,
+        "attention_impl": job.attention_impl.value,
     }
     if target is not None:
         figures["target"] = target.describe()
@@ -241,7 +241,7 @@ def format_report(name: str, figures: dict[str, Any]) -> str:
                 "XLA FLOPs per step",
                 f"{figures['xla_flops_per_step']:.4g} ({figures['flops_note']})",
             ),
-            _row("model FLOPs per step", f"{_model_flops(figures)} (paxlite/perf/flops.py)"),
+            _row("model FLOPs per step", f"{_model_flops(figures)} (praxis_lite/flops.py)"),
             *_described_row(figures),
             _row("compile time", f"{figures['compile_seconds']:.1f} s"),
         ]

@@ -11,65 +11,44 @@ relative bias with splash, ...) uses the einsums, with one logged line saying wh
 from __future__ import annotations
 
 import copy
+import dataclasses
 from collections.abc import Sequence
 from typing import Any
 
 import fiddle as fdl
 from fiddle import daglish
 
-from praxis_lite.layers import attention_kernels
-from praxis_lite.layers.attentions import ATTENTION_IMPLS, DotProductAttention
+from paxlite.experiments.base_experiment import BaseExperiment
+from praxis_lite.layers.attention_kernels import SplashBlockSizes
+from praxis_lite.layers.attentions import AttentionImpl, DotProductAttention
 
 
-class AttentionChoiceError(ValueError):
-    """ATTENTION_IMPL names no implementation."""
-
-
-def platform_default(devices: Sequence[Any]) -> str:
+def platform_default(devices: Sequence[Any]) -> AttentionImpl:
     """The implementation for ``devices``' platform (see the module docstring)."""
     device = devices[0]
     if device.platform == "tpu":
-        return "splash"
+        return AttentionImpl.SPLASH
     kind = getattr(device, "device_kind", "").lower()
     if device.platform in ("gpu", "cuda") and ("nvidia" in kind or device.platform == "cuda"):
-        return "cudnn"
-    return "einsum"
+        return AttentionImpl.CUDNN
+    return AttentionImpl.EINSUM
 
 
-def choose(requested: str | None, devices: Sequence[Any]) -> tuple[str, bool]:
+def choose(requested: AttentionImpl | None, devices: Sequence[Any]) -> tuple[AttentionImpl, bool]:
     """``(implementation, explicit)`` for the ATTENTION_IMPL knob's value and the mesh's
     devices."""
     if requested is None:
         return platform_default(devices), False
-    if requested not in ATTENTION_IMPLS:
-        raise AttentionChoiceError(
-            f"ATTENTION_IMPL={requested!r} is none of {', '.join(ATTENTION_IMPLS)}; "
-            "e.g. --set ATTENTION_IMPL=einsum (or leave it unset: by platform)."
-        )
     return requested, True
 
 
-def block_sizes(experiment: Any) -> fdl.Config:
-    """Splash's block sizes from the experiment's SA_BLOCK_* knobs (a config: the job's
-    config files serialize it)."""
-    return fdl.Config(
-        attention_kernels.SplashBlockSizes,
-        block_q=experiment.SA_BLOCK_Q,
-        block_kv=experiment.SA_BLOCK_KV,
-        block_kv_compute=experiment.SA_BLOCK_KV_COMPUTE,
-        block_q_dkv=experiment.SA_BLOCK_Q_DKV,
-        block_kv_dkv=experiment.SA_BLOCK_KV_DKV,
-        block_kv_dkv_compute=experiment.SA_BLOCK_KV_DKV_COMPUTE,
-        block_q_dq=experiment.SA_BLOCK_Q_DQ,
-        block_kv_dq=experiment.SA_BLOCK_KV_DQ,
-    )
-
-
-def apply(task_cfg: Any, experiment: Any, devices: Sequence[Any]) -> str:
-    """Sets the chosen implementation on every attention layer config of ``task_cfg`` (in
-    place); returns its name."""
-    impl, explicit = choose(experiment.ATTENTION_IMPL, devices)
-    sizes = block_sizes(experiment)
+def apply(task_cfg: Any, experiment: BaseExperiment, devices: Sequence[Any]) -> AttentionImpl:
+    """Sets the chosen implementation and splash's tiles (as a config: the job's config
+    files serialize it) on every attention layer config of ``task_cfg`` (in place); returns
+    the implementation."""
+    settings = experiment.attention_settings()
+    impl, explicit = choose(settings.impl, devices)
+    sizes = fdl.Config(SplashBlockSizes, **dataclasses.asdict(settings.splash_block_sizes))
     for value, _ in daglish.iterate(task_cfg):
         if isinstance(value, fdl.Buildable) and _is_attention(value):
             fdl.Buildable.__setattr__(value, "attention_impl", impl)

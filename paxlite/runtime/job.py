@@ -19,6 +19,7 @@ from paxlite.runtime import attention_choice, partitioning, platform_kernels
 from paxlite.runtime.mesh import create_mesh
 from praxis_lite import config as config_lib
 from praxis_lite.inputs.base_input import BaseInput
+from praxis_lite.layers.attentions import AttentionImpl
 from praxis_lite.sharding import filter_rules_for_mesh
 
 
@@ -43,7 +44,7 @@ class Job:
     eval_inputs: list[BaseInput]
     job_log_dir: epath.Path
     decoder_inputs: list[BaseInput] = dataclasses.field(default_factory=list)
-    attention_impl: str = "einsum"
+    attention_impl: AttentionImpl = AttentionImpl.EINSUM
 
     @property
     def batch_sharding(self) -> NamedSharding:

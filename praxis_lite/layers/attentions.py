@@ -13,6 +13,8 @@ training path) never touches the cache.
 from __future__ import annotations
 
 import dataclasses
+import enum
+import functools
 import math
 from typing import Any
 
@@ -23,7 +25,7 @@ from absl import logging
 from jax.ad_checkpoint import checkpoint_name
 
 from praxis_lite.base_layer import CACHE, BaseLayer
-from praxis_lite.config import LayerTpl, template_field
+from praxis_lite.config import LayerTpl, renamed_fields, template_field
 from praxis_lite.layers import attention_kernels as kernels
 from praxis_lite.layers import lora as lora_lib
 from praxis_lite.layers.embedding_softmax import RotaryPositionalEmbedding
@@ -33,9 +35,36 @@ from praxis_lite.sharding import ACTIVATION_EMBED, BATCH, EMBED, HEAD_DIM, HEADS
 CACHE_KV_AXES = (BATCH, LENGTH, KV_HEADS, HEAD_DIM)
 
 _MASK_VALUE = -0.7 * float(jnp.finfo(jnp.float32).max)
-EINSUM, XLA, CUDNN, SPLASH = "einsum", "xla", "cudnn", "splash"
-_FALLBACKS_LOGGED: set[tuple[str, str]] = set()  # (implementation, reason) already logged
-ATTENTION_IMPLS = (EINSUM, XLA, CUDNN, SPLASH)
+
+
+class AttentionImpl(enum.StrEnum):
+    """How training and eval attend (decoding's KV-cache steps always use the einsums).
+
+    EINSUM: float32 logits ``[B, K, G, T, S]``. XLA: ``jax.nn.dot_product_attention``'s XLA
+    path. CUDNN: its cuDNN flash attention (NVIDIA GPUs, bf16/fp16, no logit cap, no dropout,
+    no packing or additive bias). SPLASH: TPU splash attention (on a CPU in Pallas' interpret
+    mode; no dropout or additive bias, sequences a multiple of the block size).
+    """
+
+    EINSUM = "einsum"
+    XLA = "xla"
+    CUDNN = "cudnn"
+    SPLASH = "splash"
+
+
+class QueryScale(enum.StrEnum):
+    """How the queries are scaled before the logits (a float instead: a fixed multiplier).
+
+    RSQRT_HEAD_DIM: by ``1 / sqrt(H)``. PER_DIM: learned per head dim (praxis's
+    ``PerDimScale``, on in Pax's experiments): ``q * 1.442695041 / sqrt(H) * softplus(s)``
+    with ``s [H]`` (variable ``per_dim_scale``) starting at 0, i.e. at ``1 / sqrt(H)``.
+    IN_INIT: T5's: not in the forward pass; ``w_q``'s initial values are ``1 / sqrt(H)``
+    smaller instead (T5X and Hugging Face initialise it so).
+    """
+
+    RSQRT_HEAD_DIM = "rsqrt_head_dim"
+    PER_DIM = "per_dim"
+    IN_INIT = "in_init"
 
 
 class AttentionImplError(ValueError):
@@ -83,6 +112,12 @@ class MaskSpec:
 #: w_q, w_k and w_v).
 LORA_TARGETS = {"query": "w_q", "key": "w_k", "value": "w_v", "post": "w_post", "qkv": "w_qkv"}
 
+#: The query-scale flags of earlier versions (old job dirs: ``praxis_lite.moved``).
+_RENAMED = {
+    "per_dim_scale": "query_scale=QueryScale.PER_DIM, or query_scale='per_dim' in --fdl_set",
+    "query_scale_in_init": "query_scale=QueryScale.IN_INIT, or query_scale='in_init' in --fdl_set",
+}
+
 
 def attention_mask(
     query_len: int,
@@ -120,6 +155,7 @@ def attention_mask(
     return mask
 
 
+@renamed_fields(_RENAMED, why="one field scales the queries")
 class DotProductAttention(BaseLayer):
     """Self-attention ``[B, T, D] -> [B, T, D]``.
 
@@ -142,14 +178,9 @@ class DotProductAttention(BaseLayer):
       atten_dropout_prob: dropout on the attention probabilities (when training).
       atten_logit_cap: if > 0, logits become ``cap * tanh(logits / cap)``.
       rotary_tpl: template of a RoPE layer applied to q and k; ``None`` for none.
-      query_scale: what the queries are multiplied by; ``None``: ``1 / sqrt(H)`` (Gemma 2
-        uses ``query_pre_attn_scalar ** -0.5``). Not with ``per_dim_scale``.
-      per_dim_scale: learn a scale per head dim for the queries (praxis's ``PerDimScale``,
-        on by default in Pax's attention): ``q * 1.442695041 / sqrt(H) * softplus(s)``
-        with ``s [H]`` (variable ``per_dim_scale``) starting at 0, i.e. at ``1 / sqrt(H)``.
-      query_scale_in_init: T5's: the queries are not scaled in the forward pass; the
-        ``1 / sqrt(H)`` is in ``w_q``'s initial values instead (T5X and Hugging Face
-        initialise it so). Not with ``query_scale`` or ``per_dim_scale``.
+      query_scale: how the queries are scaled: a :class:`QueryScale` (``1 / sqrt(H)``,
+        learned per head dim, or in ``w_q``'s init) or a float multiplier (Gemma 2's
+        ``query_pre_attn_scalar ** -0.5``).
       lora: LoRA adapters (see ``layers.lora``) on the projections its ``targets`` name:
         ``'query'``, ``'key'``, ``'value'`` (``w_q_lora_a [D, r]``, ``w_q_lora_b [r, N, H]``;
         k and v with ``K`` heads), ``'post'`` (``w_post_lora_a [N, H, r]``,
@@ -157,12 +188,8 @@ class DotProductAttention(BaseLayer):
         q, k and v, with their own B's (PEFT's adapter on GPT-2's fused ``c_attn``; not
         with ``'query'``/``'key'``/``'value'``). Not with ``combine_qkv``. KV-cache
         decoding (``extend``) includes the adapters.
-      attention_impl: how training and eval attend (decoding's KV-cache steps always use
-        the einsums): ``einsum`` (float32 logits ``[B, K, G, T, S]``), ``xla``
-        (``jax.nn.dot_product_attention``'s XLA path), ``cudnn`` (its cuDNN flash
-        attention: NVIDIA GPUs, bf16/fp16, no logit cap, no dropout, no packing or
-        additive bias) or ``splash`` (TPU splash attention; on a CPU in Pallas' interpret
-        mode; no dropout or additive bias, sequences a multiple of the block size).
+      attention_impl: how training and eval attend (an :class:`AttentionImpl`; decoding's
+        KV-cache steps always use the einsums).
       attention_fallback: the implementation was chosen by default (for the platform):
         a call it cannot honour uses the einsums, with one logged line saying why;
         False (asked for explicitly): such a call is an :class:`AttentionImplError`.
@@ -186,11 +213,9 @@ class DotProductAttention(BaseLayer):
     atten_dropout_prob: float = 0.0
     atten_logit_cap: float = 0.0
     rotary_tpl: LayerTpl = template_field(None)
-    query_scale: float | None = None
-    per_dim_scale: bool = False
-    query_scale_in_init: bool = False
+    query_scale: float | QueryScale = QueryScale.RSQRT_HEAD_DIM
     lora: LoraSettings | None = None
-    attention_impl: str = EINSUM
+    attention_impl: AttentionImpl = AttentionImpl.EINSUM
     attention_fallback: bool = False
     splash_block_sizes: kernels.SplashBlockSizes | None = None
     splash_interpret: bool | None = None
@@ -208,12 +233,12 @@ class DotProductAttention(BaseLayer):
         """Whether the output projection has a bias."""
         return self.use_bias if self.use_post_bias is None else self.use_post_bias
 
+    def _query_scale(self) -> float | QueryScale:
+        """``query_scale`` as its type (``--fdl_set`` gives a member's value, a string)."""
+        scale = self.query_scale
+        return QueryScale(scale) if isinstance(scale, str) else float(scale)
+
     def setup(self) -> None:
-        if self.attention_impl not in ATTENTION_IMPLS:
-            raise ValueError(
-                f"DotProductAttention.attention_impl must be one of "
-                f"{', '.join(ATTENTION_IMPLS)}, got {self.attention_impl!r}."
-            )
         n, k, h, d = self.num_heads, self.kv_heads, self.head_dim, self.input_dims
         if self.dims_per_head is None and d % n:
             raise ValueError(
@@ -224,12 +249,6 @@ class DotProductAttention(BaseLayer):
             raise ValueError(f"num_heads={n} must be a multiple of num_kv_heads={k}.")
         if self.combine_qkv and k != n:
             raise ValueError("combine_qkv needs num_kv_heads == num_heads (or None).")
-        scalings = [self.query_scale is not None, self.per_dim_scale, self.query_scale_in_init]
-        if sum(scalings) > 1:
-            raise ValueError(
-                "query_scale, per_dim_scale and query_scale_in_init each scale the queries; "
-                "set one."
-            )
         if self.sliding_window is not None and self.sliding_window < 1:
             raise ValueError(f"sliding_window must be >= 1 or None, got {self.sliding_window}.")
         init = nn.initializers.lecun_normal(in_axis=0, out_axis=(1, 2))
@@ -242,7 +261,7 @@ class DotProductAttention(BaseLayer):
             )
         else:
             query_init = init
-            if self.query_scale_in_init:
+            if self._query_scale() is QueryScale.IN_INIT:
                 query_init = nn.initializers.variance_scaling(
                     1.0 / h, "fan_in", "truncated_normal", in_axis=0, out_axis=(1, 2)
                 )
@@ -265,7 +284,7 @@ class DotProductAttention(BaseLayer):
         if self.qk_norm_tpl is not None:
             self.query_norm = self.create_child(self.qk_norm_tpl, input_dims=h)
             self.key_norm = self.create_child(self.qk_norm_tpl, input_dims=h)
-        if self.per_dim_scale:
+        if self._query_scale() is QueryScale.PER_DIM:
             self.dim_scale = self.create_variable(
                 "per_dim_scale", (h,), (HEAD_DIM,), nn.initializers.zeros
             )
@@ -356,17 +375,18 @@ class DotProductAttention(BaseLayer):
         return tuple(out)
 
     def query_scaling(self, h: int) -> jax.Array:
-        """What the queries are multiplied by: ``query_scale``, ``1 / sqrt(H)``, or per head
-        dim ``[H]`` with ``per_dim_scale`` (praxis's: ``1 / softplus(0) = 1.442695041`` makes
-        it start equal); 1 with ``query_scale_in_init``."""
-        if self.query_scale is not None:
-            return jnp.asarray(self.query_scale, jnp.float32)
-        if self.query_scale_in_init:
+        """What the queries are multiplied by (see :class:`QueryScale`): a scalar, or ``[H]``
+        with ``PER_DIM`` (praxis's: ``1 / softplus(0) = 1.442695041`` makes it start at
+        ``1 / sqrt(H)``)."""
+        scale = self._query_scale()
+        if scale is QueryScale.IN_INIT:
             return jnp.asarray(1.0, jnp.float32)
-        if not self.per_dim_scale:
+        if scale is QueryScale.RSQRT_HEAD_DIM:
             return jnp.asarray(1.0 / math.sqrt(h), jnp.float32)
-        scale = jax.nn.softplus(self.dim_scale.astype(jnp.float32))
-        return scale * jnp.asarray(1.442695041 / math.sqrt(h), jnp.float32)
+        if scale is QueryScale.PER_DIM:
+            learned = jax.nn.softplus(self.dim_scale.astype(jnp.float32))
+            return learned * jnp.asarray(1.442695041 / math.sqrt(h), jnp.float32)
+        return jnp.asarray(scale, jnp.float32)
 
     def attend(
         self,
@@ -407,13 +427,13 @@ class DotProductAttention(BaseLayer):
         """:meth:`attend` by ``attention_impl`` (the training and eval path): q ``[B, T, N,
         H]``, k/v ``[B, S, K, H]`` -> ``[B, T, N, H]``, named 'context' like the einsums'."""
         impl = self._usable_impl(q, k, spec, train, bias)
-        if impl == EINSUM:
+        if impl is AttentionImpl.EINSUM:
             return self.attend(q, k, v, spec.dense(q.shape[1], k.shape[1]), train, bias)
         q = q * self.query_scaling(q.shape[-1]).astype(q.dtype)
-        if impl == XLA:
+        if impl is AttentionImpl.XLA:
             mask = kernels.dense_mask(spec.dense(q.shape[1], k.shape[1]))
             encoded = kernels.xla_attention(q, k, v, mask=mask, implementation="xla")
-        elif impl == CUDNN:
+        elif impl is AttentionImpl.CUDNN:
             encoded = kernels.cudnn_attention(
                 q, k, v, causal=spec.causal, window=spec.window, key_lengths=_lengths(spec)
             )
@@ -449,31 +469,36 @@ class DotProductAttention(BaseLayer):
 
     def _usable_impl(
         self, q: jax.Array, k: jax.Array, spec: MaskSpec, train: bool, bias: jax.Array | None
-    ) -> str:
-        """``attention_impl``, or ``einsum`` where it cannot honour this call (with one
+    ) -> AttentionImpl:
+        """``attention_impl``, or the einsums where it cannot honour this call (with one
         logged line when it was a default; an :class:`AttentionImplError` when asked for)."""
-        reason = self._unsupported(q, k, spec, train, bias)
+        impl = AttentionImpl(self.attention_impl)  # --fdl_set gives a member's value.
+        reason = self._unsupported(impl, q, k, spec, train, bias)
         if reason is None:
-            return self.attention_impl
+            return impl
         where = self.name or type(self).__name__
-        message = f"ATTENTION_IMPL={self.attention_impl} cannot run {where}: {reason.rstrip('.')}"
+        message = f"ATTENTION_IMPL={impl} cannot run {where}: {reason.rstrip('.')}"
         if not self.attention_fallback:
             raise AttentionImplError(f"{message}; pick another ATTENTION_IMPL (e.g. einsum).")
-        if (self.attention_impl, reason) not in _FALLBACKS_LOGGED:  # One line per reason.
-            _FALLBACKS_LOGGED.add((self.attention_impl, reason))
-            logging.warning("%s; it uses the einsums (and so does any layer like it).", message)
-        return EINSUM
+        _warn_fallback(message)
+        return AttentionImpl.EINSUM
 
     def _unsupported(
-        self, q: jax.Array, k: jax.Array, spec: MaskSpec, train: bool, bias: jax.Array | None
+        self,
+        impl: AttentionImpl,
+        q: jax.Array,
+        k: jax.Array,
+        spec: MaskSpec,
+        train: bool,
+        bias: jax.Array | None,
     ) -> str | None:
-        """Why ``attention_impl`` cannot run this call, or None."""
+        """Why ``impl`` cannot run this call, or None."""
         dropout = self.atten_dropout_prob if train else 0.0
-        if self.attention_impl == CUDNN:
+        if impl is AttentionImpl.CUDNN:
             return kernels.cudnn_unsupported(
                 q.dtype, q.shape[-1], self.atten_logit_cap, dropout, spec.packed, bias is not None
             )
-        if self.attention_impl == SPLASH:
+        if impl is AttentionImpl.SPLASH:
             mesh, _, head_axes = _mesh_axes()
             return kernels.splash_unsupported(
                 q.shape[1],
@@ -700,6 +725,12 @@ class DotProductAttention(BaseLayer):
         return self.post_project(self.attend(q, keys, values, mask, train=False))
 
 
+@functools.cache  # One line a process for each message.
+def _warn_fallback(message: str) -> None:
+    """Logs ``message`` (a layer cannot use its implementation) and that it uses the einsums."""
+    logging.warning("%s; it uses the einsums (and so does any layer like it).", message)
+
+
 def _lengths(spec: MaskSpec) -> jax.Array | None:
     """Real keys per row ``[B]`` of a right-padded batch (cuDNN's key lengths), or None."""
     if spec.key_paddings is None:
@@ -744,10 +775,11 @@ def _mesh_axes() -> tuple[Any, tuple[str, ...], tuple[str, ...]]:
 __all__ = [
     "CACHE",
     "LORA_TARGETS",
-    "ATTENTION_IMPLS",
+    "AttentionImpl",
     "AttentionImplError",
     "DotProductAttention",
     "MaskSpec",
+    "QueryScale",
     "RotaryPositionalEmbedding",
     "attention_mask",
 ]

@@ -23,6 +23,7 @@ import jax.numpy as jnp
 
 from praxis_lite import config as config_lib
 from praxis_lite.layers.activations import GELU, ReLU, SiLU
+from praxis_lite.layers.attentions import QueryScale
 from praxis_lite.layers.embedding_softmax import Embedding, FullSoftmax, SharedEmbeddingSoftmax
 from praxis_lite.layers.encoder_decoder import TransformerEncoderDecoder
 from praxis_lite.layers.normalizations import RmsNorm
@@ -145,7 +146,7 @@ def _attention(block: config_lib.Config, decoder: bool) -> config_lib.Config:
     """T5's attention: no biases, the query's scale in its init, causal in the decoder."""
     atten = block.tr_atten_tpl
     atten.use_bias = False
-    atten.query_scale_in_init = True
+    atten.query_scale = QueryScale.IN_INIT
     atten.is_causal = decoder
     atten.atten_dropout_prob = block.residual_dropout_prob
     return atten

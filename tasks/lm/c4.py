@@ -23,6 +23,7 @@ from paxlite.experiments import registry
 from praxis_lite import config as config_lib
 from praxis_lite.inputs.seqio_input import SeqIOInput
 from praxis_lite.inputs.seqio_tasks import lm_preprocessors, make_vocabulary, register_task_once
+from praxis_lite.layers.attentions import QueryScale
 from praxis_lite.layers.repeats import AutodiffCheckpointType
 from tasks.lm import model_params
 from tasks.lm.knob_groups import LrSchedule, knob_group
@@ -316,7 +317,7 @@ class C4SpmdGpt3AdamOrgHP(C4SpmdLmBase):
             lm.softmax_tpl.scale_sqrt_depth = False
             lm.softmax_tpl.use_bias = False
         block = model_params.block_config(lm.stacked_transformer_tpl)
-        block.tr_atten_tpl.per_dim_scale = False
+        block.tr_atten_tpl.query_scale = QueryScale.RSQRT_HEAD_DIM
         block.tr_fflayer_tpl.activation_tpl.approximate = True
         for norm in (block.ln_tpl, block.tr_fflayer_tpl.ln_tpl, lm.final_ln_tpl):
             norm.epsilon = self.LAYERNORM_EPSILON

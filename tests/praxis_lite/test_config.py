@@ -1,4 +1,7 @@
-"""The Fiddle API of layers: HParams.config/partial, typos, templates, sharing, JSON."""
+"""The Fiddle API of layers: HParams.config/partial, typos, templates, sharing, JSON (and
+the JSON earlier versions wrote)."""
+
+import json
 
 import fiddle as fdl
 import jax
@@ -11,6 +14,7 @@ from praxis_lite import instantiate
 from praxis_lite.base_layer import BaseLayer
 from praxis_lite.config import template_field
 from praxis_lite.layers import activations
+from praxis_lite.layers.attentions import AttentionImpl, DotProductAttention, QueryScale
 from praxis_lite.layers.linears import FeedForward, Linear
 from praxis_lite.layers.normalizations import LayerNorm
 from praxis_lite.layers.transformers import Transformer
@@ -161,3 +165,57 @@ def test_set_dtypes_sets_every_layer_explicitly():
     variables = layer.init(jax.random.key(0), x)
     assert all(v.dtype == jnp.float32 for v in jax.tree_util.tree_leaves(fdl_unbox(variables)))
     assert layer.apply(variables, x).dtype == jnp.bfloat16
+
+
+class _SubclassedAttention(DotProductAttention):
+    """A user's subclass: the rules of its base class hold for it."""
+
+
+def _as_written_before(text: str, then: dict[str, tuple[str, object]]) -> str:
+    """``text`` (config JSON) with each value that ``then`` names (an enum member,
+    ``"QueryScale.PER_DIM"``) written as an earlier version did: ``(field, value)``."""
+    tree = json.loads(text)
+    objects = tree["objects"]
+    for obj in list(objects.values()):
+        metadata = obj.get("metadata")
+        if not (isinstance(metadata, dict) and metadata.get("type") == "ref"):
+            continue
+        names_ref = dict(objects[metadata["key"]]["items"]).get("Attr(name='argument_names')")
+        for index, item in enumerate(obj["items"]):
+            if isinstance(item[1], dict) and item[1].get("name") in then:
+                field, value = then[item[1]["name"]]
+                item[:] = [f"Attr(name={field!r})", {"type": "leaf", "value": value, "paths": []}]
+                objects[names_ref["key"]]["items"][index][1] = field
+    return json.dumps(tree)
+
+
+def test_a_config_json_of_earlier_field_names_builds_as_todays():
+    """Before one field scaled the queries and attention_impl was an enum (config.json of an
+    old job dir: praxis_lite.moved.MOVED_FIELDS), in templates and subclasses too."""
+    cfg = Transformer.HParams.config(input_dims=8, hidden_dims=16, num_heads=2)
+    cfg.tr_atten_tpl.query_scale = QueryScale.PER_DIM
+    cfg.tr_atten_tpl.attention_impl = AttentionImpl.XLA
+    cfg.cross_atten_tpl = DotProductAttention.HParams.config(query_scale=QueryScale.IN_INIT)
+    sub = _SubclassedAttention.HParams.config(input_dims=8, num_heads=2)
+    sub.query_scale = QueryScale.PER_DIM
+    text = config_lib.to_json({"block": cfg, "sub": sub})
+    old = _as_written_before(
+        text,
+        {
+            "QueryScale.PER_DIM": ("per_dim_scale", True),
+            "QueryScale.IN_INIT": ("query_scale_in_init", True),
+            "AttentionImpl.XLA": ("attention_impl", "xla"),
+        },
+    )
+    assert '"per_dim_scale"' in old and '"query_scale_in_init"' in old and "PER_DIM" not in old
+    restored = config_lib.from_json(old)
+    assert restored == {"block": cfg, "sub": sub}
+    assert restored["block"].tr_atten_tpl.attention_impl is AttentionImpl.XLA
+    assert config_lib.from_json(config_lib.to_json(restored)) == restored
+    x = jnp.ones((1, 3, 8))
+    for new, was in ((sub, restored["sub"]), (cfg.tr_atten_tpl, restored["block"].tr_atten_tpl)):
+        built = instantiate(was, input_dims=8, num_heads=2)
+        variables = built.init(jax.random.key(0), x)
+        assert "per_dim_scale" in variables["params"]
+        want = instantiate(new, input_dims=8, num_heads=2).apply(variables, x)
+        np.testing.assert_array_equal(built.apply(variables, x), want)

@@ -15,6 +15,8 @@ import pytest
 from paxlite.checkpoints import checkpoint_sources
 from paxlite.inference import from_pretrained
 from paxlite.pretrained import export
+from praxis_lite import config as config_lib
+from praxis_lite.layers.attentions import AttentionImpl
 from tests import FIXTURES
 from tests.paxlite.test_main import run_main_in_process, scalar_series
 
@@ -65,6 +67,13 @@ def test_the_config_names_modules_that_moved():
     text = (OLD / "job" / "config.json").read_text()
     assert '"paxlite.tasks_lib"' in text and '"praxis_lite.models"' in text
     assert '"praxis_lite.optimizers"' in text and '"praxis_lite.decoding"' in text
+
+
+def test_its_attention_impl_is_the_string_of_then_read_as_todays_enum():
+    text = (OLD / "job" / "config.json").read_text()
+    assert '"value": "einsum"' in text and "AttentionImpl" not in text
+    block = config_lib.from_json(text)["task"].model.lm_tpl.stacked_transformer_tpl.block_tpl
+    assert block.tr_atten_tpl.attention_impl is AttentionImpl.EINSUM
 
 
 def test_an_old_job_loads_with_the_logits_it_had(old_job, expected, identified):

@@ -21,14 +21,14 @@ from paxlite.runtime.job import build_job
 from paxlite.train import train_loop
 from praxis_lite import sharding
 from praxis_lite.layers import attention_kernels, attentions
-from praxis_lite.layers.attentions import AttentionImplError, DotProductAttention
+from praxis_lite.layers.attentions import AttentionImpl, AttentionImplError, DotProductAttention
 from tasks.lm.synthetic import LmSyntheticTiny
 from tests.paxlite.test_main import main_in_process
 
 B, T, D, N, K = 2, 128, 32, 4, 2
 
 
-def _layer(impl: str, **fields) -> DotProductAttention:
+def _layer(impl: AttentionImpl, **fields) -> DotProductAttention:
     blocks = attention_kernels.SplashBlockSizes(*(128,) * 8)  # the kernel's least
     return DotProductAttention(
         input_dims=D,
@@ -53,13 +53,16 @@ def _inputs():
 
 
 @pytest.mark.slow
-@pytest.mark.parametrize("impl, cap", [("xla", 0.0), ("splash", 5.0)])
+@pytest.mark.parametrize("impl, cap", [(AttentionImpl.XLA, 0.0), (AttentionImpl.SPLASH, 5.0)])
 def test_kernels_equal_the_einsums_outputs_and_gradients_on_a_sharded_mesh(impl, cap):
     x, segments, paddings = _inputs()
     auto = (jax.sharding.AxisType.Auto,) * 2
     mesh = jax.make_mesh((2, 2), ("data", "mdl"), axis_types=auto, devices=jax.devices()[:4])
     rules = (("batch", "data"), ("heads", "mdl"), ("kv_heads", "mdl"))
-    einsum, kernel = _layer("einsum", atten_logit_cap=cap), _layer(impl, atten_logit_cap=cap)
+    einsum, kernel = (
+        _layer(AttentionImpl.EINSUM, atten_logit_cap=cap),
+        _layer(impl, atten_logit_cap=cap),
+    )
     params = einsum.init(jax.random.key(0), x)
     real = (1.0 - paddings)[:, :, None]
 
@@ -95,7 +98,7 @@ def _losses(tmp_path, impl: str) -> list[float]:
     )
     exp = cls()
     job = build_job(exp, exp.task(), exp.datasets(), tmp_path / impl)
-    assert job.attention_impl == impl
+    assert job.attention_impl is AttentionImpl(impl)
     result = train_loop.run(job, peak_tflops=1.0)
     return [s["loss"] for _, s in result.history]
 
@@ -112,35 +115,45 @@ def _device(platform: str, kind: str):
 
 
 def test_the_default_follows_the_meshs_platform():
-    assert attention_choice.choose(None, [_device("tpu", "TPU v5 lite")]) == ("splash", False)
-    assert attention_choice.choose(None, [_device("gpu", "NVIDIA H100 80GB HBM3")]) == (
-        "cudnn",
-        False,
+    tpu, gpu = _device("tpu", "TPU v5 lite"), _device("gpu", "NVIDIA H100 80GB HBM3")
+    assert attention_choice.choose(None, [tpu]) == (AttentionImpl.SPLASH, False)
+    assert attention_choice.choose(None, [gpu]) == (AttentionImpl.CUDNN, False)
+    assert attention_choice.choose(None, jax.devices()) == (AttentionImpl.EINSUM, False)
+    assert attention_choice.choose(AttentionImpl.XLA, jax.devices()) == (AttentionImpl.XLA, True)
+
+
+def test_the_knobs_reach_every_attention_layer():
+    """ATTENTION_IMPL (by name or value) and the SA_BLOCK_* knobs, through the experiment's
+    attention_settings()."""
+    cls = base_experiment.with_overrides(
+        LmSyntheticTiny, {"ATTENTION_IMPL": "XLA", "SA_BLOCK_KV_DQ": 128}
     )
-    assert attention_choice.choose(None, jax.devices()) == ("einsum", False)
-    assert attention_choice.choose("xla", jax.devices()) == ("xla", True)
-    with pytest.raises(attention_choice.AttentionChoiceError, match="none of einsum, xla"):
-        attention_choice.choose("flash", jax.devices())
+    exp = cls()
+    task_cfg = exp.task()
+    assert attention_choice.apply(task_cfg, exp, jax.devices()) is AttentionImpl.XLA
+    atten = task_cfg.model.lm_tpl.stacked_transformer_tpl.block_tpl.tr_atten_tpl
+    assert atten.attention_impl is AttentionImpl.XLA and not atten.attention_fallback
+    assert atten.splash_block_sizes.block_kv_dq == 128 and atten.splash_block_sizes.block_q == 512
 
 
 def test_what_cudnn_cannot_run_is_one_error_asked_for_and_one_line_by_default(caplog):
     x, _, _ = _inputs()
     bf16 = dict(atten_logit_cap=50.0, fprop_dtype=jnp.bfloat16)
-    params = _layer("einsum").init(jax.random.key(0), x)
+    params = _layer(AttentionImpl.EINSUM).init(jax.random.key(0), x)
     with pytest.raises(AttentionImplError, match="logit cap") as info:
-        _layer("cudnn", **bf16).apply(params, x)
+        _layer(AttentionImpl.CUDNN, **bf16).apply(params, x)
     assert "\n" not in str(info.value) and "pick another ATTENTION_IMPL" in str(info.value)
-    default = _layer("cudnn", attention_fallback=True, **bf16)
-    attentions._FALLBACKS_LOGGED.clear()  # One line per reason and process.
-    want = _layer("einsum", **bf16).apply(params, x)
+    default = _layer(AttentionImpl.CUDNN, attention_fallback=True, **bf16)
+    attentions._warn_fallback.cache_clear()  # One line per message and process.
+    want = _layer(AttentionImpl.EINSUM, **bf16).apply(params, x)
     np.testing.assert_array_equal(default.apply(params, x), want)
     assert any("uses the einsums" in r.getMessage() for r in caplog.records)
 
 
 def test_splash_with_an_additive_bias_is_one_error_line():
     x, _, _ = _inputs()
-    params = _layer("einsum").init(jax.random.key(0), x)
-    layer = _layer("splash")
+    params = _layer(AttentionImpl.EINSUM).init(jax.random.key(0), x)
+    layer = _layer(AttentionImpl.SPLASH)
     with pytest.raises(AttentionImplError, match="bias"):
         layer.apply(params, x, attention_bias=jnp.zeros((N, T, T)))
 
@@ -151,5 +164,8 @@ def test_an_unknown_attention_impl_is_one_error_line(tmp_path):
         "--set=ICI_MESH_SHAPE=1,8,1",
         "--set=ATTENTION_IMPL=flash",
     )
-    assert code == 2 and stderr.startswith("paxlite: error: ATTENTION_IMPL='flash' is none of")
+    assert code == 2 and stderr.startswith(
+        "paxlite: error: cannot set LmSyntheticTiny.ATTENTION_IMPL"
+    )
+    assert "pass one of EINSUM, XLA, CUDNN, SPLASH" in stderr
     assert stderr.count("\n") == 1

@@ -34,7 +34,9 @@ VARIANTS = {
         {"combine_qkv": True, "use_bias": False, "is_causal": False},
         {"causal": False},
     ),
-    "per_dim_scale": ({"per_dim_scale": True}, {}),  # the reference reads p['per_dim_scale']
+    "per_dim_scale": (  # the reference reads p['per_dim_scale']
+        {"query_scale": attentions.QueryScale.PER_DIM}, {}
+    ),
     # Qwen3's q/k norms and Qwen2's biases (q/k/v, none on the output) with Mistral's window.
     "qk_norm_window_no_post_bias": (
         {"num_kv_heads": 2, "rope": True, "qk_norm": True, "use_post_bias": False,
@@ -91,7 +93,7 @@ def test_matches_numpy(variant, b, t, dtype):
     assert ("b_q" in p) == fields.get("use_bias", True)
     assert ("b_post" in p) == fields.get("use_post_bias", fields.get("use_bias", True))
     assert ("query_norm" in p) == fields.get("qk_norm", False)
-    assert ("per_dim_scale" in p) == fields.get("per_dim_scale", False)
+    assert ("per_dim_scale" in p) == (fields.get("query_scale") == attentions.QueryScale.PER_DIM)
 
     y = ref.jit_apply(_build(variant, dtype))(variables, x, paddings=paddings)
     assert y.shape == (b, t, D) and y.dtype == dtype
@@ -267,3 +269,20 @@ def test_dropout():
 def test_invalid_head_configs_raise(fields, match):
     with pytest.raises(ValueError, match=match):
         jax.eval_shape(_build(**fields).init, jax.random.key(0), jnp.ones((1, 2, D)))
+
+
+def test_the_old_query_scale_flags_name_the_one_field():
+    cfg = attentions.DotProductAttention.HParams.config(input_dims=D, num_heads=4)
+    with pytest.raises(AttributeError, match=r"per_dim_scale is now query_scale=QueryScale"):
+        cfg.per_dim_scale = True
+    with pytest.raises(AttributeError, match=r"query_scale_in_init is now query_scale="):
+        cfg.query_scale_in_init = True
+
+
+def test_the_values_fdl_set_gives_are_read_as_the_members():
+    """``--fdl_set`` gives strings ('per_dim', 'xla'): the same layer as the members."""
+    x = ref.normal((2, 5, D))
+    variables = _variables("per_dim_scale")
+    want = ref.jit_apply(_build("per_dim_scale"))(variables, x)
+    spelled = _build("per_dim_scale", query_scale="per_dim", attention_impl="xla")
+    ref.assert_close(ref.jit_apply(spelled)(variables, x), want, jnp.float32, tol=1e-5)

@@ -39,6 +39,8 @@ from paxlite.experiments.knob_types import (
     value_hint,
 )
 from paxlite.runtime import batch_sizes
+from praxis_lite.layers.attention_kernels import SplashBlockSizes
+from praxis_lite.layers.attentions import AttentionImpl
 from praxis_lite.sharding import DEFAULT_RULES
 
 _KNOB_NAME = re.compile(r"[A-Z][A-Z0-9_]*")
@@ -102,6 +104,20 @@ class InitSource:
         return writer.pipeline_layout()
 
 
+@dataclasses.dataclass(frozen=True)
+class AttentionSettings:
+    """How the attention layers attend in training and eval.
+
+    Attributes:
+      impl: the implementation asked for; None: the platform's (see
+        :mod:`paxlite.runtime.attention_choice`).
+      splash_block_sizes: splash attention's tiles.
+    """
+
+    impl: AttentionImpl | None
+    splash_block_sizes: SplashBlockSizes
+
+
 class KnobError(ValueError):
     """An undeclared, mistyped, missing or unparsable experiment knob."""
 
@@ -145,7 +161,7 @@ class BaseExperiment(abc.ABC):
       INIT_FROM_EXP: the experiment a paxml INIT_FROM was trained with (its pipeline
         layout); None: this one's.
       ATTENTION_IMPL: how every attention layer attends in training and eval: ``einsum``,
-        ``xla``, ``cudnn`` or ``splash`` (``praxis_lite.layers.attentions``); None: by the
+        ``xla``, ``cudnn`` or ``splash`` (``attentions.AttentionImpl``); None: by the
         platform of the mesh's devices (``paxlite.runtime.attention_choice``): ``splash`` on TPUs,
         ``cudnn`` on NVIDIA GPUs, else ``einsum``, each falling back to the einsums, with
         one line saying why, where a layer's settings rule the kernel out.
@@ -163,7 +179,7 @@ class BaseExperiment(abc.ABC):
     TPU_TARGET: str | None = None
     INIT_FROM: str | None = None
     INIT_FROM_EXP: str | None = None
-    ATTENTION_IMPL: str | None = None
+    ATTENTION_IMPL: AttentionImpl | None = None
     SA_BLOCK_Q: int = 512
     SA_BLOCK_KV: int = 512
     SA_BLOCK_KV_COMPUTE: int = 512
@@ -190,6 +206,12 @@ class BaseExperiment(abc.ABC):
                 "in the class body or override them on the command line (KNOB=VALUE)."
             )
         self.validate()
+
+    @classmethod
+    def undeclared_knob_hint(cls, name: str) -> str:
+        """Why ``name``, a knob this experiment does not declare, is not one (``"; ..."``),
+        where a family knows; "" for the usual did-you-mean hint."""
+        return ""
 
     def job_files(self) -> dict[str, str]:
         """Files the job directory keeps beside its config: ``{path in the job dir: source
@@ -264,6 +286,13 @@ class BaseExperiment(abc.ABC):
         """How this experiment pipelines its layers; not pipelined by default. Experiments
         with pipeline knobs answer from them (a class method: it needs no data knobs)."""
         return PipelineLayout()
+
+    def attention_settings(self) -> AttentionSettings:
+        """ATTENTION_IMPL and splash's tiles: each SA_BLOCK_<NAME> knob is the field
+        ``block_<name>`` of :class:`SplashBlockSizes`."""
+        tiles = dataclasses.fields(SplashBlockSizes)
+        sizes = {tile.name: getattr(self, f"SA_{tile.name.upper()}") for tile in tiles}
+        return AttentionSettings(self.ATTENTION_IMPL, SplashBlockSizes(**sizes))
 
     def init_source(self) -> InitSource | None:
         """Where this run's parameters start when its job dir holds no checkpoint
@@ -369,7 +398,7 @@ def with_overrides(cls: type[_E], overrides: Mapping[str, Any]) -> type[_E]:
     values: dict[str, Any] = {}
     for name, raw in overrides.items():
         if name not in declared:
-            hint = _did_you_mean(name.upper(), declared)
+            hint = cls.undeclared_knob_hint(name) or _did_you_mean(name.upper(), declared)
             listed = "" if hint else f": {', '.join(declared)}"
             raise KnobError(
                 f"{cls.__qualname__} has no knob {name!r}{hint}; paxlite --help_knobs "

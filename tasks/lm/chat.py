@@ -34,7 +34,7 @@ import tensorflow as tf
 from praxis_lite.inputs.base_input import InputConfigError, InputDataError
 from praxis_lite.inputs.seqio_tasks import HfVocabulary, make_vocabulary, register_task_once
 from praxis_lite.tokenizers.hf_chat import ChatTemplate, ChatTemplateError, encode_chat
-from tasks.lm.text import TextFileSource, TextFormat, continuation_metrics
+from tasks.lm.text import TextFileSource, TextFormat, continuation_metrics, split_patterns
 
 _AUTOTUNE = tf.data.AUTOTUNE
 
@@ -185,9 +185,7 @@ def register_chat_task(
         vocab_path=vocab_path,
         shuffle_buffer_size=shuffle_buffer_size,
     )
-    patterns = {"train": train_path}
-    if eval_path is not None:
-        patterns["validation"] = eval_path
+    patterns = split_patterns(train_path, eval_path)
 
     def make_task(task_name: str) -> seqio.Task:
         vocabulary = make_vocabulary(vocab_path)

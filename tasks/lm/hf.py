@@ -4,7 +4,7 @@ The model is the directory's ``config.json`` built by its family
 (``paxlite.formats.hf.models``), its blocks scanned (USE_REPEATED_LAYER, with
 CHECKPOINT_POLICY's remat) unless they differ; the weights start from the directory's at
 step 0 through the loading rules of ``--init_from`` (float32 master weights and optimizer
-state whatever the checkpoint's dtype; FPROP_DTYPE computes). The data are LmTextTiny's
+state whatever the checkpoint's dtype; FPROP_DTYPE computes). The data are TextLmData's
 files tokenized with the model's tokenizer (VOCAB_PATH is the directory): documents
 (RECORDS=TEXT, TEXT_FORMAT, TEXT_FIELD) or prompt/completion pairs
 (RECORDS=PROMPT_COMPLETION, PROMPT_FIELD, COMPLETION_FIELD, MAX_PROMPT_LEN) or chat
@@ -15,9 +15,10 @@ conversations rendered with the model's chat template, the loss on the assistant
         --set TEXT_DATA_PATH=train.jsonl --set TEXT_EVAL_DATA_PATH=eval.jsonl \\
         --set RECORDS=PROMPT_COMPLETION --set TEXT_FORMAT=JSONL
 
-The model's sizes are config.json's: a model knob set to something else (``--set
-NUM_LAYERS=4``) is one KnobError listing the differences. The job keeps the directory's
-config, generation config and tokenizer (``<job>/hf_model/``) for ``paxlite-export``.
+The model's shape is config.json's, so the knobs of paxlite's own Transformer are not
+this experiment's: ``--set NUM_LAYERS=4`` is one KnobError naming config.json's field.
+The job keeps the directory's config, generation config and tokenizer
+(``<job>/hf_model/``) for ``paxlite-export``.
 """
 
 from __future__ import annotations
@@ -39,7 +40,6 @@ from praxis_lite.tokenizers.hf_chat import ChatTemplate, ChatTemplateError
 from tasks.lm.chat import register_chat_task
 from tasks.lm.hf_model import HfModelKnobs
 from tasks.lm.prompt_completion import PromptCompletionKnobs
-from tasks.lm.text import TextFormat
 
 #: Where the job keeps the Hugging Face directory's files (all but the weights).
 KEPT_DIR = export.KEPT_DIR
@@ -48,7 +48,7 @@ KEPT_DIR = export.KEPT_DIR
 class Records(enum.Enum):
     """What each line of the data files is."""
 
-    TEXT = "text"  # A document (TEXT_FORMAT, TEXT_FIELD): LmTextTiny's.
+    TEXT = "text"  # A document (TEXT_FORMAT, TEXT_FIELD): TextLmData's.
     PROMPT_COMPLETION = "prompt_completion"  # {PROMPT_FIELD: ..., COMPLETION_FIELD: ...}
     CHAT = "chat"  # {MESSAGES_FIELD: [{"role": ..., "content": ...}, ...]}: tasks.lm.chat.
 
@@ -57,7 +57,7 @@ class Records(enum.Enum):
 class HfCausalLm(HfModelKnobs, PromptCompletionKnobs):
     """A Hugging Face decoder-only model fine-tuned on text or prompt/completion files.
 
-    Attributes (knobs, beyond HfModelKnobs' HF_MODEL, LmTextTiny's and the
+    Attributes (knobs, beyond HfModelKnobs' HF_MODEL, TextLmData's and the
     prompt/completion ones):
       RECORDS: what the data files hold (see :class:`Records`).
       MESSAGES_FIELD: RECORDS=CHAT: the JSON field of each record's conversation (a list
@@ -105,16 +105,7 @@ class HfCausalLm(HfModelKnobs, PromptCompletionKnobs):
     def _check_chat_knobs(self) -> None:
         """KnobError unless the records can be chat (JSONL) and HF_MODEL has a chat template."""
         name = type(self).__qualname__
-        if self.TEXT_FORMAT is not TextFormat.JSONL:
-            raise KnobError(
-                f"{name}: TEXT_FORMAT={self.TEXT_FORMAT.name}, but chat records are JSONL (one "
-                "JSON object a line); set --set=TEXT_FORMAT=JSONL."
-            )
-        if not 0 < self.MAX_PROMPT_LEN < self.MAX_SEQ_LEN:
-            raise KnobError(
-                f"{name}: MAX_PROMPT_LEN={self.MAX_PROMPT_LEN} must be in [1, MAX_SEQ_LEN="
-                f"{self.MAX_SEQ_LEN}): the rest of each row is the assistant turn's."
-            )
+        self.check_records_of_prompts("chat records", "the assistant turn's")
         try:
             template = ChatTemplate.from_dir(self.HF_MODEL)
         except ChatTemplateError as e:
@@ -186,7 +177,7 @@ class HfCausalLm(HfModelKnobs, PromptCompletionKnobs):
             )
 
     def task(self) -> Any:
-        """LmTextTiny's task over this model, its parameters from HF_MODEL at step 0 (unless
+        """TextLmData's task over this model, its parameters from HF_MODEL at step 0 (unless
         INIT_FROM names another start, e.g. a job fine-tuned before)."""
         task = super().task()
         if self._init_adapter() is not None:  # The adapter's tensors, then the base's.
@@ -212,7 +203,7 @@ class HfCausalLm(HfModelKnobs, PromptCompletionKnobs):
 
     def register_task(self) -> None:
         if self.RECORDS is Records.PROMPT_COMPLETION:
-            self.register_prompt_completion_task()
+            self.register_pairs_task()
         elif self.RECORDS is Records.CHAT:
             register_chat_task(
                 self.TEXT_TASK_NAME,

@@ -3,7 +3,7 @@
 ``HfModelKnobs`` reads ``HF_MODEL``'s ``config.json`` (a config alone is enough: no
 weights or tokenizer are read here), builds the model by its family
 (``paxlite.formats.hf.models``) with float32 weights and FPROP_DTYPE compute, scanned
-unless its layers differ, refuses model knobs that disagree with config.json, and
+unless its layers differ (the model's shape is config.json's: it has no size knobs), and
 translates LORA_TARGET_MODULES from Hugging Face's module names. Its experiments:
 ``tasks.lm.hf.HfCausalLm`` (fine-tuning on text files through SeqIO) and
 ``tasks.lm.hf_synthetic.HfSyntheticLm`` (synthetic rows: sizing and speed, no data).
@@ -18,33 +18,54 @@ import json
 import jax.numpy as jnp
 from etils import epath
 
-from paxlite.experiments.base_experiment import KnobError
+from paxlite.experiments.base_experiment import KnobError, knobs
 from paxlite.formats.hf import checkpoint as hf_checkpoint
 from paxlite.formats.hf import models as hf_models
 from paxlite.formats.peft import adapter as peft_adapter
 from paxlite.pretrained import export
 from praxis_lite import config as config_lib
-from praxis_lite.sharding import FSDP_AND_TENSOR_PARALLEL_RULES
+from praxis_lite.moe import MoeFeedForward
+from praxis_lite.sharding import (
+    EMBED,
+    EXPERT,
+    FSDP_AND_TENSOR_PARALLEL_RULES,
+    HEAD_DIM,
+    HEADS,
+    KV_HEADS,
+    LAYERS,
+    MLP,
+    TABLE_EMBED,
+    VOCAB,
+)
 from tasks.lm.knob_groups import knob_group
-from tasks.lm.lm_cloud import LmCloudSpmd
-from tasks.moe.moe_knobs import moe_knobs_set
+from tasks.lm.lm_cloud import LmTrainer
+from tasks.lm.lm_knobs import LmTrainingKnobs, TransformerLmKnobs, WeightSizes
 
-#: Model knob -> config.json's names for that size (Llama's, then GPT-2's): the model is
-#: built with config.json's, so a knob set otherwise is a contradiction.
-_SIZE_KNOBS = {
-    "NUM_LAYERS": ("num_hidden_layers", "n_layer"),
-    "MODEL_DIMS": ("hidden_size", "n_embd"),
-    "HIDDEN_DIMS": ("intermediate_size", "n_inner"),
-    "NUM_HEADS": ("num_attention_heads", "n_head"),
-    "NUM_KV_HEADS": ("num_key_value_heads",),
-    "DIMS_PER_HEAD": ("head_dim",),
-    "VOCAB_SIZE": ("vocab_size",),
+#: Knobs of paxlite's own Transformer LM (``TransformerLmKnobs``, ``MoeKnobs``) a Hugging
+#: Face experiment does not have, since config.json sets them -> config.json's field.
+_MODEL_FILE_KNOBS = {
+    "NUM_LAYERS": "num_hidden_layers",
+    "MODEL_DIMS": "hidden_size",
+    "HIDDEN_DIMS": "intermediate_size",
+    "NUM_HEADS": "num_attention_heads",
+    "NUM_KV_HEADS": "num_key_value_heads",
+    "DIMS_PER_HEAD": "head_dim",
+    "VOCAB_SIZE": "vocab_size",
+    "NUM_EXPERTS": "num_local_experts / num_experts",
+    "NUM_EXPERTS_PER_TOKEN": "num_experts_per_tok",
+    "MOE_HIDDEN_DIMS": "moe_intermediate_size",
 }
+
+_TRANSFORMER_KNOBS = frozenset(knobs(TransformerLmKnobs)) - frozenset(knobs(LmTrainingKnobs))
 
 
 @knob_group
-class HfModelKnobs(LmCloudSpmd):
-    """The model of a Hugging Face directory's config.json, for an LmCloudSpmd-style experiment.
+class HfModelKnobs(LmTrainer):
+    """The model of a Hugging Face directory's config.json, trained as ``LmTrainer`` trains.
+
+    The model's shape and architecture are config.json's, so the knobs of paxlite's own
+    Transformer (NUM_LAYERS, MODEL_DIMS, NORM, NUM_EXPERTS, ...) are not declared here; a
+    ``--set`` of one is refused naming config.json's field.
 
     Attributes (knobs):
       HF_MODEL: the Hugging Face model directory (config.json; safetensors and a
@@ -67,10 +88,16 @@ class HfModelKnobs(LmCloudSpmd):
                 f"{type(self).__qualname__}: HF_MODEL is unset; set --set HF_MODEL=DIR (a Hugging "
                 "Face model directory: config.json, safetensors, tokenizer)."
             )
-        if isinstance(self.HF_MODEL, str):
-            self._check_sizes()
-            self.VOCAB_SIZE = self.hf_config.fields["vocab_size"]
         super().__init__()
+
+    @classmethod
+    def undeclared_knob_hint(cls, name: str) -> str:
+        """Why a knob of paxlite's own Transformer is not one of this experiment's."""
+        if name in _MODEL_FILE_KNOBS or name in _TRANSFORMER_KNOBS:
+            field = _MODEL_FILE_KNOBS.get(name)
+            where = f" ({field})" if field else ""
+            return f"; HF_MODEL's config.json{where} builds the model: leave {name} unset"
+        return ""
 
     @functools.cached_property
     def hf_config(self) -> hf_models.HfConfig:
@@ -80,40 +107,39 @@ class HfModelKnobs(LmCloudSpmd):
         except hf_models.HfConfigError as e:
             raise KnobError(f"{type(self).__qualname__}: HF_MODEL: {e}") from None
 
-    def _check_sizes(self) -> None:
-        """KnobError listing each model knob set to other than config.json says."""
-        fields = self.hf_config.fields
-        differ = []
-        for knob, names in _SIZE_KNOBS.items():
-            theirs = next((fields[n] for n in names if fields.get(n) is not None), None)
-            ours = getattr(type(self), knob, None)
-            if theirs is not None and _set_here(type(self), knob) and ours != theirs:
-                differ.append(f"{knob}={ours} (config.json: {theirs})")
-        if differ:
-            raise KnobError(
-                f"{type(self).__qualname__}: {self.HF_MODEL}/config.json builds the model, and "
-                f"these knobs disagree with it: {'; '.join(differ)}; leave them unset."
-            )
-        moe = moe_knobs_set(type(self))
-        if moe:
-            raise KnobError(
-                f"{type(self).__qualname__}: {self.HF_MODEL}/config.json builds the model; the "
-                f"mixture-of-experts knobs {', '.join(moe)} do not apply to it: leave them unset."
-            )
+    def vocab_size(self) -> int:
+        return self.hf_config.fields["vocab_size"]
+
+    def weight_sizes(self) -> WeightSizes:
+        """config.json's sizes, read off the model it builds."""
+        _, model = hf_models.build_model(self.hf_config)
+        stack = model.lm_tpl.stacked_transformer_tpl
+        block = stack.block_tpl
+        heads = block.num_heads
+        sizes = {
+            EMBED: ("config.json's hidden size", block.input_dims),
+            TABLE_EMBED: ("config.json's hidden size", block.input_dims),
+            MLP: ("config.json's intermediate size", block.hidden_dims),
+            HEADS: ("config.json's attention heads", heads),
+            KV_HEADS: ("config.json's key/value heads", block.num_kv_heads or heads),
+            HEAD_DIM: ("config.json's head dims", block.dims_per_head or block.input_dims // heads),
+            VOCAB: ("config.json's vocab_size", model.lm_tpl.vocab_size),
+            LAYERS: ("config.json's layers", stack.num_layers),
+        }
+        moe_block = stack.moe_block_tpl if stack.moe_layers else block
+        if moe_block.tr_fflayer_tpl.__fn_or_cls__ is MoeFeedForward:
+            experts = moe_block.tr_fflayer_tpl.num_experts
+            sizes[EXPERT] = ("config.json's experts", experts)
+        return sizes
 
     def model(self) -> config_lib.Config:
         """config.json's model (scanned unless its layers differ): float32 weights, FPROP_DTYPE
         compute, NUM_LOSS_CHUNKS and Z_LOSS_WEIGHT on its softmax."""
         _, model = hf_models.build_model(self.hf_config)
         if self.USE_REPEATED_LAYER:
-            model = hf_models.scanned(
-                model,
-                checkpoint_policy=self.CHECKPOINT_POLICY,
-                offload_to_host=self.CHECKPOINT_OFFLOAD_TO_HOST,
-            )
+            model = hf_models.scanned(model, **self.scan_settings())
         self._set_router_aux_loss(model)
-        softmax = model.lm_tpl.softmax_tpl
-        softmax.num_chunks, softmax.z_loss_weight = self.NUM_LOSS_CHUNKS, self.Z_LOSS_WEIGHT
+        self.configure_softmax(model.lm_tpl.softmax_tpl)
         return config_lib.set_dtypes(model, dtype=jnp.float32, fprop_dtype=self.FPROP_DTYPE)
 
     def _set_router_aux_loss(self, model: config_lib.Config) -> None:
@@ -151,13 +177,3 @@ class HfModelKnobs(LmCloudSpmd):
     def job_files(self) -> dict[str, str]:
         """HF_MODEL's config, generation config and tokenizer files, kept in the job."""
         return export.kept_files(self.HF_MODEL)
-
-
-def _set_here(cls: type, knob: str) -> bool:
-    """Whether ``knob`` was given a value below HfModelKnobs (a subclass or ``--set``)."""
-    for klass in cls.__mro__:
-        if klass is HfModelKnobs:
-            return False
-        if knob in vars(klass):
-            return True
-    return False

@@ -5,7 +5,7 @@ before any data or tokenizer exists. The model is ``HF_MODEL``'s config.json bui
 ``HfCausalLm`` builds it (``tasks.lm.hf_model.HfModelKnobs``: float32 weights and Adam,
 FPROP_DTYPE compute, scanned blocks with CHECKPOINT_POLICY's remat, NUM_LOSS_CHUNKS,
 LoRA by Hugging Face's module names); a directory holding only config.json is enough,
-and its weights are random. The batches are LmSyntheticTiny's ``SyntheticLmInput`` rows
+and its weights are random. The batches are ``SyntheticLmData``'s (LmSyntheticTiny's) rows
 over config.json's vocabulary. Neither SeqIO nor TensorFlow is imported, so this runs
 where only jax, flax, optax, orbax, fiddle and gin are installed::
 
@@ -17,11 +17,11 @@ from __future__ import annotations
 
 from paxlite.experiments import registry
 from tasks.lm.hf_model import HfModelKnobs
-from tasks.lm.synthetic import LmSyntheticTiny
+from tasks.lm.synthetic import SyntheticLmData
 
 
 @registry.register
-class HfSyntheticLm(HfModelKnobs, LmSyntheticTiny):
+class HfSyntheticLm(HfModelKnobs, SyntheticLmData):
     """HF_MODEL's config.json model (random weights) trained on synthetic rows."""
 
     MAX_SEQ_LEN = 2048

@@ -6,6 +6,7 @@ derived here through the pure builders of ``model_params``.
 
 from __future__ import annotations
 
+import abc
 import math
 from typing import Any
 
@@ -17,56 +18,102 @@ from paxlite.runtime import mesh_checks
 from praxis_lite import config as config_lib
 from praxis_lite.decoding import beam_search
 from praxis_lite.inputs.synthetic_input import SyntheticLmInput
+from praxis_lite.layers.attentions import QueryScale
 from praxis_lite.layers.embedding_softmax import PositionalEmbedding
 from praxis_lite.layers.lora_targets import FEED_FORWARD_TARGETS
 from praxis_lite.layers.repeats import AutodiffCheckpointType
 from praxis_lite.moe import Dispatch, routing
 from praxis_lite.sharding import (
     DATA_PARALLEL_RULES,
-    EMBED,
-    EXPERT,
     FSDP_AND_TENSOR_PARALLEL_RULES,
-    HEAD_DIM,
-    HEADS,
-    KV_HEADS,
-    LAYERS,
     LM_BATCH,
-    MLP,
-    STAGES,
     TABLE_EMBED,
-    VOCAB,
 )
 from tasks.lm import model_params
 from tasks.lm.classification import ClassificationModelAdam
 from tasks.lm.knob_groups import AdamKnobs, LoopKnobs, LrSchedule, LrScheduleKnobs, knob_group
-from tasks.lm.lm_knobs import TransformerLmKnobs
+from tasks.lm.lm_knobs import LmTrainingKnobs, TransformerLmKnobs
 from tasks.lm.lora_knobs import LoraKnobs
 from tasks.lm.model_params import Activation
 
 
 @knob_group
-class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, LoraKnobs):
-    """Family knobs of dense decoder-only LMs trained with Adam: the model
-    (``TransformerLmKnobs``), Adam (``AdamKnobs``), the learning-rate schedule
-    (``LrScheduleKnobs``: cosine by default), the loop (``LoopKnobs``) and LoRA
-    adapters (``LoraKnobs``: off unless LORA_RANK > 0); validated here against each
-    other and the mesh (``paxlite.runtime.mesh_checks``).
-
-    Pipeline parallelism (``praxis_lite.layers.pipeline``): NUM_STAGES > 1 splits
-    the layers over that many stages along a 'stage' mesh axis (MESH_AXIS_NAMES
-    ('stage', 'replica', 'data', 'mdl'), ICI x DCN devices on 'stage' equal to
-    NUM_STAGES).
+class LmTrainer(LmTrainingKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, LoraKnobs):
+    """What trains a decoder-only LM, whoever builds its ``model()``: the LM's training knobs
+    (``LmTrainingKnobs``), Adam (``AdamKnobs``), the learning-rate schedule
+    (``LrScheduleKnobs``: cosine by default), the loop (``LoopKnobs``) and LoRA adapters
+    (``LoraKnobs``: off unless LORA_RANK > 0); the weights checked to split evenly on the
+    mesh (``paxlite.runtime.mesh_checks``).
 
     EMB_W_DATA_DIMS: the mesh axes the embedding table's model dim is split over
     (Pax's knob, e.g. ('replica', 'data')); None: as every other weight's model
     dim (the 'embed' rule of LOGICAL_AXIS_RULES).
     """
 
-    LR_SCHEDULE = LrSchedule.LINEAR_RAMPUP_COSINE_DECAY
     EMB_W_DATA_DIMS: str | tuple[str, ...] | None = None
 
+    LR_SCHEDULE = LrSchedule.LINEAR_RAMPUP_COSINE_DECAY
+
     def logical_axis_rules(self) -> tuple[tuple[str, Any], ...]:
-        """The rules, with EMB_W_DATA_DIMS; a pipelined LM runs its embeddings and softmax
+        """The rules, with EMB_W_DATA_DIMS."""
+        rules = super().logical_axis_rules()
+        if self.EMB_W_DATA_DIMS is None:
+            return rules
+        return ((TABLE_EMBED, self.EMB_W_DATA_DIMS), *rules)
+
+    @abc.abstractmethod
+    def model(self) -> config_lib.Config:
+        """The ``LanguageModel`` config."""
+
+    def validate(self) -> None:
+        super().validate()
+        plan = mesh_checks.MeshPlan.of(self)
+        self.check_model(plan)
+        plan.check_even_split(self.weight_sizes())
+
+    def check_model(self, plan: mesh_checks.MeshPlan) -> None:
+        """The model's own checks, before its weights' even split on ``plan`` (none here)."""
+
+    def task_model(self) -> config_lib.Config:
+        """The model the task trains: :meth:`model` (a family may finish it here)."""
+        return self.model()
+
+    def stand_in_datasets(self, dataset_cfgs: list[Any]) -> list[Any]:
+        """The training input as random tokens of its per-host batch and ``MAX_SEQ_LEN``."""
+        return [
+            config_lib.Config(
+                SyntheticLmInput,
+                batch_size=cfg.batch_size,
+                seq_len=self.MAX_SEQ_LEN,
+                vocab_size=self.vocab_size(),
+                random_tokens=True,
+            )
+            for cfg in dataset_cfgs
+            if getattr(cfg, "is_training", True)
+        ]
+
+    def task(self) -> Any:
+        """The task; beam search (``task.decoder.num_beams > 1``) normalises lengths with
+        praxis' default ``length_norm_alpha`` (0.8)."""
+        task = self.single_task(self.task_model(), self.learner(self.lr_schedule()))
+        task.decoder.length_norm_alpha = beam_search.PRAXIS_LENGTH_NORM_ALPHA
+        return self.with_lora(task)
+
+
+@knob_group
+class LmCloudSpmd(TransformerLmKnobs, LmTrainer):
+    """Family knobs of paxlite's dense (or MoE) decoder-only LMs trained with Adam: the model
+    (``TransformerLmKnobs``) and its training (``LmTrainer``), validated against each
+    other and the mesh.
+
+    Pipeline parallelism (``praxis_lite.layers.pipeline``): NUM_STAGES > 1 splits
+    the layers over that many stages along a 'stage' mesh axis (MESH_AXIS_NAMES
+    ('stage', 'replica', 'data', 'mdl'), ICI x DCN devices on 'stage' equal to
+    NUM_STAGES).
+    """
+
+    def logical_axis_rules(self) -> tuple[tuple[str, Any], ...]:
+        """The rules with the experts'; a pipelined LM runs its embeddings and softmax
         data-parallel over the 'stage' axis too (Pax's batch_dims (stage, replica, data)).
 
         'stage' last: a device then holds rows that sit on its own 'data' shard in the
@@ -76,36 +123,25 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, Lor
         rules = (*self.expert_rules(), *super().logical_axis_rules())
         if self.NUM_STAGES > 1:
             rules = ((LM_BATCH, ("replica", "data", "stage")), *rules)
-        if self.EMB_W_DATA_DIMS is None:
-            return rules
-        return ((TABLE_EMBED, self.EMB_W_DATA_DIMS), *rules)
+        return rules
 
-    def validate(self) -> None:
-        """Sizes are positive, heads divide the model dims, and weights split evenly on the mesh."""
-        super().validate()
+    def check_model(self, plan: mesh_checks.MeshPlan) -> None:
+        """Sizes are positive, heads divide the model dims, the pipeline and the experts fit
+        the mesh."""
         self._check_ranges()
         self._check_heads()
-        plan = mesh_checks.MeshPlan.of(self)
         self._check_pipeline(plan)
-        kv_heads = self.NUM_KV_HEADS or self.NUM_HEADS
-        sizes = {
-            EMBED: ("MODEL_DIMS", self.MODEL_DIMS),
-            TABLE_EMBED: ("MODEL_DIMS", self.MODEL_DIMS),
-            MLP: ("HIDDEN_DIMS", self.HIDDEN_DIMS),
-            HEADS: ("NUM_HEADS", self.NUM_HEADS),
-            KV_HEADS: ("NUM_KV_HEADS" if self.NUM_KV_HEADS else "NUM_HEADS", kv_heads),
-            HEAD_DIM: (self._head_dims_source(), self._head_dims()),
-            VOCAB: ("VOCAB_SIZE", self.VOCAB_SIZE),
-        }
         if self.NUM_EXPERTS:
-            sizes[EXPERT] = ("NUM_EXPERTS", self.NUM_EXPERTS)
             self._check_moe_groups(plan)
-        if self.NUM_STAGES > 1:  # Pipelined weights: [L, ...] or [R, L / R, ...] on 'stages'.
-            per_repeat = self.NUM_LAYERS // self.CIRCULAR_REPEAT
-            sizes[STAGES] = ("NUM_LAYERS / CIRCULAR_REPEAT", per_repeat)
-        else:
-            sizes[LAYERS] = ("NUM_LAYERS", self.NUM_LAYERS)
-        plan.check_even_split(sizes)
+
+    def task_model(self) -> config_lib.Config:
+        """:meth:`model` with the MoE knobs applied last, to the finished model's blocks
+        (``MoeKnobs.with_experts``)."""
+        model = self.model()
+        model.lm_tpl.stacked_transformer_tpl = self.with_experts(
+            model.lm_tpl.stacked_transformer_tpl
+        )
+        return model
 
     def _check_moe_groups(self, plan: mesh_checks.MeshPlan) -> None:
         """NUM_GROUPS divides the tokens an MoE layer sees at once (a train step's batch, or
@@ -168,7 +204,6 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, Lor
             "HIDDEN_DIMS",
             "NUM_HEADS",
             "VOCAB_SIZE",
-            "MAX_SEQ_LEN",
         )
         for knob in at_least_one:
             if getattr(self, knob) < 1:
@@ -189,10 +224,10 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, Lor
                 f"{self.NUM_HEADS} (each head gets MODEL_DIMS // NUM_HEADS dims); change "
                 "MODEL_DIMS or NUM_HEADS so NUM_HEADS divides MODEL_DIMS, or set DIMS_PER_HEAD."
             )
-        if self.USE_ROTARY_POSITION_EMB and self._head_dims() % 2:
+        if self.USE_ROTARY_POSITION_EMB and self.head_dims() % 2:
             raise KnobError(
                 f"{name}: rotary position embeddings need an even number of dims per head, "
-                f"got {self._head_dims_source()}={self._head_dims()}; change MODEL_DIMS, "
+                f"got {self.head_dims_source()}={self.head_dims()}; change MODEL_DIMS, "
                 "NUM_HEADS or DIMS_PER_HEAD, or set USE_ROTARY_POSITION_EMB=false."
             )
         kv_heads = self.NUM_KV_HEADS or self.NUM_HEADS
@@ -211,40 +246,6 @@ class LmCloudSpmd(TransformerLmKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, Lor
                 f"{name}: LoRA (LORA_RANK={self.LORA_RANK}) adapts separate q, k and v "
                 "weights, and COMBINE_QKV=true stores them as one; set COMBINE_QKV=false."
             )
-
-    def _head_dims(self) -> int:
-        return self.DIMS_PER_HEAD or self.MODEL_DIMS // self.NUM_HEADS
-
-    def _head_dims_source(self) -> str:
-        if self.DIMS_PER_HEAD is not None:
-            return "DIMS_PER_HEAD"
-        return "MODEL_DIMS // NUM_HEADS"
-
-    def stand_in_datasets(self, dataset_cfgs: list[Any]) -> list[Any]:
-        """The training input as random tokens of its per-host batch and ``MAX_SEQ_LEN``."""
-        return [
-            config_lib.Config(
-                SyntheticLmInput,
-                batch_size=cfg.batch_size,
-                seq_len=self.MAX_SEQ_LEN,
-                vocab_size=self.VOCAB_SIZE,
-                random_tokens=True,
-            )
-            for cfg in dataset_cfgs
-            if getattr(cfg, "is_training", True)
-        ]
-
-    def task(self) -> Any:
-        """The task; beam search (``task.decoder.num_beams > 1``) normalises lengths with
-        praxis' default ``length_norm_alpha`` (0.8). The MoE knobs apply last, to the
-        finished model's blocks (``MoeKnobs.with_experts``)."""
-        model = self.model()
-        model.lm_tpl.stacked_transformer_tpl = self.with_experts(
-            model.lm_tpl.stacked_transformer_tpl
-        )
-        task = self.single_task(model, self.learner(self.lr_schedule()))
-        task.decoder.length_norm_alpha = beam_search.PRAXIS_LENGTH_NORM_ALPHA
-        return self.with_lora(task)
 
 
 def bfloat16_compute(task_cfg: Any) -> None:
@@ -298,7 +299,8 @@ class PaxTransformerLm(LmCloudSpmd):
         table.lookup_style = self.EMBEDDING_LOOKUP_STYLE
         if not self.SEPARATE_EMBEDDING:
             lm.softmax_tpl.use_bias = True  # praxis's shared softmax has a bias
-        model_params.block_config(lm.stacked_transformer_tpl).tr_atten_tpl.per_dim_scale = True
+        atten = model_params.block_config(lm.stacked_transformer_tpl).tr_atten_tpl
+        atten.query_scale = QueryScale.PER_DIM
         return model
 
     def _refuse_unsupported(self) -> None:

@@ -39,11 +39,14 @@ from praxis_lite.inputs.seqio_tasks import make_vocabulary, register_task_once
 from tasks.lm.knob_groups import knob_group
 from tasks.lm.text import (
     LmTextTiny,
+    TextFileKnobs,
     TextFileSource,
     TextFormat,
+    TextLmData,
     continuation_metrics,
     jsonl_fields,
     parse_records,
+    split_patterns,
 )
 
 
@@ -78,9 +81,7 @@ def register_prompt_completion_task(
         shuffle_buffer_size=shuffle_buffer_size,
         inputs_eos=inputs_eos,
     )
-    patterns = {"train": train_path}
-    if eval_path is not None:
-        patterns["validation"] = eval_path
+    patterns = split_patterns(train_path, eval_path)
     knobs = {prompt_field: "PROMPT_FIELD", completion_field: "COMPLETION_FIELD"}
 
     def parse(line: bytes, where: str) -> tuple[bytes, ...]:
@@ -107,7 +108,7 @@ def register_prompt_completion_task(
     return register_task_once(name, settings, make_task)
 
 
-# LmTextTiny's knobs that prompt/completion data has no use for -> what to set instead.
+# TextLmData's knobs that prompt/completion data has no use for -> what to set instead.
 _UNUSED_TEXT_KNOBS = {
     "TEXT_FIELD": "PROMPT_FIELD and COMPLETION_FIELD",
     "DECODE_PROMPT_LEN": "MAX_PROMPT_LEN",
@@ -115,48 +116,29 @@ _UNUSED_TEXT_KNOBS = {
 
 
 @knob_group
-class PromptCompletionKnobs(LmTextTiny):
-    """Prompt/completion records for an LmTextTiny-style experiment: the knobs and the
-    inputs they make (its ``register_task``, ``lm_input_fields`` and
-    ``prompt_input_fields`` hooks call the ``prompt_completion_*`` methods).
+class PairFieldKnobs(TextFileKnobs):
+    """JSONL text files of pairs (a prompt and its completion, T5's inputs and targets):
+    the two fields of each record and the SeqIO task of 'inputs' and 'targets' they make.
 
-    Attributes:
-      PROMPT_FIELD: the JSON field of each record's prompt.
-      COMPLETION_FIELD: the JSON field of each record's completion.
-      MAX_PROMPT_LEN: prompt tokens per example (a longer prompt loses its end); the
-        completion and its EOS get MAX_SEQ_LEN - MAX_PROMPT_LEN (a longer one is cut).
+    Attributes (knobs, beyond TextFileKnobs'):
+      PROMPT_FIELD: the JSON field of each record's prompt (the model's input).
+      COMPLETION_FIELD: the JSON field of each record's completion (its target).
     """
 
     PROMPT_FIELD: str = "prompt"
     COMPLETION_FIELD: str = "completion"
-    MAX_PROMPT_LEN: int = 32
 
-    def check_prompt_completion_knobs(self) -> None:
-        """KnobError for knobs that do not fit prompt/completion records (JSONL)."""
-        name = type(self).__qualname__
-        if self.TEXT_FORMAT is not TextFormat.JSONL:
-            raise KnobError(
-                f"{name}: TEXT_FORMAT={self.TEXT_FORMAT.name}, but prompt/completion records "
-                "are JSONL (one JSON object a line); set --set=TEXT_FORMAT=JSONL."
-            )
-        for knob, instead in _UNUSED_TEXT_KNOBS.items():
-            if getattr(self, knob) != getattr(LmTextTiny, knob):
-                raise KnobError(
-                    f"{name}: {knob} does not apply to prompt/completion data; set {instead}."
-                )
+    def check_pair_fields(self) -> None:
+        """KnobError unless the two fields differ."""
         if self.PROMPT_FIELD == self.COMPLETION_FIELD:
             raise KnobError(
-                f"{name}: PROMPT_FIELD and COMPLETION_FIELD are both {self.PROMPT_FIELD!r}; "
-                "name the two fields of each record."
-            )
-        if not 0 < self.MAX_PROMPT_LEN < self.MAX_SEQ_LEN:
-            raise KnobError(
-                f"{name}: MAX_PROMPT_LEN={self.MAX_PROMPT_LEN} must be in [1, MAX_SEQ_LEN="
-                f"{self.MAX_SEQ_LEN}): the rest of each row is the completion's."
+                f"{type(self).__qualname__}: PROMPT_FIELD and COMPLETION_FIELD are both "
+                f"{self.PROMPT_FIELD!r}; name the two fields of each record."
             )
 
-    def register_prompt_completion_task(self) -> None:
-        """Registers the files as the SeqIO task TEXT_TASK_NAME ('inputs', 'targets')."""
+    def register_pairs_task(self, inputs_eos: bool = False) -> None:
+        """Registers the files as the SeqIO task TEXT_TASK_NAME ('inputs', 'targets'; an EOS
+        after the inputs with ``inputs_eos``)."""
         register_prompt_completion_task(
             self.TEXT_TASK_NAME,
             train_path=self.TEXT_DATA_PATH,
@@ -164,7 +146,49 @@ class PromptCompletionKnobs(LmTextTiny):
             prompt_field=self.PROMPT_FIELD,
             completion_field=self.COMPLETION_FIELD,
             vocab_path=self.VOCAB_PATH,
+            inputs_eos=inputs_eos,
         )
+
+
+@knob_group
+class PromptCompletionKnobs(PairFieldKnobs, TextLmData):
+    """Prompt/completion records as a decoder-only LM's text data: the knobs and the
+    inputs they make (its ``register_task``, ``lm_input_fields`` and
+    ``prompt_input_fields`` hooks call the ``prompt_completion_*`` methods).
+
+    Attributes (knobs, beyond PairFieldKnobs' and TextLmData's):
+      MAX_PROMPT_LEN: prompt tokens per example (a longer prompt loses its end); the
+        completion and its EOS get MAX_SEQ_LEN - MAX_PROMPT_LEN (a longer one is cut).
+    """
+
+    MAX_PROMPT_LEN: int = 32
+
+    def check_prompt_completion_knobs(self) -> None:
+        """KnobError for knobs that do not fit prompt/completion records (JSONL)."""
+        self.check_records_of_prompts("prompt/completion records", "the completion's")
+        for knob, instead in _UNUSED_TEXT_KNOBS.items():
+            if getattr(self, knob) != getattr(TextLmData, knob):
+                raise KnobError(
+                    f"{type(self).__qualname__}: {knob} does not apply to prompt/completion "
+                    f"data; set {instead}."
+                )
+        self.check_pair_fields()
+
+    def check_records_of_prompts(self, records: str, rest: str) -> None:
+        """KnobError unless TEXT_FORMAT is JSONL (``records``, e.g. "chat records", are JSON
+        objects) and MAX_PROMPT_LEN leaves room after the prompt for ``rest`` (whose tokens end
+        the row, e.g. "the completion's")."""
+        name = type(self).__qualname__
+        if self.TEXT_FORMAT is not TextFormat.JSONL:
+            raise KnobError(
+                f"{name}: TEXT_FORMAT={self.TEXT_FORMAT.name}, but {records} are JSONL (one "
+                "JSON object a line); set --set=TEXT_FORMAT=JSONL."
+            )
+        if not 0 < self.MAX_PROMPT_LEN < self.MAX_SEQ_LEN:
+            raise KnobError(
+                f"{name}: MAX_PROMPT_LEN={self.MAX_PROMPT_LEN} must be in [1, MAX_SEQ_LEN="
+                f"{self.MAX_SEQ_LEN}): the rest of each row is {rest}."
+            )
 
     def feature_lengths(self) -> dict[str, int]:
         """Prompt and completion tokens: a row of both is MAX_SEQ_LEN long."""
@@ -176,7 +200,7 @@ class PromptCompletionKnobs(LmTextTiny):
 
     def prompt_completion_prompt_fields(self) -> dict[str, Any]:
         """The held-out pairs (split 'validation' of TEXT_TASK_NAME): prompt, then completion."""
-        self.register_prompt_completion_task()
+        self.register_pairs_task()
         return {
             "mixture_name": self.TEXT_TASK_NAME,
             "task_feature_lengths": self.feature_lengths(),
@@ -192,7 +216,7 @@ class PromptCompletionKnobs(LmTextTiny):
 
 
 @registry.register
-class LmPromptCompletionTiny(PromptCompletionKnobs):
+class LmPromptCompletionTiny(PromptCompletionKnobs, LmTextTiny):
     """LmTextTiny's model (same shapes) trained on prompt/completion pairs, loss on completions
     (the knobs of :class:`PromptCompletionKnobs`; TEXT_FORMAT stays JSONL, TEXT_FIELD and
     DECODE_PROMPT_LEN do not apply)."""
@@ -210,7 +234,7 @@ class LmPromptCompletionTiny(PromptCompletionKnobs):
         return self.decode_with_every_eval(super().task())
 
     def register_task(self) -> None:
-        self.register_prompt_completion_task()
+        self.register_pairs_task()
 
     def lm_input_fields(self) -> dict[str, Any]:
         return self.prompt_completion_input_fields()

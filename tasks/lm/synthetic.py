@@ -9,22 +9,19 @@ import numpy as np
 from paxlite.experiments import registry
 from praxis_lite import config as config_lib
 from praxis_lite.inputs.synthetic_input import SyntheticLmInput
-from tasks.lm.lm_cloud import LmCloudSpmd
+from tasks.lm.knob_groups import knob_group
+from tasks.lm.lm_cloud import LmCloudSpmd, LmTrainer
 from tasks.lm.model_params import Activation
 
 
-@registry.register
-class LmSyntheticTiny(LmCloudSpmd):
-    """A 2-layer, 64-dim LM on SyntheticLmInput: trains on a laptop CPU in about a minute."""
+@knob_group
+class SyntheticLmData(LmTrainer):
+    """LmSyntheticTiny's data and run for any decoder-only LM: learnable synthetic rows
+    (``SyntheticLmInput``) of MAX_SEQ_LEN tokens over the model's vocabulary, an eval of 4
+    batches, greedy-decodable progressions, and a short CPU run's loop (300 steps, cosine
+    learning rate from 3e-3, a checkpoint every 100 steps)."""
 
-    NUM_LAYERS = 2
-    MODEL_DIMS = 64
-    HIDDEN_DIMS = 256
-    NUM_HEADS = 4
-    VOCAB_SIZE = 64
     MAX_SEQ_LEN = 32
-    ACTIVATION_CLS = Activation.GELU
-    USE_REPEATED_LAYER = True
     FPROP_DTYPE = np.float32
     PERCORE_BATCH_SIZE = 16
     LEARNING_RATE = 3e-3
@@ -40,42 +37,48 @@ class LmSyntheticTiny(LmCloudSpmd):
     CHECKPOINT_MAX_TO_KEEP = 2
 
     def datasets(self) -> list[Any]:
-        common = dict(seq_len=self.MAX_SEQ_LEN, vocab_size=self.VOCAB_SIZE)
-        train = config_lib.Config(
-            SyntheticLmInput, batch_size=self.train_batch_size(), seed=self.SEED, **common
-        )
-        evaluation = config_lib.Config(
-            SyntheticLmInput,
-            batch_size=self.train_batch_size(),
-            name="test",
-            is_training=False,
-            reset_for_eval=True,
-            num_batches=4,
-            seed=self.SEED + 1,
-            **common,
-        )
+        train = self._rows(seed=self.SEED)
+        evaluation = self._held_out(name="test", num_batches=4, seed=self.SEED + 1)
         return [train, evaluation]
 
     def decoder_datasets(self) -> list[Any]:
         """Prompts of 3..8 progression tokens; greedy decoding should continue them exactly."""
-        decode = config_lib.Config(
-            SyntheticLmInput,
-            batch_size=self.train_batch_size(),
+        decode = self._held_out(
             name="progressions",
-            is_training=False,
-            reset_for_eval=True,
             num_batches=1,
             seq_len=16,
-            vocab_size=self.VOCAB_SIZE,
             prompt_len=8,
             min_prompt_len=3,
             seed=self.SEED + 2,
         )
         return [decode]
 
+    def _rows(self, **fields: Any) -> config_lib.Config:
+        """This host's batches of rows (MAX_SEQ_LEN tokens unless ``fields`` say) over the
+        model's vocabulary."""
+        rows = {"seq_len": self.MAX_SEQ_LEN, "vocab_size": self.vocab_size(), **fields}
+        return config_lib.Config(SyntheticLmInput, batch_size=self.train_batch_size(), **rows)
+
+    def _held_out(self, **fields: Any) -> config_lib.Config:
+        """:meth:`_rows` read from the start at each eval."""
+        return self._rows(is_training=False, reset_for_eval=True, **fields)
+
     def train_batch_size(self) -> int:
         """This host's share of PERCORE_BATCH_SIZE x devices."""
         return self.infeed_batch_size()
+
+
+@registry.register
+class LmSyntheticTiny(SyntheticLmData, LmCloudSpmd):
+    """A 2-layer, 64-dim LM on SyntheticLmInput: trains on a laptop CPU in about a minute."""
+
+    NUM_LAYERS = 2
+    MODEL_DIMS = 64
+    HIDDEN_DIMS = 256
+    NUM_HEADS = 4
+    VOCAB_SIZE = 64
+    ACTIVATION_CLS = Activation.GELU
+    USE_REPEATED_LAYER = True
 
 
 @registry.register

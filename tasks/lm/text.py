@@ -29,13 +29,14 @@ import seqio
 import tensorflow as tf
 
 from paxlite.experiments import registry
-from paxlite.experiments.base_experiment import KnobError
+from paxlite.experiments.base_experiment import BaseExperiment, KnobError
 from praxis_lite import config as config_lib
 from praxis_lite.inputs.base_input import InputDataError
 from praxis_lite.inputs.seqio_checks import check_tfrecord
 from praxis_lite.inputs.seqio_input import DecodeForm, SeqIOInput
 from praxis_lite.inputs.seqio_tasks import lm_preprocessors, make_vocabulary, register_task_once
-from tasks.lm.synthetic import LmSyntheticTiny
+from tasks.lm.knob_groups import knob_group
+from tasks.lm.synthetic import LmSyntheticTiny, SyntheticLmData
 
 _AUTOTUNE = tf.data.AUTOTUNE
 _EVAL_DATA_FLAG = "--set=TEXT_EVAL_DATA_PATH=PATH"
@@ -292,6 +293,13 @@ def register_text_prompt_task(
     return register_task_once(name, settings, make_task)
 
 
+def split_patterns(train_path: str, eval_path: str | None) -> dict[str, str]:
+    """A task's files by split: 'train', and 'validation' where ``eval_path`` is given."""
+    if eval_path is None:
+        return {"train": train_path}
+    return {"train": train_path, "validation": eval_path}
+
+
 def register_text_task(
     name: str,
     *,
@@ -317,9 +325,7 @@ def register_text_task(
         shuffle_buffer_size=shuffle_buffer_size,
         concat_batch_size=concat_batch_size,
     )
-    patterns = {"train": train_path}
-    if eval_path is not None:
-        patterns["validation"] = eval_path
+    patterns = split_patterns(train_path, eval_path)
 
     def make_task(task_name: str) -> seqio.Task:
         source, to_text, text_key = _source_and_text(patterns, text_format, text_field)
@@ -336,36 +342,45 @@ def register_text_task(
     return register_task_once(name, settings, make_task)
 
 
-@registry.register
-class LmTextTiny(LmSyntheticTiny):
-    """LmSyntheticTiny's 2-layer, 64-dim LM on your text files (a laptop CPU, about a minute).
+@knob_group
+class TextFileKnobs(BaseExperiment):
+    """Text files registered as a SeqIO task, for any model.
 
-    Attributes (knobs, beyond LmSyntheticTiny's):
+    Attributes (knobs):
       TEXT_DATA_PATH: training files (a path or glob pattern); required.
       TEXT_EVAL_DATA_PATH: files read once per eval; None: no eval input.
-      TEXT_FORMAT: LINES, JSONL or TFRECORD.
-      TEXT_FIELD: the JSON field / tf.train.Example feature that holds the text.
       VOCAB_PATH: a SentencePiece model, or a Hugging Face model directory (its
-        tokenizer.json or tokenizer.model); None: bytes (259 ids). VOCAB_SIZE must
-        be at least the vocabulary's size (checked when the inputs are built).
-      TEXT_TASK_NAME: the SeqIO task name the files are registered under (the
-        decoder's prompts task: TEXT_TASK_NAME + '_prompts').
+        tokenizer.json or tokenizer.model); None: bytes (259 ids). The model's
+        vocabulary must be at least as large (checked when the inputs are built).
+      TEXT_TASK_NAME: the SeqIO task name the files are registered under.
       PACKED_INPUT: pack several pieces into each training row.
-      DECODE_PROMPT_LEN: decoder prompts are the first this many tokens of each
-        held-out document (trimmed to MAX_SEQ_LEN); the rest is the target.
-        Documents of at most this many tokens are skipped.
     """
 
     TEXT_DATA_PATH: str
     TEXT_EVAL_DATA_PATH: str | None = None
-    TEXT_FORMAT: TextFormat = TextFormat.LINES
-    TEXT_FIELD: str = "text"
     VOCAB_PATH: str | None = None
     TEXT_TASK_NAME: str = "text_lm"
     PACKED_INPUT: bool = True
+
+
+@knob_group
+class TextLmData(TextFileKnobs, SyntheticLmData):
+    """Text files (``TextFileKnobs``) as a decoder-only LM's data, with
+    ``SyntheticLmData``'s short CPU run.
+
+    Attributes (knobs, beyond TextFileKnobs'):
+      TEXT_FORMAT: LINES, JSONL or TFRECORD.
+      TEXT_FIELD: the JSON field / tf.train.Example feature that holds the text.
+      DECODE_PROMPT_LEN: decoder prompts are the first this many tokens of each
+        held-out document (trimmed to MAX_SEQ_LEN); the rest is the target.
+        Documents of at most this many tokens are skipped (their task:
+        TEXT_TASK_NAME + '_prompts').
+    """
+
+    TEXT_FORMAT: TextFormat = TextFormat.LINES
+    TEXT_FIELD: str = "text"
     DECODE_PROMPT_LEN: int = 16
 
-    VOCAB_SIZE = 384  # Bytes: 256 + pad, EOS, UNK, rounded up to a multiple of 128.
     MAX_SEQ_LEN = 64
 
     def validate(self) -> None:
@@ -377,7 +392,7 @@ class LmTextTiny(LmSyntheticTiny):
             )
 
     def task(self) -> Any:
-        """LmSyntheticTiny's task; decoding stops at :meth:`eos_token_id`."""
+        """The LM's task; decoding stops at :meth:`eos_token_id`."""
         task = super().task()
         task.decoder.eos_token_id = self.eos_token_id()
         return task
@@ -409,7 +424,7 @@ class LmTextTiny(LmSyntheticTiny):
         common = dict(
             mixture_name=self.TEXT_TASK_NAME,
             batch_size=self.train_batch_size(),
-            model_vocab_size=self.VOCAB_SIZE,
+            model_vocab_size=self.vocab_size(),
             seed=self.SEED,
             **self.lm_input_fields(),
         )
@@ -447,7 +462,7 @@ class LmTextTiny(LmSyntheticTiny):
             batch_size=self.train_batch_size(),
             is_training=False,
             reset_for_eval=True,
-            model_vocab_size=self.VOCAB_SIZE,
+            model_vocab_size=self.vocab_size(),
             seed=self.SEED,
             data_flag=_EVAL_DATA_FLAG,
             **self.prompt_input_fields(),
@@ -471,3 +486,11 @@ class LmTextTiny(LmSyntheticTiny):
             "decode_form": DecodeForm.TARGETS_PREFIX,
             "prompt_len": self.DECODE_PROMPT_LEN,
         }
+
+
+@registry.register
+class LmTextTiny(TextLmData, LmSyntheticTiny):
+    """LmSyntheticTiny's 2-layer, 64-dim LM on your text files (a laptop CPU, about a minute):
+    ``TextLmData``'s knobs."""
+
+    VOCAB_SIZE = 384  # Bytes: 256 + pad, EOS, UNK, rounded up to a multiple of 128.

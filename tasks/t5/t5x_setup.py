@@ -106,27 +106,11 @@ class T5xTrainKnobs(BaseExperiment):
 
 
 @knob_group
-class T5xDataKnobs(BaseExperiment):
-    """T5X's dataset macros: a registered SeqIO task or mixture, trained on and evaluated.
+class FeatureLengthsKnob(BaseExperiment):
+    """TASK_FEATURE_LENGTHS (T5X's name): an encoder-decoder's tokens per side,
+    ``{'inputs': S, 'targets': T}``; longer texts lose their ends (the EOS kept)."""
 
-    MIXTURE_OR_TASK_NAME: the task or mixture ('train' and 'validation' splits).
-    MIXTURE_OR_TASK_MODULE: the Python module imported first, to register it (the
-    user's own, unchanged; T5X's ``--gin.MIXTURE_OR_TASK_MODULE``). TASK_FEATURE_LENGTHS:
-    tokens per side, ``{'inputs': S, 'targets': T}``. SHUFFLE_TRAIN_EXAMPLES and
-    PACKED_INPUT: the training rows (T5X: both on). EVAL_STEPS: batches of 'validation'
-    per eval (T5X's ``eval_steps``; each eval reads the next ones, where T5X re-reads the
-    first). DECODE_VALIDATION: decode the 'validation' inputs
-    (unpacked) and score them with the task's metrics at each eval (T5X's
-    ``infer_eval``).
-    """
-
-    MIXTURE_OR_TASK_NAME: str | None = None
-    MIXTURE_OR_TASK_MODULE: str | None = None
     TASK_FEATURE_LENGTHS: dict[str, int] = {"inputs": 512, "targets": 114}  # noqa: RUF012
-    SHUFFLE_TRAIN_EXAMPLES: bool = True
-    PACKED_INPUT: bool = True
-    EVAL_STEPS: int = 20
-    DECODE_VALIDATION: bool = False
 
     def validate(self) -> None:
         super().validate()
@@ -137,6 +121,32 @@ class T5xDataKnobs(BaseExperiment):
                 "tokens, at least 2 each, e.g. --set \"TASK_FEATURE_LENGTHS={'inputs': 512, "
                 "'targets': 114}\"."
             )
+
+
+@knob_group
+class T5xDataKnobs(FeatureLengthsKnob):
+    """T5X's dataset macros: a registered SeqIO task or mixture, trained on and evaluated.
+
+    MIXTURE_OR_TASK_NAME: the task or mixture ('train' and 'validation' splits).
+    MIXTURE_OR_TASK_MODULE: the Python module imported first, to register it (the
+    user's own, unchanged; T5X's ``--gin.MIXTURE_OR_TASK_MODULE``). TASK_FEATURE_LENGTHS
+    (``FeatureLengthsKnob``). SHUFFLE_TRAIN_EXAMPLES and
+    PACKED_INPUT: the training rows (T5X: both on). EVAL_STEPS: batches of 'validation'
+    per eval (T5X's ``eval_steps``; each eval reads the next ones, where T5X re-reads the
+    first). DECODE_VALIDATION: decode the 'validation' inputs
+    (unpacked) and score them with the task's metrics at each eval (T5X's
+    ``infer_eval``).
+    """
+
+    MIXTURE_OR_TASK_NAME: str | None = None
+    MIXTURE_OR_TASK_MODULE: str | None = None
+    SHUFFLE_TRAIN_EXAMPLES: bool = True
+    PACKED_INPUT: bool = True
+    EVAL_STEPS: int = 20
+    DECODE_VALIDATION: bool = False
+
+    def validate(self) -> None:
+        super().validate()
         check_at_least(self, 1, "EVAL_STEPS")
 
     def register_default_task(self) -> None:

@@ -20,10 +20,10 @@ from __future__ import annotations
 from typing import Any
 
 from paxlite.experiments import registry
-from paxlite.experiments.base_experiment import KnobError
 from praxis_lite import config as config_lib
 from praxis_lite.inputs.seqio_input import DecodeForm, SeqIOInput
-from tasks.lm.prompt_completion import register_prompt_completion_task
+from tasks.lm.prompt_completion import PairFieldKnobs
+from tasks.t5.t5x_setup import FeatureLengthsKnob
 from tasks.t5.tiny import T5Tiny
 
 _TRAIN_DATA_FLAG = "--set=TEXT_DATA_PATH=PATH"
@@ -31,47 +31,24 @@ _EVAL_DATA_FLAG = "--set=TEXT_EVAL_DATA_PATH=PATH"
 
 
 @registry.register
-class T5TextTiny(T5Tiny):
+class T5TextTiny(PairFieldKnobs, FeatureLengthsKnob, T5Tiny):
     """T5Tiny's model (VOCAB_SIZE for bytes) on JSONL inputs/targets pairs: a laptop CPU.
 
-    Attributes (knobs, beyond T5Tiny's):
-      TEXT_DATA_PATH: training JSONL files (a path or glob pattern); required.
-      TEXT_EVAL_DATA_PATH: held-out JSONL, read once per eval and decoded; None: none.
-      PROMPT_FIELD / COMPLETION_FIELD: each record's input and target fields.
-      VOCAB_PATH: a SentencePiece model; None: bytes (259 ids). VOCAB_SIZE must be at
-        least the vocabulary's size (checked when the inputs are built).
-      TEXT_TASK_NAME: the SeqIO task name the files are registered under.
-      TASK_FEATURE_LENGTHS: tokens per side (T5X's name), ``{'inputs': S, 'targets': T}``;
-        longer texts lose their ends (the EOS kept).
-      PACKED_INPUT: pack several pairs into each training row.
+    Knobs beyond T5Tiny's: PairFieldKnobs' (the files, PROMPT_FIELD / COMPLETION_FIELD each
+    record's input and target fields, VOCAB_PATH a SentencePiece model or bytes) and
+    TASK_FEATURE_LENGTHS (``FeatureLengthsKnob``).
     """
 
-    TEXT_DATA_PATH: str
-    TEXT_EVAL_DATA_PATH: str | None = None
-    PROMPT_FIELD: str = "inputs"
-    COMPLETION_FIELD: str = "targets"
-    VOCAB_PATH: str | None = None
-    TEXT_TASK_NAME: str = "text_seq2seq"
-    TASK_FEATURE_LENGTHS: dict[str, int] = {"inputs": 32, "targets": 16}  # noqa: RUF012
-    PACKED_INPUT: bool = True
-
+    TASK_FEATURE_LENGTHS = {"inputs": 32, "targets": 16}  # noqa: RUF012
+    PROMPT_FIELD = "inputs"
+    COMPLETION_FIELD = "targets"
+    TEXT_TASK_NAME = "text_seq2seq"
     VOCAB_SIZE = 384  # Bytes: 256 + pad, EOS, UNK, rounded up to a multiple of 128.
     PERCORE_BATCH_SIZE = 16
 
     def validate(self) -> None:
         super().validate()
-        name = type(self).__qualname__
-        lengths = self.TASK_FEATURE_LENGTHS
-        if set(lengths) != {"inputs", "targets"} or min(lengths.values()) < 2:
-            raise KnobError(
-                f"{name}.TASK_FEATURE_LENGTHS = {lengths}; give both sides' tokens, at least 2 "
-                "each, e.g. --set \"TASK_FEATURE_LENGTHS={'inputs': 64, 'targets': 32}\"."
-            )
-        if self.PROMPT_FIELD == self.COMPLETION_FIELD:
-            raise KnobError(
-                f"{name}: PROMPT_FIELD and COMPLETION_FIELD are both {self.PROMPT_FIELD!r}; "
-                "name the two fields of each record."
-            )
+        self.check_pair_fields()
 
     def task(self) -> Any:
         """T5Tiny's task; train_and_eval decodes with every eval (with held-out pairs)."""
@@ -81,21 +58,8 @@ class T5TextTiny(T5Tiny):
         )
         return task
 
-    def register_task(self) -> None:
-        """Registers the files as the SeqIO task TEXT_TASK_NAME ('inputs', 'targets', EOS on
-        both: T5's)."""
-        register_prompt_completion_task(
-            self.TEXT_TASK_NAME,
-            train_path=self.TEXT_DATA_PATH,
-            eval_path=self.TEXT_EVAL_DATA_PATH,
-            prompt_field=self.PROMPT_FIELD,
-            completion_field=self.COMPLETION_FIELD,
-            vocab_path=self.VOCAB_PATH,
-            inputs_eos=True,
-        )
-
     def _seqio(self, **fields: Any) -> config_lib.Config:
-        self.register_task()
+        self.register_pairs_task(inputs_eos=True)
         return config_lib.Config(
             SeqIOInput,
             mixture_name=self.TEXT_TASK_NAME,

@@ -36,15 +36,26 @@ def test_model_is_hf_causal_lm_model(config_only):
     )()
     assert ours.model() == theirs.model()
     fields = json.loads((config_only / "config.json").read_text())
-    assert ours.VOCAB_SIZE == fields["vocab_size"]
+    assert ours.vocab_size() == fields["vocab_size"]
     assert ours.eos_token_id() == tuple(fields["eos_token_id"])
     train_input = ours.datasets()[0]
     assert train_input.vocab_size == fields["vocab_size"] and train_input.seq_len == 32
 
 
-def test_size_knob_against_config_is_one_error(config_only):
-    with pytest.raises(KnobError, match=r"NUM_LAYERS=4 \(config.json: 2\)"):
-        _synthetic(config_only, NUM_LAYERS=4)
+def test_a_knob_of_our_own_transformer_is_not_one_and_names_config_json(config_only):
+    for knob, field in (("NUM_LAYERS", "num_hidden_layers"), ("NUM_EXPERTS", "num_experts")):
+        with pytest.raises(KnobError, match=f"has no knob '{knob}'.*config.json.*{field}"):
+            _synthetic(config_only, **{knob: "4"})
+    with pytest.raises(KnobError, match="has no knob 'NORM'; HF_MODEL's config.json builds"):
+        _synthetic(config_only, NORM="RMS_NORM")
+
+
+def test_the_mesh_check_splits_config_json_sizes(config_only):
+    """llama3's 2 key/value heads do not split over 4 'mdl' devices: one line naming them
+    (the tiny LM's 4 heads, which the check once read, would have split)."""
+    with pytest.raises(KnobError, match="config.json's key/value heads=2 does not split evenly"):
+        _synthetic(config_only, ICI_MESH_SHAPE=(1, 2, 4), PERCORE_BATCH_SIZE=1).validate()
+    _synthetic(config_only, ICI_MESH_SHAPE=(1, 4, 2), PERCORE_BATCH_SIZE=1).validate()
 
 
 def test_lora_targets_take_hugging_face_names(config_only):

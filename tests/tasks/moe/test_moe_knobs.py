@@ -141,7 +141,7 @@ def test_a_pipeline_of_mixed_layers_is_refused_and_one_of_moe_layers_built():
 
 def test_a_hugging_face_model_refuses_the_moe_knobs():
     knobs = {"HF_MODEL": str(FIXTURES / "hf" / "llama2"), "NUM_EXPERTS": 4}
-    with pytest.raises(KnobError, match="mixture-of-experts knobs NUM_EXPERTS do not apply"):
+    with pytest.raises(KnobError, match="has no knob 'NUM_EXPERTS'; HF_MODEL's config.json"):
         with_overrides(HfCausalLm, knobs)()
 
 

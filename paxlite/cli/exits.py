@@ -1,6 +1,6 @@
 """How a paxlite process ends: its exit code, its last line, and nothing left running.
 
-Exit codes (README, "Exit codes"):
+Exit codes (docs/troubleshooting.md, "Exit codes"):
 
 ====  ==========================================================================
 0     done (a line lists summaries, profiles or decoder outputs left unwritten)

@@ -149,7 +149,7 @@ def check_decode_batch(batch: NestedMap, inp: BaseInput, keys: tuple[str, ...]) 
             "encoder-decoder's yields input/target batches (SyntheticSeq2SeqInput with "
             "decode=True, or SeqIOInput(encoder_decoder=True) with "
             "DecodeForm.INPUTS_TARGETS). Fix the experiment's decoder_datasets() or "
-            "--fdl_set decoder_datasets[i]...; see README 'Decoding'."
+            "--fdl_set decoder_datasets[i]...; see docs/decoding.md."
         )
 
 

@@ -2,7 +2,7 @@
 
 The names a Pax experiment file reaches through ``from praxis import layers`` are here too
 (``layers.GELU``, ``layers.AutodiffCheckpointType.SAVE_NOTHING``, ``layers.Transformer``, ...),
-so such a file ports by its imports (README "Porting a Pax experiment").
+so such a file ports by its imports (docs/pax.md, "Porting a Pax experiment").
 
 May import: only the top-level praxis_lite modules (``flops``: each stack states its layout).
 """

@@ -1,5 +1,5 @@
-"""README "Porting a Pax experiment": Pax's C4Spmd2BAdam4Replicas, written as in paxml 1.4 with
-only its imports changed (tests/tasks/lm/pax_ported_c4.py), builds the same run as ours."""
+"""docs/pax.md, "Porting a Pax experiment": Pax's C4Spmd2BAdam4Replicas, written as in paxml 1.4
+with only its imports changed (tests/tasks/lm/pax_ported_c4.py), builds the same run as ours."""
 
 import pathlib
 import re
@@ -21,11 +21,11 @@ def test_the_ported_pax_file_builds_the_same_run():
     assert mesh_checks.MeshPlan.of(ported()).sizes == mesh_checks.MeshPlan.of(ours()).sizes
 
 
-def test_the_readme_shows_the_ported_file():
+def test_the_docs_show_the_ported_file():
     from tests.tasks.lm import pax_ported_c4
 
-    readme = (REPO / "README.md").read_text()
-    section = readme.split("## Porting a Pax experiment", 1)[1].split("\n## ", 1)[0]
+    page = (REPO / "docs" / "pax.md").read_text()
+    section = page.split("## Porting a Pax experiment", 1)[1].split("\n## ", 1)[0]
     ported = pathlib.Path(pax_ported_c4.__file__).read_text()
     imports = [line for line in ported.splitlines() if line.startswith(("from ", "import "))]
     shown = [re.sub(r"\s+#.*", "", line) for line in section.splitlines()]

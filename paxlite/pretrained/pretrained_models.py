@@ -287,7 +287,8 @@ class PretrainedSeq2Seq(Pretrained):
     calls): ``logits`` (teacher-forced), ``encode`` and ``generate``.
 
     Inputs are right-padded with id 0 (padding, never attended); the decoder starts from
-    id 0 (``sampling.decode_seq2seq``'s start, Hugging Face's ``decoder_start_token_id``).
+    id 0 (``EncoderDecoderModel.decode_prompt``'s start, Hugging Face's
+    ``decoder_start_token_id``).
     """
 
     def logits(self, input_ids: Any, decoder_input_ids: Any = None) -> np.ndarray:

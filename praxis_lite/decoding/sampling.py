@@ -380,14 +380,39 @@ def _sample_loop(
     )
 
 
-def lm_decode_fns(model: nn.Module, variables: dict[str, Any]) -> tuple[PrefillFn, StepFn]:
-    """Prefill and step functions of a ``LanguageModel`` (``prefill``/``extend_step``; the
-    step serves every model whose ``extend_step`` reads the ``'cache'`` collection)."""
+@dataclasses.dataclass(frozen=True)
+class DecodePrompt:
+    """What a model's decoding continues (``BaseModel.decode_prompt``).
 
-    def prefill(ids, paddings, positions, max_len):
+    Attributes:
+      ids: ``[B, P]`` int32 right-padded prompts.
+      lengths: ``[B]`` real tokens per prompt.
+      context: the rows' other inputs ``[B, ...]`` (an encoder's ids), which the model's
+        ``prefill`` takes after the prompt ids; None: none.
+      is_counted: whether T5X's beam length counts the prompt (an LM's prefix) or not (an
+        encoder-decoder's start id).
+    """
+
+    ids: jax.Array
+    lengths: jax.Array
+    context: Any = None
+    is_counted: bool = True
+
+
+def model_decode_fns(model: nn.Module, variables: dict[str, Any]) -> tuple[PrefillFn, StepFn]:
+    """:func:`decode`'s prefill and step functions of a model's ``prefill`` and
+    ``extend_step`` methods (``variables`` holds its ``params``; the ``'cache'`` collection
+    is what they write and read).
+
+    ``model.prefill(ids, *context, paddings=, positions=, max_len=)`` runs the prompts into
+    a fresh cache; ``model.extend_step(ids [B], positions=[B])`` runs one token per row.
+    """
+
+    def prefill(ids, paddings, positions, max_len, *context):
         logits, mutated = model.apply(
             variables,
             ids,
+            *context,
             paddings=paddings,
             positions=positions,
             max_len=max_len,
@@ -407,67 +432,3 @@ def lm_decode_fns(model: nn.Module, variables: dict[str, Any]) -> tuple[PrefillF
         return logits, mutated[CACHE]
 
     return prefill, step
-
-
-def decode_lm(
-    model: nn.Module,
-    variables: dict[str, Any],
-    prompt_ids: jax.Array,
-    prompt_lengths: jax.Array,
-    key: jax.Array,
-    params: DecoderParams,
-    max_new_tokens: int,
-    stop: Any = None,
-) -> NestedMap:
-    """:func:`decode` with a ``LanguageModel`` (``variables`` holds its ``params``)."""
-    prefill, step = lm_decode_fns(model, variables)
-    return decode(prefill, step, prompt_ids, prompt_lengths, key, params, max_new_tokens, stop=stop)
-
-
-def decode_seq2seq(
-    model: nn.Module,
-    variables: dict[str, Any],
-    input_ids: jax.Array,
-    key: jax.Array,
-    params: DecoderParams,
-    max_new_tokens: int,
-    start_id: int = 0,
-    stop: Any = None,
-) -> NestedMap:
-    """:func:`decode` with an encoder-decoder (``EncoderDecoderModel``'s ``prefill`` and
-    ``extend_step``): ``input_ids [B, S]`` (right-padded with 0) encoded once, then
-    ``max_new_tokens`` targets decoded from ``start_id`` (T5's decoder start, 0).
-
-    The start id is the one-token prompt of every row; the outputs are :func:`decode`'s.
-    Beams and samples of a row share its encoding and cross-attention keys and values
-    (computed once, at the prefill, and copied to the row's beams).
-    """
-    b = input_ids.shape[0]
-
-    def prefill(ids, paddings, positions, max_len, inputs):
-        del paddings  # The one-token prompt has none.
-        logits, mutated = model.apply(
-            variables,
-            inputs,
-            ids,
-            positions=positions,
-            max_len=max_len,
-            method=model.prefill,
-            mutable=[CACHE],
-        )
-        return logits, strip_boxes(mutated[CACHE])
-
-    _, step = lm_decode_fns(model, variables)
-    start = jnp.full((b, 1), start_id, jnp.int32)
-    return decode(
-        prefill,
-        step,
-        start,
-        jnp.ones((b,), jnp.int32),
-        key,
-        params,
-        max_new_tokens,
-        context=input_ids,
-        prompt_is_counted=False,
-        stop=stop,
-    )

@@ -87,8 +87,8 @@ def softmax_cross_entropy(
       z_loss_weight: weight of ``log(Z)^2`` added per example (PaLM's z-loss).
 
     Returns:
-      ``vocab_loss.loss_terms``: ``per_example_xent [...]``, ``total_xent``,
-      ``total_weight``, ``avg_xent``, ``z_loss``, ``avg_loss`` (the objective), ``accuracy``.
+      ``vocab_loss.loss_terms``: ``per_token_xent [...]``, ``total_loss`` (the objective),
+      ``log_pplx``, ``z_loss``, ``accuracy``, ``total_weight``.
     """
     stats = vocab_loss.token_stats(logits, None, labels, 0.0, label_smoothing)
     return vocab_loss.loss_terms(stats, weights, z_loss_weight)
@@ -145,7 +145,7 @@ class _SoftmaxBase(BaseLayer):
         self, x: jax.Array, class_ids: jax.Array, class_weights: jax.Array | None = None
     ) -> NestedMap:
         """``x [..., D]`` and ids ``[...]`` -> the loss terms of ``vocab_loss.loss_terms``
-        (per-token ``per_example_xent [...]``, the weighted means, ``accuracy``)."""
+        (``per_token_xent [...]``, the weighted means ``total_loss``, ``log_pplx``, ...)."""
         kernel, bias = self.projection()
         x = self.to_fprop(x)
         if class_weights is None:

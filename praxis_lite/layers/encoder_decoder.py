@@ -105,7 +105,7 @@ class TransformerEncoderDecoder(BaseLayer):
         x = self.constrain(x, (LM_BATCH, LENGTH, ACTIVATION_EMBED))
         return Memory(x, paddings, segment_ids)
 
-    def decode(
+    def run_decoder(
         self,
         ids: jax.Array,
         memory: Memory,
@@ -152,12 +152,12 @@ class TransformerEncoderDecoder(BaseLayer):
           train: enables dropout (needs the 'dropout' RNG).
 
         Returns:
-          Without labels, NestedMap(logits ``[B, T, V]``). With labels, the loss terms as
-          ``TransformerLm``'s: ``per_token_xent [B, T]``, ``total_loss``, ``avg_xent``,
-          ``log_pplx``, ``z_loss``, ``accuracy``, ``total_weight``.
+          Without labels, NestedMap(logits ``[B, T, V]``). With labels, the softmax's loss
+          terms (``vocab_loss.loss_terms``, as ``TransformerLm``'s): ``per_token_xent [B, T]``,
+          ``total_loss``, ``log_pplx``, ``z_loss``, ``accuracy``, ``total_weight``.
         """
         memory = self.encode(input_ids, segment_ids=input_segment_ids, train=train)
-        x = self.decode(
+        x = self.run_decoder(
             decoder_ids,
             memory,
             segment_ids=decoder_segment_ids,
@@ -169,16 +169,7 @@ class TransformerEncoderDecoder(BaseLayer):
             return NestedMap(logits=self.constrain(logits, (LM_BATCH, LENGTH, VOCAB)))
         if label_weights is None:
             label_weights = (labels > 0).astype(jnp.float32)
-        out = self.softmax(x, labels, label_weights)
-        return NestedMap(
-            per_token_xent=out.per_example_xent,
-            total_loss=out.avg_loss,
-            avg_xent=out.avg_xent,
-            log_pplx=out.avg_xent,
-            z_loss=out.z_loss,
-            accuracy=out.accuracy,
-            total_weight=out.total_weight,
-        )
+        return self.softmax(x, labels, label_weights)
 
     def extend(
         self,

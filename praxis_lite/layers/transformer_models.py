@@ -110,10 +110,11 @@ class TransformerLm(BaseLayer):
 
         Returns:
           Without labels, NestedMap(logits ``[B, T, V]``). With labels, the loss only (no
-          ``[B, T, V]`` array: see ``vocab_loss``): ``per_token_xent [B, T]``,
-          ``total_loss`` (weighted mean xent plus the softmax's z-loss term: the training
-          objective), ``avg_xent``, ``z_loss``, ``accuracy`` (weighted, scalar; a tie for the
-          max logit counts as correct), ``total_weight`` (counted tokens), ``log_pplx``.
+          ``[B, T, V]`` array: see ``vocab_loss``), the softmax's ``vocab_loss.loss_terms``:
+          ``per_token_xent [B, T]``, ``total_loss`` (weighted mean xent plus the softmax's
+          z-loss term: the training objective), ``log_pplx`` (weighted mean xent),
+          ``z_loss``, ``accuracy`` (weighted, scalar; a tie for the max logit counts as
+          correct), ``total_weight`` (counted tokens).
         """
         x = self.embed(inputs, positions)
         x = self.transformer(
@@ -129,16 +130,7 @@ class TransformerLm(BaseLayer):
                 if paddings is None
                 else 1.0 - paddings.astype(jnp.float32)
             )
-        out = self.softmax(x, labels, label_weights)
-        return NestedMap(
-            per_token_xent=out.per_example_xent,
-            total_loss=out.avg_loss,
-            avg_xent=out.avg_xent,
-            log_pplx=out.avg_xent,
-            z_loss=out.z_loss,
-            accuracy=out.accuracy,
-            total_weight=out.total_weight,
-        )
+        return self.softmax(x, labels, label_weights)
 
     def extend(
         self,

@@ -188,27 +188,27 @@ def loss_terms(
     weights: jax.Array,
     z_loss_weight: float = 0.0,
 ) -> NestedMap:
-    """The weighted loss and metrics from :func:`token_stats` and per-token ``weights [...]``.
+    """The weighted loss and metrics from :func:`token_stats` and per-token ``weights [...]``,
+    under the names of the model contract (``praxis_lite.models.base.loss_metrics``).
 
     Returns:
-      NestedMap with ``per_example_xent [...]``, ``total_xent``, ``total_weight``,
-      ``avg_xent`` (weighted mean xent), ``z_loss`` (weighted mean of ``log(Z)^2``),
-      ``avg_loss`` (``avg_xent + z_loss_weight * z_loss``, the objective) and
-      ``accuracy`` (weighted fraction of tokens whose label has the max logit).
+      NestedMap with ``per_token_xent [...]``, ``total_weight`` (the summed weights: the
+      counted tokens), ``log_pplx`` (weighted mean xent), ``z_loss`` (weighted mean of
+      ``log(Z)^2``), ``total_loss`` (``log_pplx + z_loss_weight * z_loss``, the objective)
+      and ``accuracy`` (weighted fraction of tokens whose label has the max logit).
     """
     log_z, target_logit, correct = stats
     xent = log_z - target_logit
     weights = weights.astype(jnp.float32)
     total_weight = jnp.sum(weights)
     safe_total = jnp.maximum(total_weight, 1e-8)
-    total_xent = jnp.sum(xent * weights)
+    log_pplx = jnp.sum(xent * weights) / safe_total
     z_loss = jnp.sum(jnp.square(log_z) * weights) / safe_total
     return NestedMap(
-        per_example_xent=xent,
-        total_xent=total_xent,
-        total_weight=total_weight,
-        avg_xent=total_xent / safe_total,
+        per_token_xent=xent,
+        total_loss=log_pplx + z_loss_weight * z_loss,
+        log_pplx=log_pplx,
         z_loss=z_loss,
-        avg_loss=total_xent / safe_total + z_loss_weight * z_loss,
         accuracy=jnp.sum(lax.stop_gradient(correct) * weights) / safe_total,
+        total_weight=total_weight,
     )

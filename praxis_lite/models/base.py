@@ -14,7 +14,8 @@ import jax
 import jax.numpy as jnp
 
 from praxis_lite.base_layer import BaseLayer
-from praxis_lite.decoding.sampling import DecoderParams
+from praxis_lite.decoding import sampling
+from praxis_lite.decoding.sampling import DecodePrompt, DecoderParams
 from praxis_lite.flops import TrainFlops
 from praxis_lite.py_utils import NestedMap
 
@@ -25,9 +26,11 @@ WeightedScalar = tuple[jax.Array, jax.Array]
 class BaseModel(BaseLayer):
     """What the trainer needs from a model: batch spec, loss and metrics, FLOPs, decoding.
 
-    Subclasses implement ``__call__`` and :meth:`batch_spec`; :meth:`train_flops`
-    and decoding (:meth:`decode_prompt_keys` and :meth:`decode`, with
-    :meth:`decode_unsupported` returning None) are optional.
+    Subclasses implement ``__call__`` (:func:`loss_metrics` builds the metrics of a token
+    loss) and :meth:`batch_spec`; :meth:`train_flops` and decoding are optional. One
+    :meth:`decode` serves every model that decodes: the model says where its prompt is
+    (:meth:`decode_prompt_keys`, :meth:`decode_prompt`), runs it (``prefill``,
+    ``extend_step``) and returns None from :meth:`decode_unsupported`.
 
     Attributes:
       is_encoder_decoder: targets come from inputs through an encoder (Hugging Face's
@@ -74,11 +77,13 @@ class BaseModel(BaseLayer):
     def decode_unsupported(self) -> str | None:
         """Why this model cannot decode (one sentence with the fix), or None if it can.
 
-        A model that decodes implements :meth:`decode_prompt_keys` and :meth:`decode`.
+        A model that decodes implements :meth:`decode_prompt_keys`, ``prefill`` and
+        ``extend_step`` (see ``sampling.model_decode_fns``), and :meth:`decode_prompt` where
+        its prompt is not the batch's.
         """
         return (
-            f"{type(self).__name__} cannot decode: it needs decode_prompt_keys() and decode() "
-            "(LanguageModel and EncoderDecoderModel have them)."
+            f"{type(self).__name__} cannot decode: it needs decode_prompt_keys(), prefill() and "
+            "extend_step() (LanguageModel and EncoderDecoderModel have them)."
         )
 
     def decode_prompt_keys(self) -> tuple[str, str]:
@@ -86,6 +91,11 @@ class BaseModel(BaseLayer):
         (an LM's prefix, a seq2seq model's inputs); the batch's ``target_ids`` and
         ``target_lengths`` are the references."""
         raise NotImplementedError
+
+    @nn.nowrap
+    def decode_prompt(self, prompt_ids: jax.Array, prompt_lengths: jax.Array) -> DecodePrompt:
+        """What decoding continues, of the batch's prompt: here the prompt itself (an LM's)."""
+        return DecodePrompt(prompt_ids, prompt_lengths)
 
     @nn.nowrap
     def decode(
@@ -98,7 +108,8 @@ class BaseModel(BaseLayer):
         max_new_tokens: int,
         stop: Any = None,
     ) -> NestedMap:
-        """New tokens after each prompt (call inside jit, on the unbound model).
+        """New tokens after each prompt (call inside jit, on the unbound model): the model's
+        ``prefill`` and ``extend_step`` run by ``praxis_lite.decoding.sampling.decode``.
 
         Args:
           variables: ``{'params': ...}``.
@@ -110,11 +121,24 @@ class BaseModel(BaseLayer):
           stop: ``praxis_lite.decoding.stop_strings.StopStrings`` of ``params.stop_strings``.
 
         Returns:
-          ``praxis_lite.decoding.sampling.decode``'s NestedMap: ``tokens [B, N]``, ``lengths [B]``,
+          ``sampling.decode``'s NestedMap: ``tokens [B, N]``, ``lengths [B]``,
           ``log_probs [B, N]``, ``scores [B]`` (with ``num_return_sequences = n > 1``,
           ``[B, n, ...]``).
         """
-        raise NotImplementedError
+        prompt = self.decode_prompt(prompt_ids, prompt_lengths)
+        prefill, step = sampling.model_decode_fns(self, variables)
+        return sampling.decode(
+            prefill,
+            step,
+            prompt.ids,
+            prompt.lengths,
+            key,
+            params,
+            max_new_tokens,
+            context=prompt.context,
+            prompt_is_counted=prompt.is_counted,
+            stop=stop,
+        )
 
 
 def token_loss_weights(batch: NestedMap) -> jax.Array:
@@ -124,3 +148,41 @@ def token_loss_weights(batch: NestedMap) -> jax.Array:
     if "paddings" in batch:
         return 1.0 - batch["paddings"].astype(jnp.float32)
     return jnp.ones(batch["labels"].shape, jnp.float32)
+
+
+def loss_metrics(
+    terms: NestedMap,
+    token_weights: jax.Array | None = None,
+    target_ids: jax.Array | None = None,
+    *,
+    names: tuple[str, ...] = ("total_loss", "accuracy", "log_pplx"),
+) -> NestedMap:
+    """The contract's outputs of a model trained on a token loss: ``terms`` (the softmax's
+    ``vocab_loss.loss_terms``) with ``num_tokens``, ``metrics`` and, given the targets,
+    ``per_example``.
+
+    Args:
+      terms: ``per_token_xent [B, T]``, ``total_weight`` and the scalars named in ``names``.
+      token_weights: ``[B, T]`` the loss weights (0: not counted), with ``target_ids``.
+      target_ids: ``[B, T]``; None: no ``per_example``.
+      names: the metrics, each the term of that name weighted by the counted tokens
+        (``total_weight``).
+
+    Returns:
+      ``terms`` with ``num_tokens`` (``total_weight``), ``metrics`` ``{name: WeightedScalar}``
+      and ``per_example``: ``score [B]`` (the weighted sum of ``-per_token_xent``), ``weight
+      [B]``, ``target_ids`` and ``target_lengths [B]`` (just after the last weighted target:
+      id 0 may be a token).
+    """
+    terms.num_tokens = weight = terms.total_weight
+    terms.metrics = {name: (terms[name], weight) for name in names}
+    if target_ids is not None:
+        weighted = token_weights > 0
+        last = jnp.max(jnp.where(weighted, jnp.arange(weighted.shape[-1]) + 1, 0), axis=-1)
+        terms.per_example = NestedMap(
+            score=-jnp.sum(terms.per_token_xent * token_weights, axis=-1),
+            weight=jnp.sum(token_weights, axis=-1),
+            target_ids=target_ids,
+            target_lengths=last,
+        )
+    return terms

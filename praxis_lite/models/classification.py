@@ -6,7 +6,7 @@ from praxis_lite.config import LayerTpl, template_field, unbound_layer
 from praxis_lite.flops import FlopsDefinition, TrainFlops
 from praxis_lite.layers.embedding_softmax import SharedEmbeddingSoftmax
 from praxis_lite.layers.linears import MLPBlock
-from praxis_lite.models.base import BaseModel, token_loss_weights
+from praxis_lite.models.base import BaseModel, loss_metrics, token_loss_weights
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import BATCH, EMBED, LENGTH
 
@@ -47,7 +47,7 @@ class ClassificationMlpModel(BaseModel):
         self.softmax = self.create_child(self.softmax_tpl)
 
     def __call__(self, batch: NestedMap, *, train: bool = False) -> NestedMap:
-        """The softmax's loss terms (``vocab_loss.loss_terms``) and the metrics.
+        """The softmax's loss terms (``vocab_loss.loss_terms``), ``num_tokens`` and the metrics.
 
         Metrics (weighted by counted tokens): ``total_loss`` (the objective) and
         ``accuracy``. ``train`` changes nothing (no dropout).
@@ -58,9 +58,7 @@ class ClassificationMlpModel(BaseModel):
         x = self.mlp(x)
         token_weights = token_loss_weights(batch)
         out = self.softmax(x, labels, token_weights)
-        weight = out.total_weight
-        out.metrics = {"total_loss": (out.avg_loss, weight), "accuracy": (out.accuracy, weight)}
-        return out
+        return loss_metrics(out, names=("total_loss", "accuracy"))
 
     def batch_spec(self) -> dict[str, int]:
         return {"ids": 2, "labels": 2}

@@ -2,19 +2,22 @@
 
 from __future__ import annotations
 
-from typing import Any, ClassVar
+from typing import ClassVar
 
 import flax.linen as nn
 import jax
 import jax.numpy as jnp
 
 from praxis_lite.config import LayerTpl, template_field, unbound_layer
-from praxis_lite.decoding import sampling
-from praxis_lite.decoding.sampling import DecoderParams
+from praxis_lite.decoding.sampling import DecodePrompt
 from praxis_lite.flops import EncoderDecoderShape, LmShape, TrainFlops
 from praxis_lite.layers.encoder_decoder import TransformerEncoderDecoder
-from praxis_lite.models.base import BaseModel
+from praxis_lite.models.base import BaseModel, loss_metrics
 from praxis_lite.py_utils import NestedMap
+
+#: T5's decoder start: the id every target is decoded from (Hugging Face's
+#: ``decoder_start_token_id``).
+DECODER_START_ID = 0
 
 
 class EncoderDecoderModel(BaseModel):
@@ -55,21 +58,7 @@ class EncoderDecoderModel(BaseModel):
             decoder_positions=batch.get("decoder_positions"),
             train=train,
         )
-        out.num_tokens = weight = out.total_weight
-        out.metrics = {
-            "total_loss": (out.total_loss, weight),
-            "accuracy": (out.accuracy, weight),
-            "log_pplx": (out.log_pplx, weight),
-        }
-        weighted = weights > 0
-        last = jnp.max(jnp.where(weighted, jnp.arange(weighted.shape[-1]) + 1, 0), axis=-1)
-        out.per_example = NestedMap(
-            score=-jnp.sum(out.per_token_xent * weights, axis=-1),
-            weight=jnp.sum(weights, axis=-1),
-            target_ids=labels,
-            target_lengths=last,
-        )
-        return out
+        return loss_metrics(out, token_weights=weights, target_ids=labels)
 
     def batch_spec(self) -> dict[str, int]:
         return {"encoder_input_tokens": 2, "decoder_input_tokens": 2, "decoder_target_tokens": 2}
@@ -103,22 +92,14 @@ class EncoderDecoderModel(BaseModel):
         return ("input_ids", "input_lengths")
 
     @nn.nowrap
-    def decode(
-        self,
-        variables: dict[str, Any],
-        prompt_ids: jax.Array,
-        prompt_lengths: jax.Array,
-        key: jax.Array,
-        params: DecoderParams,
-        max_new_tokens: int,
-        stop: Any = None,
-    ) -> NestedMap:
-        """Targets of each input (``sampling.decode_seq2seq``: encoded once, then the
-        decoder from id 0)."""
+    def decode_prompt(self, prompt_ids: jax.Array, prompt_lengths: jax.Array) -> DecodePrompt:
+        """The start id ``DECODER_START_ID`` (a one-token prompt of every row), after the
+        inputs ``prompt_ids [B, S]`` (``context``: encoded once, at the prefill; beams and
+        samples of a row share its encoding and cross-attention keys and values)."""
         del prompt_lengths  # The encoder masks the inputs' padding (id 0) itself.
-        return sampling.decode_seq2seq(
-            self, variables, prompt_ids, key, params, max_new_tokens, stop=stop
-        )
+        b = prompt_ids.shape[0]
+        start = jnp.full((b, 1), DECODER_START_ID, jnp.int32)
+        return DecodePrompt(start, jnp.ones((b,), jnp.int32), prompt_ids, is_counted=False)
 
     def decode_unsupported(self) -> str | None:
         return None
@@ -133,11 +114,21 @@ class EncoderDecoderModel(BaseModel):
         return self.network(batch["encoder_input_tokens"], batch["decoder_input_tokens"]).logits
 
     def prefill(
-        self, input_ids: jax.Array, decoder_ids: jax.Array, *, positions: jax.Array, max_len: int
+        self,
+        decoder_ids: jax.Array,
+        input_ids: jax.Array,
+        *,
+        paddings: jax.Array,
+        positions: jax.Array,
+        max_len: int,
     ) -> jax.Array:
         """Encodes ``input_ids [B, S]`` and starts the decoder with ``decoder_ids [B, P]``
         in a fresh ``max_len``-slot cache (the cross-attentions cache the encoder's keys
-        and values). Returns ``[B, P, V]`` logits; apply with ``mutable=['cache']``."""
+        and values). Returns ``[B, P, V]`` logits; apply with ``mutable=['cache']``.
+
+        ``paddings [B, P]`` are none: :meth:`decode_prompt`'s prompt is one start id.
+        """
+        del paddings
         memory = self.network.encode(input_ids)
         return self.network.extend(decoder_ids, positions=positions, max_len=max_len, memory=memory)
 

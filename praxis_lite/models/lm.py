@@ -1,19 +1,16 @@
-"""The decoder-only language model: next-token prediction over an LM batch, and its decoding."""
+"""The decoder-only language model: next-token prediction over an LM batch, and its decoding
+(``BaseModel.decode`` of its ``prefill`` and ``extend_step``)."""
 
 from __future__ import annotations
 
 from typing import Any
 
-import flax.linen as nn
 import jax
-import jax.numpy as jnp
 
 from praxis_lite.config import LayerTpl, template_field, unbound_layer
-from praxis_lite.decoding import sampling
-from praxis_lite.decoding.sampling import DecoderParams
 from praxis_lite.flops import TrainFlops
 from praxis_lite.layers.transformer_models import TransformerLm
-from praxis_lite.models.base import BaseModel, token_loss_weights
+from praxis_lite.models.base import BaseModel, loss_metrics, token_loss_weights
 from praxis_lite.py_utils import NestedMap
 
 
@@ -48,22 +45,9 @@ class LanguageModel(BaseModel):
             positions=batch.get("segment_pos"),
             train=train,
         )
-        out.num_tokens = weight = out.total_weight
-        out.metrics = {
-            "total_loss": (out.total_loss, weight),
-            "accuracy": (out.accuracy, weight),
-            "log_pplx": (out.log_pplx, weight),
-        }
-        token_weights = token_loss_weights(batch)
-        weighted = token_weights > 0
-        last = jnp.max(jnp.where(weighted, jnp.arange(weighted.shape[-1]) + 1, 0), axis=-1)
-        out.per_example = NestedMap(
-            score=-jnp.sum(out.per_token_xent * token_weights, axis=-1),
-            weight=jnp.sum(token_weights, axis=-1),
-            target_ids=batch["labels"],
-            target_lengths=last,  # After the last weighted target: id 0 may be a token.
+        return loss_metrics(
+            out, token_weights=token_loss_weights(batch), target_ids=batch["labels"]
         )
-        return out
 
     def batch_spec(self) -> dict[str, int]:
         return {"ids": 2, "labels": 2}
@@ -74,22 +58,6 @@ class LanguageModel(BaseModel):
 
     def decode_prompt_keys(self) -> tuple[str, str]:
         return ("prefix_ids", "prefix_lengths")
-
-    @nn.nowrap
-    def decode(
-        self,
-        variables: dict[str, Any],
-        prompt_ids: jax.Array,
-        prompt_lengths: jax.Array,
-        key: jax.Array,
-        params: DecoderParams,
-        max_new_tokens: int,
-        stop: Any = None,
-    ) -> NestedMap:
-        """Continues each prefix (``sampling.decode_lm``)."""
-        return sampling.decode_lm(
-            self, variables, prompt_ids, prompt_lengths, key, params, max_new_tokens, stop
-        )
 
     def decode_unsupported(self) -> str | None:
         stack = unbound_layer(self._lm().stacked_transformer_tpl)

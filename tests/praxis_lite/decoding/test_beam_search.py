@@ -349,7 +349,7 @@ def test_the_cached_beams_scores_equal_rescoring_them_teacher_forced():
         num_beams=3, num_return_sequences=3, length_penalty=penalty, eos_token_id=7
     )
     out = jax.jit(
-        lambda v, p, ln: sampling.decode_lm(model, v, p, ln, jax.random.key(0), params, n),
+        lambda v, p, ln: model.decode(v, p, ln, jax.random.key(0), params, n),
         compiler_options=ref._FAST_COMPILE,
     )(variables, prompts, lengths)
     out = jax.tree.map(np.asarray, out)

@@ -162,9 +162,7 @@ def test_greedy_decode_of_an_lm_equals_argmax_of_full_passes():
     variables = ref.init_variables(model, method=lambda m, i: m.lm(i), i=prompts, noise=0.5)
     steps = 5
     out = jax.jit(
-        lambda v, p, n: sampling.decode_lm(
-            model, v, p, n, jax.random.key(0), DecoderParams(), steps
-        ),
+        lambda v, p, n: model.decode(v, p, n, jax.random.key(0), DecoderParams(), steps),
         compiler_options=ref._FAST_COMPILE,
     )(variables, prompts, lengths)
 

@@ -158,16 +158,15 @@ def cross_entropy(
     per_example = -(targets * log_probs).sum(-1)
     total_weight = weights.sum()
     denominator = max(total_weight, 1e-8)
-    avg_xent = (per_example * weights).sum() / denominator
+    log_pplx = (per_example * weights).sum() / denominator
     z_loss = (log_z**2 * weights).sum() / denominator
     return dict(
         log_probs=log_probs,
-        per_example_xent=per_example,
-        total_xent=(per_example * weights).sum(),
+        per_token_xent=per_example,
         total_weight=total_weight,
-        avg_xent=avg_xent,
+        log_pplx=log_pplx,
         z_loss=z_loss,
-        avg_loss=avg_xent + z_loss_weight * z_loss,
+        total_loss=log_pplx + z_loss_weight * z_loss,
     )
 
 

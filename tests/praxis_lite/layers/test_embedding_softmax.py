@@ -124,9 +124,9 @@ def test_softmax_logits_and_losses(
         ref.assert_close(out[name], value, dtype)
     np.testing.assert_allclose(float(out.total_weight), weights.sum(), rtol=1e-6)
     if z_loss_weight:
-        assert float(out.avg_loss) > float(out.avg_xent)
+        assert float(out.total_loss) > float(out.log_pplx)
     else:
-        np.testing.assert_array_equal(np.asarray(out.avg_loss), np.asarray(out.avg_xent))
+        np.testing.assert_array_equal(np.asarray(out.total_loss), np.asarray(out.log_pplx))
 
 
 @pytest.mark.parametrize("layer_cls, logits_fn", SOFTMAX_LAYERS)
@@ -143,20 +143,20 @@ def test_zero_weight_examples_do_not_count(layer_cls, logits_fn):
     labels2 = np.where(padded, (labels + 1) % VOCAB, labels)
     x2 = np.where(padded[:, None], -x, x)
     moved = layer.apply(variables, x2, labels2, weights)
-    for name in ("avg_xent", "z_loss", "avg_loss", "total_xent", "total_weight"):
+    for name in ("log_pplx", "z_loss", "total_loss", "total_weight"):
         np.testing.assert_allclose(moved[name], base[name], rtol=1e-6, err_msg=name)
     # ... but its per-example xent is still reported.
-    assert not np.allclose(moved.per_example_xent[padded], base.per_example_xent[padded])
+    assert not np.allclose(moved.per_token_xent[padded], base.per_token_xent[padded])
 
     # No weights at all: finite zeros, not NaN.
     empty = layer.apply(variables, x, labels, np.zeros_like(weights))
-    for name in ("avg_xent", "z_loss", "avg_loss", "total_weight"):
+    for name in ("log_pplx", "z_loss", "total_loss", "total_weight"):
         assert float(empty[name]) == 0.0, name
 
     # Omitted weights mean weight 1 everywhere.
     default = layer.apply(variables, x, labels)
     ones = layer.apply(variables, x, labels, np.ones_like(weights))
-    np.testing.assert_allclose(default.avg_loss, ones.avg_loss, rtol=1e-6)
+    np.testing.assert_allclose(default.total_loss, ones.total_loss, rtol=1e-6)
 
 
 @pytest.mark.parametrize("dtype", ref.DTYPES)

@@ -13,7 +13,7 @@ from jax.sharding import Mesh, NamedSharding, PartitionSpec
 
 from praxis_lite.decoding.sampling import DecoderParams
 from praxis_lite.flops import FlopsDefinition
-from praxis_lite.layers.attentions import DotProductAttention
+from praxis_lite.layers.attentions import DotProductAttention, QueryScale
 from praxis_lite.models.t5 import T5Shape, t5_model
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.sharding import (
@@ -141,7 +141,7 @@ def test_cross_attention_matches_the_reference_with_padding_and_segments():
     """Queries see the memory of their own segment only, never a padded slot; no causal
     mask, no scaling (T5's)."""
     cfg = DotProductAttention.HParams.config(
-        input_dims=D, num_heads=N, dims_per_head=H, use_bias=False, query_scale_in_init=True
+        input_dims=D, num_heads=N, dims_per_head=H, use_bias=False, query_scale=QueryScale.IN_INIT
     )
     layer = ref.build(cfg)
     x, memory = ref.normal((2, 5, D), seed=1), ref.normal((2, 6, D), seed=2)
@@ -170,7 +170,11 @@ def test_query_scale_is_in_the_query_init():
     """w_q starts 1/sqrt(H) smaller than w_k (T5X's and HF's init), and the forward pass
     does not scale."""
     cfg = DotProductAttention.HParams.config(
-        input_dims=64, num_heads=4, dims_per_head=16, use_bias=False, query_scale_in_init=True
+        input_dims=64,
+        num_heads=4,
+        dims_per_head=16,
+        use_bias=False,
+        query_scale=QueryScale.IN_INIT,
     )
     layer = ref.build(cfg)
     variables = ref.init_variables(layer, ref.normal((1, 2, 64)), noise=0.0)

@@ -50,7 +50,7 @@ def test_loss_and_gradients_equal_optax_differentiated_by_jax(layer_cls, num_chu
 
     def ours(params, x):
         out = layer.apply({"params": params}, x, labels, weights)
-        return out.avg_loss, out.per_example_xent
+        return out.total_loss, out.per_token_xent
 
     def theirs(params, x):
         logits = layer.apply({"params": params}, x, method="get_logits")
@@ -66,7 +66,7 @@ def test_loss_and_gradients_equal_optax_differentiated_by_jax(layer_cls, num_chu
     for got, want in zip(flat, want_flat, strict=True):
         np.testing.assert_allclose(got, want, rtol=1e-5, atol=1e-6)
     whole = ref.build(layer_cls.HParams.config(**fields)).apply({"params": params}, x, labels)
-    np.testing.assert_allclose(xent, whole.per_example_xent, rtol=1e-6)  # eval's scores
+    np.testing.assert_allclose(xent, whole.per_token_xent, rtol=1e-6)  # eval's scores
 
 
 def test_a_tie_for_the_max_logit_counts_as_correct():
@@ -96,7 +96,7 @@ def test_the_backward_pass_keeps_only_the_raw_logits(capsys):
 
     def ours(raw):
         stats = vocab_loss.token_stats(raw, None, labels, 30.0, 0.0)
-        return vocab_loss.loss_terms(stats, weights).avg_loss
+        return vocab_loss.loss_terms(stats, weights).total_loss
 
     def autodiff(raw):
         logits = 30.0 * jnp.tanh(raw.astype(jnp.float32) / 30.0)

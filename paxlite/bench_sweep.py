@@ -1,5 +1,5 @@
 """``python -m paxlite.bench_sweep``: the public name of :mod:`paxlite.perf.bench_sweep`
-(the weak-scaling sweep), kept for the README's command and users' scripts."""
+(the weak-scaling sweep), kept for the docs' command and users' scripts."""
 
 import sys
 

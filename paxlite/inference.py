@@ -1,5 +1,5 @@
 """``paxlite.inference``: the public name of :mod:`paxlite.pretrained.loading`
-(``from paxlite.inference import from_pretrained``), kept for the README and users' code.
+(``from paxlite.inference import from_pretrained``), kept for the docs and users' code.
 
 This name is the same module object, not a copy: its functions and errors are the ones
 ``paxlite.pretrained.loading`` defines.

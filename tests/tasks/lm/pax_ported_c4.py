@@ -1,5 +1,5 @@
 # Pax's C4Spmd2BAdam4Replicas as written in paxml 1.4 (paxml/tasks/lm/params/c4.py), ported
-# to paxlite: only the imports changed. README.md "Porting a Pax experiment" shows this file.
+# to paxlite: only the imports changed. docs/pax.md "Porting a Pax experiment" shows this file.
 from jax import numpy as jnp
 
 from paxlite import experiment_registry

@@ -74,7 +74,7 @@ def test_lm_cloud_runs_use_paxs_default_adam_schedule():
 @pytest.mark.parametrize(
     "exp, line",
     [
-        ("tasks.lm.c4.C4Spmd1B", "NUM_LAYERS: int = 13"),  # the README's headline command
+        ("tasks.lm.c4.C4Spmd1B", "NUM_LAYERS: int = 13"),  # docs/scale.md's sizing command
         ("tasks.lm.params.c4.C4SpmdPipelineGpt3AdamMLPerfHPBS2k512Replicas", "STREAM_IO: bool"),
         ("tasks.lm.params.c4_multislice.C4Spmd32BAdam2xv5_256", "DCN_MESH_SHAPE"),
         ("tasks.lm.params.lm_cloud.SmallMlp", "MESH_SHAPE"),

@@ -32,7 +32,6 @@ from paxlite.cli.exits import fail  # noqa: E402
 from paxlite.cli.flags import FLAGS, Mode, UsageError  # noqa: E402
 from paxlite.cli.pax_flags import apply_jax_flags, distributed_args, restore_checkpoint  # noqa: E402
 from paxlite.evaluation import decode_run, eval_run  # noqa: E402
-from paxlite.experiments import registry  # noqa: E402
 from paxlite.perf import aot, bench  # noqa: E402
 from paxlite.runtime import distributed, job_config, platforms, storage  # noqa: E402
 from paxlite.runtime.job import Job, build_job  # noqa: E402
@@ -79,31 +78,24 @@ def prepare() -> tuple[Mode, Job | None, tuple[Any, ...]]:
     chosen = platforms.choose()  # Before JAX starts its backends.
     if chosen is not None and not FLAGS.print_config:  # Its stdout is the config alone.
         print(platforms.describe(chosen), flush=True)
-    if not FLAGS.exp:
-        fail(f"--exp is required (e.g. --exp={registry.EXAMPLE_EXPERIMENT}); paxlite --help.")
     if FLAGS.tfds_data_dir:  # Before datasets() registers tasks; seqio is imported only here.
         import seqio
 
         seqio.set_tfds_data_dir_override(FLAGS.tfds_data_dir)
     try:
-        mode = cli_flags.resolved_mode()
-        return (mode, *_setup(mode))
+        return _setup()
     except refusals.SETUP_ERRORS as e:
         fail(overrides.unproxied(e))
 
 
-def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
-    """The experiment with overrides, the processes joined, the job built (None: nothing to run)."""
-    cli_flags.reject_unsupported_flags()
-    apply_jax_flags()
-    search = FLAGS.exp_search_packages
-    knob_settings = cli_flags.knob_settings()
-    experiment_cls = overrides.resolve_experiment_class(FLAGS.exp, knob_settings, search)
-    overrides.check_one_source(FLAGS.exp, knob_settings, FLAGS.fdl_set, search)
-    topology, target = cli_flags.compile_topology(), None
-    cli_flags.restore_fallback(mode)  # Refused outside training before anything runs.
+def _setup() -> tuple[Mode, Job | None, tuple[Any, ...]]:
+    """The mode, the processes joined, the job built (None: nothing to run)."""
+    apply_jax_flags()  # Before anything could start JAX's backends.
+    command = command_line.checked_command()
+    mode, experiment_cls, knob_settings = command.mode, command.experiment_cls, command.knobs
+    target = None
     if mode is Mode.COMPILE:  # As many fake CPU devices as the mesh (or TPU target) has.
-        target = aot.compile_target(experiment_cls, *topology)
+        target = aot.compile_target(experiment_cls, *command.topology)
         distributed.use_fake_cpu_devices(aot.devices_needed(experiment_cls, target))
     else:
         timeouts = (FLAGS.distributed_timeout_s, FLAGS.peer_timeout_s)
@@ -111,7 +103,7 @@ def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
         cli_flags.restore_fallback(mode, processes=jax.process_count())
     if FLAGS.print_config:  # Also before the required knobs are set.
         print(config_print.config_text(experiment_cls, knob_settings, FLAGS.fdl_set, FLAGS.fiddler))
-        return None, ()
+        return mode, None, ()
     experiment = experiment_cls()  # Validation may ask JAX for the devices: set up by now.
     task_cfg, dataset_cfgs, decoder_cfgs = overrides.resolve_configs(
         experiment, FLAGS.fdl_set, FLAGS.fiddler
@@ -119,9 +111,7 @@ def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
     configs = (experiment, task_cfg, dataset_cfgs, decoder_cfgs)
     if mode is Mode.COMPILE:
         print(aot.run(experiment, task_cfg, dataset_cfgs, FLAGS.exp, target))
-        return None, configs
-    if not FLAGS.job_log_dir:
-        raise UsageError("--job_log_dir is required (where checkpoints and summaries go).")
+        return mode, None, configs
     job_log_dir = storage.job_path(FLAGS.job_log_dir)  # A local path or gs://bucket/...
     job_config.check_job_dir_writable(job_log_dir)
     decodes = mode is Mode.DECODE or (
@@ -131,14 +121,13 @@ def _setup(mode: Mode) -> tuple[Job | None, tuple[Any, ...]]:
         raise UsageError(
             f"--mode={mode.value} decodes, but {type(experiment).__qualname__} has no "
             "decoder_datasets(); define it in the experiment (prompt/target inputs, see "
-            "README 'Decoding')."
+            "docs/decoding.md)."
         )
-    restore_checkpoint(mode in (Mode.EVAL, Mode.DECODE))  # Checked before anything runs.
     if mode is Mode.BENCHMARK:
         bench.BenchSettings(steps=FLAGS.bench_steps, warmup=FLAGS.bench_warmup)
     decoders = decoder_cfgs if decodes else ()
     job = build_job(experiment, task_cfg, dataset_cfgs, job_log_dir, decoder_dataset_cfgs=decoders)
-    return job, configs
+    return mode, job, configs
 
 
 def _run(job: Job, mode: Mode) -> periodic_actions.RunResult | None:
@@ -183,13 +172,19 @@ def _kinds() -> str:
 
 def run_benchmark_cli() -> None:
     """``paxlite-bench --exp=NAME --job_log_dir=DIR [--steps=N --warmup=K]`` (console script)."""
-    renames = {"--steps": "--bench_steps", "--warmup": "--bench_warmup"}
-    argv = [sys.argv[0], "--mode=benchmark"]
-    for arg in sys.argv[1:]:
-        name, sep, value = arg.partition("=")
-        argv.append(renames.get(name, name) + sep + value)
-    sys.argv = argv
+    sys.argv = bench_argv(sys.argv)
     run()
+
+
+def bench_argv(argv: Sequence[str]) -> list[str]:
+    """``paxlite-bench``'s command line as paxlite's: ``--mode=benchmark``, and ``--steps`` /
+    ``--warmup`` as ``--bench_steps`` / ``--bench_warmup``."""
+    renames = {"--steps": "--bench_steps", "--warmup": "--bench_warmup"}
+    rewritten = [argv[0], "--mode=benchmark"]
+    for arg in argv[1:]:
+        name, sep, value = arg.partition("=")
+        rewritten.append(renames.get(name, name) + sep + value)
+    return rewritten
 
 
 if __name__ == "__main__":

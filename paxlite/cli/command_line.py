@@ -4,19 +4,25 @@ absl parses the flags; what it would end in its own ``FATAL Flags parsing error`
 or usage text (an unknown flag, a value that is not of the flag's type or not one of its
 choices, a word that is no flag) ends here in one line, exit 2, with a did-you-mean. The
 help flags print paxlite's own help (``paxlite.cli.help_text``) before absl sees them.
+:func:`checked_command` then checks what the flags ask for (the mode, the experiment and its
+knobs) before anything runs.
 """
 
 from __future__ import annotations
 
+import dataclasses
 import difflib
 import re
 from collections.abc import Callable, Sequence
 
 from absl import flags
 
-from paxlite.cli import help_text
+from paxlite.cli import flags as cli_flags
+from paxlite.cli import help_text, overrides, pax_flags
 from paxlite.cli.exits import fail
-from paxlite.cli.flags import FLAGS, UsageError
+from paxlite.cli.flags import FLAGS, Mode, UsageError
+from paxlite.experiments import registry
+from paxlite.experiments.base_experiment import BaseExperiment
 from paxlite.experiments.registry import ExperimentRegistryError
 
 _BAD_VALUE = re.compile(r"flag --(\w+)=(.*?): (.*)", re.DOTALL)
@@ -50,6 +56,49 @@ def parse(argv: Sequence[str], init_from_reads: Callable[[], str] = str) -> list
     if len(remaining) > 1:
         fail(_stray_words(remaining[1:]))
     return remaining
+
+
+@dataclasses.dataclass(frozen=True)
+class Command:
+    """What a parsed ``paxlite`` command line runs, checked; nothing built or run yet."""
+
+    mode: Mode
+    #: The ``--exp`` class with the knob overrides applied (not instantiated).
+    experiment_cls: type[BaseExperiment]
+    #: ``KNOB=VALUE``: ``--set``, with ``--init_from``/``--init_from_exp`` as their knobs.
+    knobs: list[str]
+    #: ``(--compile_topology, --compile_topology_num_slices)``.
+    topology: tuple[str | None, int | None]
+
+
+def checked_command(builds: bool = True) -> Command:
+    """The parsed flags checked before anything runs: ``--exp`` given and found, the mode
+    one paxlite runs, no flag it refuses, each knob declared and of its type, the
+    compile and restore flags where they apply, a job directory for a run.
+
+    ``builds``: also refuse an ``--fdl_set`` path that a ``--set`` knob changes too; this
+    builds the experiment's configs (reading the files its knobs name, HF_MODEL's say).
+
+    Raises:
+      UsageError, KnobError, ExperimentRegistryError (``refusals.SETUP_ERRORS``).
+    """
+    if not FLAGS.exp:
+        example = registry.EXAMPLE_EXPERIMENT
+        raise UsageError(f"--exp is required (e.g. --exp={example}); paxlite --help.")
+    mode = cli_flags.resolved_mode()
+    cli_flags.reject_unsupported_flags()
+    search = FLAGS.exp_search_packages
+    knob_settings = cli_flags.knob_settings()
+    experiment_cls = overrides.resolve_experiment_class(FLAGS.exp, knob_settings, search)
+    if builds:
+        overrides.check_one_source(FLAGS.exp, knob_settings, FLAGS.fdl_set, search)
+    topology = cli_flags.compile_topology()
+    cli_flags.restore_fallback(mode)  # Refused outside training before anything runs.
+    if mode is not Mode.COMPILE and not FLAGS.print_config:  # A run, in a job directory.
+        if not FLAGS.job_log_dir:
+            raise UsageError("--job_log_dir is required (where checkpoints and summaries go).")
+        pax_flags.restore_checkpoint(mode in (Mode.EVAL, Mode.DECODE))
+    return Command(mode, experiment_cls, knob_settings, topology)
 
 
 def _asks_for_help(words: Sequence[str]) -> bool:

@@ -48,20 +48,28 @@ def resolve_configs(experiment: Any, fdl_sets: Sequence[str], fiddlers: Sequence
     for name in fiddlers:
         _find_fiddler(experiment, name)(root.task)
     for assignment in fdl_sets:
-        if "=" not in assignment:
-            raise UsageError(f"--fdl_set expects PATH=VALUE, got {assignment!r}.")
-        path = assignment.split("=", 1)[0]
-        if not path.startswith(("task", "datasets", "decoder_datasets")):
-            raise UsageError(
-                f"--fdl_set path {path!r} must start with 'task.', 'datasets[i].' or "
-                "'decoder_datasets[i].', e.g. task.learner.optimizer.learning_rate=0.01."
-            )
+        check_fdl_set_syntax(assignment)
         try:
             fdl_flag_utils.set_value(root, assignment)
         except ValueError as e:
             cause = f" {e.__cause__}" if e.__cause__ else ""
             raise UsageError(f"--fdl_set {assignment}: {e}{cause}") from None
     return root.task, root.datasets, root.decoder_datasets
+
+
+def check_fdl_set_syntax(assignment: str) -> str:
+    """The path of an ``--fdl_set PATH=VALUE`` assignment; UsageError when it is not
+    ``PATH=VALUE`` or the path does not start at a config (``task``, ``datasets[i]``,
+    ``decoder_datasets[i]``). Whether the path exists is for the built config to say."""
+    if "=" not in assignment:
+        raise UsageError(f"--fdl_set expects PATH=VALUE, got {assignment!r}.")
+    path = assignment.split("=", 1)[0]
+    if not path.startswith(("task", "datasets", "decoder_datasets")):
+        raise UsageError(
+            f"--fdl_set path {path!r} must start with 'task.', 'datasets[i].' or "
+            "'decoder_datasets[i].', e.g. task.learner.optimizer.learning_rate=0.01."
+        )
+    return path
 
 
 def check_one_source(
@@ -72,16 +80,22 @@ def check_one_source(
 ) -> None:
     """Raises UsageError when an ``--fdl_set`` path names a leaf that a ``--set`` knob changes.
 
-    Each knob override is compared alone against the experiment without overrides
-    (the configs built with and without it); given both, one would silently win.
+    Each knob override is compared against the experiment with the other overrides only
+    (the configs built with and without it); given both, one would silently win. A knob
+    the experiment cannot be built without (HF_MODEL, a required data path) is not
+    compared: every leaf depends on it.
     """
     if not knob_overrides or not fdl_sets:
         return
     cls = registry.get(name, search_packages)
-    baseline = _leaf_values(cls())
+    changed = _leaf_values(base_experiment.apply_knob_overrides(cls, list(knob_overrides))())
     paths = [assignment.split("=", 1)[0].strip() for assignment in fdl_sets]
-    for knob in knob_overrides:
-        changed = _leaf_values(base_experiment.apply_knob_overrides(cls, [knob])())
+    for index, knob in enumerate(knob_overrides):
+        others = [*knob_overrides[:index], *knob_overrides[index + 1 :]]
+        try:
+            baseline = _leaf_values(base_experiment.apply_knob_overrides(cls, others)())
+        except ValueError:  # KnobError: the experiment needs this knob to be built.
+            continue
         for leaf, value in changed.items():
             if _differs(baseline.get(leaf, _ABSENT), value):
                 for path in paths:

@@ -156,14 +156,21 @@ def write_report(sweep: dict[str, Any], job_log_dir: pathlib.Path) -> list[pathl
     return paths
 
 
+def parser() -> argparse.ArgumentParser:
+    """The sweep's command line (``--exp`` is a name ``paxlite --exp`` takes)."""
+    arguments = argparse.ArgumentParser(
+        description="Weak-scaling benchmark sweep (see module doc)."
+    )
+    arguments.add_argument("--job_log_dir", required=True)
+    arguments.add_argument("--exp", default=registry.EXAMPLE_EXPERIMENT)
+    arguments.add_argument("--devices", default="1,2,4,8")
+    arguments.add_argument("--steps", type=int, default=20)
+    arguments.add_argument("--warmup", type=int, default=3)
+    return arguments
+
+
 def main(argv: list[str] | None = None) -> None:
-    parser = argparse.ArgumentParser(description="Weak-scaling benchmark sweep (see module doc).")
-    parser.add_argument("--job_log_dir", required=True)
-    parser.add_argument("--exp", default=registry.EXAMPLE_EXPERIMENT)
-    parser.add_argument("--devices", default="1,2,4,8")
-    parser.add_argument("--steps", type=int, default=20)
-    parser.add_argument("--warmup", type=int, default=3)
-    args = parser.parse_args(argv)
+    args = parser().parse_args(argv)
     root = pathlib.Path(args.job_log_dir)
     points = []
     for n in (int(d) for d in args.devices.split(",")):

@@ -50,20 +50,39 @@ _DTYPES = {
 _FLAGS = flags.FlagValues()
 
 
-def _define_flags() -> None:
-    """The command line's flags (defined by :func:`run` only)."""
-    flags.DEFINE_string("job_log_dir", None, "The job directory to export.", flag_values=_FLAGS)
-    flags.DEFINE_string("out", None, "The Hugging Face directory to write.", flag_values=_FLAGS)
+def define_flags(flag_values: flags.FlagValues) -> None:
+    """The command line's flags, on ``flag_values`` (:func:`run`: :data:`_FLAGS`)."""
+    fv = flag_values
+    flags.DEFINE_string("job_log_dir", None, "The job directory to export.", flag_values=fv)
+    flags.DEFINE_string("out", None, "The Hugging Face directory to write.", flag_values=fv)
     flags.DEFINE_integer(
-        "step", None, "The checkpoint step to export (default: newest).", flag_values=_FLAGS
+        "step", None, "The checkpoint step to export (default: newest).", flag_values=fv
     )
-    flags.DEFINE_enum("dtype", "float32", list(_DTYPES), "The weights' dtype.", flag_values=_FLAGS)
+    flags.DEFINE_enum("dtype", "float32", list(_DTYPES), "The weights' dtype.", flag_values=fv)
     flags.DEFINE_bool(
-        "adapter",
-        False,
-        "Write the LoRA adapters as a PEFT adapter directory.",
-        flag_values=_FLAGS,
+        "adapter", False, "Write the LoRA adapters as a PEFT adapter directory.", flag_values=fv
     )
+
+
+def parse(flag_values: flags.FlagValues, argv: Sequence[str]) -> list[str]:
+    """``argv`` parsed into ``flag_values`` (:func:`define_flags`): the rest of it, or a
+    one-line error (``--help``: the flags, exit 0)."""
+    if any(arg in ("--help", "-h", "--helpfull") for arg in argv[1:]):
+        print(f"paxlite-export: a fine-tuned run as a Hugging Face model.\n\n{flag_values}")
+        sys.exit(0)
+    try:
+        return flag_values(list(argv))
+    except flags.Error as e:
+        exits.fail(f"{e}; see paxlite-export --help.")
+
+
+def check_flags(flag_values: flags.FlagValues, rest: Sequence[str]) -> None:
+    """One line and exit 2 for what the export cannot run with: words that are no flag
+    (``rest``: what :func:`parse` left, the program first), or no --job_log_dir or --out."""
+    if len(rest) > 1:
+        exits.fail(f"unexpected arguments {' '.join(rest[1:])}; see paxlite-export --help.")
+    if not flag_values.job_log_dir or not flag_values.out:
+        exits.fail("paxlite-export needs --job_log_dir=DIR (the fine-tuned run) and --out=DIR.")
 
 
 def kept_files(hf_dir: str) -> dict[str, str]:
@@ -190,11 +209,8 @@ def _host_params(job: epath.Path, step: int | None) -> dict[str, np.ndarray]:
 
 
 def main(argv: Sequence[str]) -> None:
-    if len(argv) > 1:
-        exits.fail(f"unexpected arguments {' '.join(argv[1:])}; see paxlite-export --help.")
+    check_flags(_FLAGS, argv)
     given = _FLAGS
-    if not given.job_log_dir or not given.out:
-        exits.fail("paxlite-export needs --job_log_dir=DIR (the fine-tuned run) and --out=DIR.")
     out = given.out
     try:
         files = export(given.job_log_dir, out, given.step, given.dtype, given.adapter)
@@ -204,15 +220,8 @@ def main(argv: Sequence[str]) -> None:
 
 
 def _parse(argv: list[str]) -> list[str]:
-    """``argv`` parsed into :data:`_FLAGS`: the rest of it, or a one-line error (``--help``:
-    the flags)."""
-    if any(arg in ("--help", "-h", "--helpfull") for arg in argv[1:]):
-        print(f"paxlite-export: a fine-tuned run as a Hugging Face model.\n\n{_FLAGS}")
-        sys.exit(0)
-    try:
-        rest = _FLAGS(argv)
-    except flags.Error as e:
-        exits.fail(f"{e}; see paxlite-export --help.")
+    """``argv`` parsed into :data:`_FLAGS` (:func:`parse`)."""
+    rest = parse(_FLAGS, argv)
     flags.FLAGS.mark_as_parsed()  # absl's own (logging's) flags keep their defaults,
     logging.set_verbosity(logging.WARNING)  # and libraries stay quiet, as in paxlite's runs.
     return rest
@@ -222,5 +231,5 @@ def run() -> None:
     """Console-script entry point: on the host's CPU (an export only moves weights; a job's
     frozen weights are read onto one CPU device, never onto an accelerator's memory)."""
     jax.config.update("jax_platforms", "cpu")
-    _define_flags()
+    define_flags(_FLAGS)
     app.run(main, argv=sys.argv, flags_parser=_parse)

@@ -302,7 +302,7 @@ def test_export_command_line_flags_live_beside_the_trainers():
     """paxlite-export reads frozen weights through paxlite.pretrained.loading, which brings the
     trainer's absl flags (--job_log_dir too): the two sets must not collide."""
     code = (
-        "from paxlite.pretrained import export; export._define_flags(); "
+        "from paxlite.pretrained import export; export.define_flags(export._FLAGS); "
         "import paxlite.pretrained.loading; "
         "print(export._parse(['paxlite-export', '--job_log_dir=a', '--out=b', '--adapter']))"
     )

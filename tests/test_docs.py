@@ -166,6 +166,29 @@ def test_examples_that_hold_pass():
     assert not problems, "\n".join(map(str, problems))
 
 
+_PAGE_MODULE = """
+from paxlite import experiment_registry
+from tasks.lm.synthetic import LmSyntheticTiny
+
+
+@experiment_registry.register
+class PageTinyLm(LmSyntheticTiny):
+    EVAL_BATCHES: int = 8
+"""
+
+
+def test_a_module_the_page_writes_is_checked_with_its_commands():
+    """A ``python NAME.py`` fence is importable as NAME while the page's commands are read:
+    its experiment resolves and its own knobs are checked; afterwards it is forgotten."""
+    run = "paxlite --exp=page_experiments.PageTinyLm --job_log_dir=/tmp/page"
+    module = _fenced("python page_experiments.py", _PAGE_MODULE)
+    assert not check_markdown("page.md", module + _fenced("bash", f"{run} --set EVAL_BATCHES=2"))
+    problems = check_markdown("page.md", module + _fenced("bash", f"{run} --set EVAL_BATHCES=2"))
+    assert len(problems) == 1 and "has no knob 'EVAL_BATHCES'" in str(problems[0])
+    problems = check_markdown("page.md", _fenced("bash", f"{run} --set EVAL_BATCHES=2"))
+    assert len(problems) == 1 and "page_experiments" in str(problems[0])  # Not left behind.
+
+
 def test_every_console_script_is_checked():
     """A new console script in pyproject.toml needs its checker in tests/docs_examples.py."""
     scripts = tomllib.loads((REPO / "pyproject.toml").read_text())["project"]["scripts"]

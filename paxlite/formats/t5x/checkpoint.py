@@ -341,14 +341,19 @@ class T5xSource(LayoutSource):
             }  # As T5X: read whatever chunks and compressor were written.
             spec.pop("path", None)  # tensorstore < 0.1.14 kept the path here.
             spec["kvstore"] = storage.kvstore(self._array_dir(self._leaves[name])) + "/"
-            try:
-                self._stores[name] = ts.open(spec, open=True, read=True).result()
-            except Exception as e:  # noqa: BLE001 (tensorstore raises ValueError and more)
-                raise CheckpointSourceError(
-                    f"{self._where(name)}: T5X array {name} cannot be opened "
-                    f"({storage.one_line(e)})."
-                ) from None
+            self._stores[name] = self._open(name, spec)
         return self._stores[name]
+
+    def _open(self, name: str, spec: dict[str, Any], **options: Any) -> Any:
+        """The tensorstore array of variable ``name`` at ``spec``; CheckpointSourceError
+        naming where it is stored when it cannot be opened."""
+        try:
+            return ts.open(spec, open=True, read=True, **options).result()
+        except Exception as e:  # noqa: BLE001 (tensorstore raises ValueError and more)
+            raise CheckpointSourceError(
+                f"{self._where(name)}: T5X array {name} cannot be opened "
+                f"({storage.one_line(e)})."
+            ) from None
 
 
 class T5xOrbaxSource(T5xSource):
@@ -397,15 +402,7 @@ class T5xOrbaxSource(T5xSource):
             else:
                 kvstore = storage.kvstore(self._item / key) + "/"
             spec = {"driver": "zarr3" if self._zarr3 else "zarr", "kvstore": kvstore}
-            try:
-                self._stores[name] = ts.open(
-                    spec, open=True, read=True, context=self._context
-                ).result()
-            except Exception as e:  # noqa: BLE001 (tensorstore raises ValueError and more)
-                raise CheckpointSourceError(
-                    f"{self._where(name)}: T5X array {name} cannot be opened "
-                    f"({storage.one_line(e)})."
-                ) from None
+            self._stores[name] = self._open(name, spec, context=self._context)
         return self._stores[name]
 
 

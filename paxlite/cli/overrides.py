@@ -81,9 +81,10 @@ def check_one_source(
     """Raises UsageError when an ``--fdl_set`` path names a leaf that a ``--set`` knob changes.
 
     Each knob override is compared against the experiment with the other overrides only
-    (the configs built with and without it); given both, one would silently win. A knob
-    the experiment cannot be built without (HF_MODEL, a required data path) is not
-    compared: every leaf depends on it.
+    (the configs built with and without it), or, where those alone do not build (two knobs
+    that must change together), with none; given both, one would silently win. A knob the
+    experiment cannot be built without (HF_MODEL, a required data path) is not compared:
+    every leaf depends on it.
     """
     if not knob_overrides or not fdl_sets:
         return
@@ -92,9 +93,10 @@ def check_one_source(
     paths = [assignment.split("=", 1)[0].strip() for assignment in fdl_sets]
     for index, knob in enumerate(knob_overrides):
         others = [*knob_overrides[:index], *knob_overrides[index + 1 :]]
-        try:
-            baseline = _leaf_values(base_experiment.apply_knob_overrides(cls, others)())
-        except ValueError:  # KnobError: the experiment needs this knob to be built.
+        baseline = _built_leaves(cls, others)
+        if baseline is None:
+            baseline = _built_leaves(cls, [])
+        if baseline is None:  # The experiment needs this knob to be built.
             continue
         for leaf, value in changed.items():
             if _differs(baseline.get(leaf, _ABSENT), value):
@@ -107,6 +109,15 @@ def check_one_source(
 
 
 _ABSENT = object()
+
+
+def _built_leaves(cls: type, knob_overrides: list[str]) -> dict[str, Any] | None:
+    """:func:`_leaf_values` of ``cls`` with ``knob_overrides``; None where it does not build
+    (a KnobError: a required knob unset, or knobs that do not fit together)."""
+    try:
+        return _leaf_values(base_experiment.apply_knob_overrides(cls, knob_overrides)())
+    except ValueError:
+        return None
 
 
 def _leaf_values(experiment: Any) -> dict[str, Any]:

@@ -463,10 +463,16 @@ def _check_class_knobs(cls: type[BaseExperiment]) -> None:
     own = vars(cls)
     for name, value in own.items():
         if _KNOB_NAME.fullmatch(name) and name not in declared:
+            why = cls.undeclared_knob_hint(name)
+            fix = (
+                "."
+                if why
+                else f"{_did_you_mean(name, declared)}. Fix the name, or declare a new "
+                f"knob with a type annotation: `{name}: <type> = {value!r}`."
+            )
             raise KnobError(
                 f"{cls.__qualname__}.{name} = {value!r} sets a knob that no base class "
-                f"declares{_did_you_mean(name, declared)}. Fix the name, or declare a new "
-                f"knob with a type annotation: `{name}: <type> = {value!r}`."
+                f"declares{why}{fix}"
             )
     annotated_here = own.get("__annotations__", {})
     for name, tp in declared.items():

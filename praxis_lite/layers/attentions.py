@@ -234,9 +234,19 @@ class DotProductAttention(BaseLayer):
         return self.use_bias if self.use_post_bias is None else self.use_post_bias
 
     def _query_scale(self) -> float | QueryScale:
-        """``query_scale`` as its type (``--fdl_set`` gives a member's value, a string)."""
+        """``query_scale`` as its type: a member's value or name (``--fdl_set`` gives a
+        string), None (praxis' spelling of the default: ``RSQRT_HEAD_DIM``), or a number."""
         scale = self.query_scale
-        return QueryScale(scale) if isinstance(scale, str) else float(scale)
+        if scale is None:
+            return QueryScale.RSQRT_HEAD_DIM
+        if isinstance(scale, str) and scale.lower() in set(QueryScale):  # Names: values' caps.
+            return QueryScale(scale.lower())
+        if isinstance(scale, int | float) and not isinstance(scale, bool | str):
+            return float(scale)
+        raise ValueError(
+            f"query_scale={scale!r}: give a number (a fixed multiplier) or one of "
+            f"{', '.join(q.value for q in QueryScale)} (QueryScale)."
+        )
 
     def setup(self) -> None:
         n, k, h, d = self.num_heads, self.kv_heads, self.head_dim, self.input_dims

@@ -23,6 +23,7 @@ from paxlite.formats.hf import checkpoint as hf_checkpoint
 from paxlite.formats.hf import models as hf_models
 from paxlite.formats.peft import adapter as peft_adapter
 from paxlite.pretrained import export
+from paxlite.runtime import mesh_checks
 from praxis_lite import config as config_lib
 from praxis_lite.moe import MoeFeedForward
 from praxis_lite.sharding import (
@@ -126,11 +127,32 @@ class HfModelKnobs(LmTrainer):
             VOCAB: ("config.json's vocab_size", model.lm_tpl.vocab_size),
             LAYERS: ("config.json's layers", stack.num_layers),
         }
-        moe_block = stack.moe_block_tpl if stack.moe_layers else block
-        if moe_block.tr_fflayer_tpl.__fn_or_cls__ is MoeFeedForward:
-            experts = moe_block.tr_fflayer_tpl.num_experts
-            sizes[EXPERT] = ("config.json's experts", experts)
+        moe_block = self._moe_block()
+        if moe_block is not None:
+            sizes[EXPERT] = ("config.json's experts", moe_block.tr_fflayer_tpl.num_experts)
         return sizes
+
+    def check_model(self, plan: mesh_checks.MeshPlan) -> None:
+        """The experts' and the shared expert's hidden dims split evenly too (on 'mlp', as
+        the dense feed-forward's)."""
+        super().check_model(plan)
+        moe_block = self._moe_block()
+        if moe_block is None:
+            return
+        hidden = {
+            "expert": moe_block.hidden_dims,
+            "shared expert": moe_block.tr_fflayer_tpl.shared_expert_dims,
+        }
+        for which, size in hidden.items():
+            if size:
+                plan.check_even_split({MLP: (f"config.json's {which} intermediate size", size)})
+
+    def _moe_block(self) -> config_lib.Config | None:
+        """The block config of the MoE layers (None: a dense model)."""
+        _, model = hf_models.build_model(self.hf_config)
+        stack = model.lm_tpl.stacked_transformer_tpl
+        block = stack.moe_block_tpl if stack.moe_layers else stack.block_tpl
+        return block if block.tr_fflayer_tpl.__fn_or_cls__ is MoeFeedForward else None
 
     def model(self) -> config_lib.Config:
         """config.json's model (scanned unless its layers differ): float32 weights, FPROP_DTYPE

@@ -72,7 +72,9 @@ class LmTrainer(LmTrainingKnobs, AdamKnobs, LrScheduleKnobs, LoopKnobs, LoraKnob
         plan.check_even_split(self.weight_sizes())
 
     def check_model(self, plan: mesh_checks.MeshPlan) -> None:
-        """The model's own checks, before its weights' even split on ``plan`` (none here)."""
+        """The model's own checks, before its weights' even split on ``plan``: here, that the
+        mesh has no 'stage' devices (this model is not pipelined)."""
+        plan.check_no_stage_axis(repeat=1)
 
     def task_model(self) -> config_lib.Config:
         """The model the task trains: :meth:`model` (a family may finish it here)."""

@@ -56,7 +56,7 @@ _INERT = frozenset(
         "initializer_range", "max_position_embeddings", "output_attentions",
         "output_hidden_states", "return_dict", "tokenizer_class", "id2label", "label2id",
         "problem_type", "is_encoder_decoder", "tie_encoder_decoder",
-        "attention_dropout",  # Training recipes set dropout (DROPOUT_PROB), not the weights.
+        "attention_dropout",  # Dropout is the training run's choice (--fdl_set), not the weights'.
     }
 )  # fmt: skip
 

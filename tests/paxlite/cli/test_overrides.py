@@ -11,7 +11,7 @@ from hypothesis import HealthCheck, given, settings
 from hypothesis import strategies as st
 
 from paxlite.cli.flags import UsageError
-from paxlite.cli.overrides import resolve_configs
+from paxlite.cli.overrides import check_one_source, resolve_configs
 from paxlite.experiments.base_experiment import (
     KnobError,
     apply_knob_overrides,
@@ -19,6 +19,7 @@ from paxlite.experiments.base_experiment import (
 )
 from paxlite.experiments.knob_types import matches_type, parse_knob_value
 from tasks.lm.synthetic import LmSyntheticTiny
+from tests import REPO
 
 KNOB_TYPES = LmSyntheticTiny._knob_types
 KNOB_NAMES = sorted(KNOB_TYPES)
@@ -172,3 +173,33 @@ def test_strategies_cover_every_declared_type():
     """Guard: the knob types the strategies above were written for are the ones declared."""
     kinds = {typing.get_origin(tp) or tp for tp in KNOB_TYPES.values()}
     assert {int, float, bool, tuple}.issubset(kinds)
+
+
+_TINY = "tasks.lm.synthetic.LmSyntheticTiny"
+_MODEL_DIMS = "task.model.lm_tpl.model_dims"
+
+
+@pytest.mark.parametrize(
+    "exp, knobs, fdl_set",
+    [
+        (_TINY, ["MODEL_DIMS=96"], f"{_MODEL_DIMS}=32"),
+        # Each knob alone does not build (3 heads do not divide 64 dims): against the defaults.
+        (_TINY, ["NUM_HEADS=3", "MODEL_DIMS=48"], f"{_MODEL_DIMS}=96"),
+        # HF_MODEL is needed to build at all: the other knobs are compared with it set.
+        (
+            "tasks.lm.hf_synthetic.HfSyntheticLm",
+            [f"HF_MODEL={REPO}/tests/fixtures/hf/llama3", "MAX_SEQ_LEN=64"],
+            "datasets[0].seq_len=32",
+        ),
+    ],
+    ids=["one_knob", "knobs_that_change_together", "a_required_knob"],
+)
+def test_a_knob_and_a_path_setting_one_leaf_are_refused(exp, knobs, fdl_set):
+    with pytest.raises(UsageError, match=r"both set .*; pass only one of them"):
+        check_one_source(exp, knobs, [fdl_set])
+
+
+def test_a_knob_and_a_path_on_other_leaves_pass():
+    hf = [f"HF_MODEL={REPO}/tests/fixtures/hf/llama3", "MAX_SEQ_LEN=64"]
+    check_one_source("tasks.lm.hf_synthetic.HfSyntheticLm", hf, [f"{_MODEL_DIMS}=32"])
+    check_one_source(_TINY, ["NUM_LAYERS=4"], ["task.learner.optimizer.learning_rate=0.1"])

@@ -264,7 +264,12 @@ def test_dropout():
 
 @pytest.mark.parametrize(
     "fields, match",
-    [({"num_kv_heads": 3}, "multiple"), ({"num_kv_heads": 2, "combine_qkv": True}, "combine")],
+    [
+        ({"num_kv_heads": 3}, "multiple"),
+        ({"num_kv_heads": 2, "combine_qkv": True}, "combine"),
+        ({"query_scale": "per-dim"}, r"query_scale='per-dim': give a number .* per_dim, in_init"),
+        ({"query_scale": True}, "query_scale=True: give a number"),
+    ],
 )
 def test_invalid_head_configs_raise(fields, match):
     with pytest.raises(ValueError, match=match):
@@ -284,5 +289,9 @@ def test_the_values_fdl_set_gives_are_read_as_the_members():
     x = ref.normal((2, 5, D))
     variables = _variables("per_dim_scale")
     want = ref.jit_apply(_build("per_dim_scale"))(variables, x)
-    spelled = _build("per_dim_scale", query_scale="per_dim", attention_impl="xla")
-    ref.assert_close(ref.jit_apply(spelled)(variables, x), want, jnp.float32, tol=1e-5)
+    for name in ("per_dim", "PER_DIM"):
+        spelled = _build("per_dim_scale", query_scale=name, attention_impl="xla")
+        ref.assert_close(ref.jit_apply(spelled)(variables, x), want, jnp.float32, tol=1e-5)
+    plain = ref.jit_apply(_build())(_variables("mha"), x)  # None: praxis' spelling of the default.
+    none = ref.jit_apply(_build(query_scale=None))(_variables("mha"), x)
+    np.testing.assert_array_equal(none, plain)

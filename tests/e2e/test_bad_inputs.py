@@ -186,16 +186,15 @@ def test_check_job_dir_writable_accepts_new_and_existing_dirs_and_creates_nothin
 # 3 and 4. A job directory holding another model's checkpoint, or a damaged one.
 
 
+#: trained_job's training: 2 steps, a checkpoint after each.
+TWO_STEPS = ["--set=NUM_TRAIN_STEPS=2", "--set=CHECKPOINT_EVERY_N_STEPS=1"]
+
+
 @pytest.fixture(scope="module")
 def trained_job(tmp_path_factory) -> pathlib.Path:
     """LmSyntheticTiny trained 2 steps, checkpoints at steps 1 and 2."""
     job = tmp_path_factory.mktemp("trained") / "job"
-    proc = run_main(
-        f"--job_log_dir={job}",
-        "--set=NUM_TRAIN_STEPS=2",
-        "--set=CHECKPOINT_EVERY_N_STEPS=1",
-        "--set=SUMMARY_INTERVAL_STEPS=1",
-    )
+    proc = run_main(f"--job_log_dir={job}", *TWO_STEPS, "--set=SUMMARY_INTERVAL_STEPS=1")
     assert proc.returncode == 0, proc.stderr[-3000:]
     assert sorted(p.name for p in (job / "checkpoints").iterdir()) == ["1", "2"]
     return job
@@ -271,12 +270,7 @@ def test_restore_fallback_moves_a_damaged_newest_step_aside_and_resumes_from_the
     damaged = job / "checkpoints" / "2"
     _cut_data_files_in_half(damaged)
     damaged_files = snapshot(damaged)
-    proc = run_main(
-        f"--job_log_dir={job}",
-        "--set=NUM_TRAIN_STEPS=2",
-        "--set=CHECKPOINT_EVERY_N_STEPS=1",
-        "--restore_fallback",
-    )
+    proc = run_main(f"--job_log_dir={job}", *TWO_STEPS, "--restore_fallback")
     assert proc.returncode == 0, proc.stderr[-3000:]
     aside = job.absolute() / "damaged_checkpoints" / "2"
     warnings = [line for line in proc.stderr.splitlines() if line.startswith("paxlite: warning:")]

@@ -1,9 +1,7 @@
 """Two local processes (DCN [2,1,1] x ICI [1,4,1]) through main.py == one process with 8 devices."""
 
-import os
 import pathlib
 import signal
-import socket
 import subprocess
 import sys
 import time
@@ -12,17 +10,18 @@ import jax
 import numpy as np
 import pytest
 
-from tests import REPO, cpu_xla_flags
+from tests import REPO
 from tests.paxlite.test_main import (
+    EXP,
     assert_ended_cleanly,
     restore_params,
     run_main_in_process,
     scalar_series,
 )
+from tests.processes import cpu_env, free_port, run_together
 
 pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
 
-EXP = "--exp=tasks.lm.synthetic.LmSyntheticTiny"
 COMMON = [
     "--set=PERCORE_BATCH_SIZE=2",
     "--set=SUMMARY_INTERVAL_STEPS=1",
@@ -31,19 +30,6 @@ COMMON = [
     "--set=DROPOUT_PROB=0.1",
     "--peak_tflops=1",  # No MFU calibration (a timed matmul in each run): not what these check.
 ]
-
-
-def _env(devices: int) -> dict[str, str]:
-    env = dict(os.environ)
-    env["XLA_FLAGS"] = cpu_xla_flags(devices)
-    env["JAX_PLATFORMS"] = "cpu"
-    return env
-
-
-def _free_port() -> int:
-    with socket.socket() as s:
-        s.bind(("127.0.0.1", 0))
-        return s.getsockname()[1]
 
 
 def _two_process_command(
@@ -64,7 +50,7 @@ def _two_process_command(
         sys.executable,
         "-m",
         "paxlite.main",
-        EXP,
+        f"--exp={EXP}",
         f"--job_log_dir={job}",
         *COMMON,
         "--set=ICI_MESH_SHAPE=1,4,1",
@@ -78,30 +64,14 @@ def _two_process_command(
 @pytest.mark.slow
 def test_two_processes_match_one_and_checkpoints_restore_across(tmp_path):
     multi, single = tmp_path / "multi", tmp_path / "single"
-    port = _free_port()
-    procs = [
-        subprocess.Popen(
-            _two_process_command(multi, port, i, "--set=NUM_TRAIN_STEPS=6"),
-            cwd=REPO,
-            env=_env(4),
-            stdout=subprocess.PIPE,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
-        for i in range(2)
-    ]
-    outputs = []
-    try:
-        for p in procs:
-            outputs.append(p.communicate(timeout=400))
-    finally:
-        for p in procs:
-            p.kill()
-    for p, (out, err) in zip(procs, outputs, strict=True):
+    port = free_port()
+    commands = [_two_process_command(multi, port, i, "--set=NUM_TRAIN_STEPS=6") for i in range(2)]
+    results = run_together(commands, REPO, cpu_env(4), timeout=400)
+    for result in results:
         # Both leave the job in order: nothing aborts or prints at exit.
-        assert_ended_cleanly(subprocess.CompletedProcess(p.args, p.returncode, out, err))
-    assert "(2 processes)" in outputs[0][0] and "'replica': 2, 'data': 4" in outputs[0][0]
-    assert "step" not in outputs[1][0]  # only process 0 prints progress (gloo talks on both)
+        assert_ended_cleanly(result)
+    assert "(2 processes)" in results[0].stdout and "'replica': 2, 'data': 4" in results[0].stdout
+    assert "step" not in results[1].stdout  # only process 0 prints progress (gloo talks on both)
     assert (multi / "config.txt").exists()
 
     # The reference: one process of 8 devices (this one: the point is the 2 processes).
@@ -139,7 +109,7 @@ def test_a_dead_peer_stops_the_others_in_bounded_time_naming_it(tmp_path):
     The processes join with Pax's flags (--multiprocess_gpu --server_addr --num_hosts
     --host_idx): they train together before one dies, so joining works as with ours.
     """
-    job, port, timeout_s = tmp_path / "job", _free_port(), 3
+    job, port, timeout_s = tmp_path / "job", free_port(), 3
     logs = [(tmp_path / f"err{i}.txt").open("w") for i in range(2)]
     procs = [
         subprocess.Popen(
@@ -152,7 +122,7 @@ def test_a_dead_peer_stops_the_others_in_bounded_time_naming_it(tmp_path):
                 pax_flags=True,
             ),
             cwd=REPO,
-            env=_env(4),
+            env=cpu_env(4),
             stdout=subprocess.PIPE,
             stderr=logs[i],
             text=True,
@@ -185,28 +155,15 @@ def test_a_dead_peer_stops_the_others_in_bounded_time_naming_it(tmp_path):
 @pytest.mark.slow
 def test_a_failed_peer_stops_the_others_at_once_naming_it(tmp_path):
     """Process 1 exits with an error (its job dir is a file); process 0 stops, naming it."""
-    job, port = tmp_path / "job", _free_port()
+    job, port = tmp_path / "job", free_port()
     not_a_dir = tmp_path / "a_file"
     not_a_dir.write_text("")
-    procs = [
-        subprocess.Popen(
-            _two_process_command(
-                job if i == 0 else not_a_dir, port, i, "--set=NUM_TRAIN_STEPS=100000"
-            ),
-            cwd=REPO,
-            env=_env(4),
-            stdout=subprocess.DEVNULL,
-            stderr=subprocess.PIPE,
-            text=True,
-        )
+    commands = [
+        _two_process_command(job if i == 0 else not_a_dir, port, i, "--set=NUM_TRAIN_STEPS=100000")
         for i in range(2)
     ]
-    try:
-        errors = [p.communicate(timeout=120)[1] for p in procs]
-    finally:
-        for p in procs:
-            p.kill()
-    assert procs[1].returncode == 2 and "is a file, not a directory" in errors[1]
-    assert procs[0].returncode == 4, errors[0][-3000:]
-    assert "paxlite: error: process 1 of 2 (host " in errors[0]
-    assert "exited with code 2: " in errors[0] and "is a file, not a directory" in errors[0]
+    first, second = run_together(commands, REPO, cpu_env(4), timeout=120)
+    assert second.returncode == 2 and "is a file, not a directory" in second.stderr
+    assert first.returncode == 4, first.stderr[-3000:]
+    assert "paxlite: error: process 1 of 2 (host " in first.stderr
+    assert "exited with code 2: " in first.stderr and "is a file, not a directory" in first.stderr

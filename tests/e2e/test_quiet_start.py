@@ -6,11 +6,11 @@ import importlib.util
 import os
 import re
 import subprocess
-import sys
 
 import pytest
 
 from tests import FIXTURES, REPO
+from tests.processes import run_python
 
 #: Lines of libtpu's, TensorFlow's and CUDA's probing (and absl's C++ log preamble).
 _PROBING = re.compile(
@@ -29,15 +29,7 @@ def _as_a_newcomer_runs(tmp_path, *args: str) -> subprocess.CompletedProcess:
         if k not in ("JAX_PLATFORMS", "TF_CPP_MIN_LOG_LEVEL", "CUDA_VISIBLE_DEVICES")
     }
     env["XLA_FLAGS"] = ""  # The suite's fake device count, too.
-    return subprocess.run(
-        [sys.executable, *args],
-        cwd=tmp_path,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    return run_python(args, env, cwd=tmp_path)
 
 
 @pytest.mark.slow

@@ -1,26 +1,22 @@
 """Preemption (SIGTERM) and divergence handling, end to end through main.py."""
 
-import os
 import re
 import shutil
 import signal
-import subprocess
-import sys
 
 import flax.linen as nn
 import jax
 import numpy as np
 import pytest
 
-from tests import cpu_xla_flags
 from tests.paxlite.test_main import (
     EXP,
-    REPO,
     restore_params,
     run_main,
     run_until_preempted,
     scalar_series,
 )
+from tests.processes import cpu_env, run_python
 
 pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
 
@@ -180,21 +176,7 @@ def test_a_save_killed_mid_write_is_skipped_and_older_checkpoints_survive(tmp_pa
         "--set=NUM_TRAIN_STEPS=12",
         "--set=CHECKPOINT_MAX_TO_KEEP=1",
     ]
-    env = dict(
-        os.environ,
-        XLA_FLAGS=cpu_xla_flags(1),
-        JAX_PLATFORMS="cpu",
-        KILL_AT_SAVE="8",
-    )
-    killed = subprocess.run(
-        [sys.executable, "-c", _KILL_DURING_SAVE, *args],
-        cwd=REPO,
-        env=env,
-        capture_output=True,
-        text=True,
-        timeout=300,
-        check=False,
-    )
+    killed = run_python(["-c", _KILL_DURING_SAVE, *args], cpu_env(1, KILL_AT_SAVE="8"))
     assert killed.returncode == -signal.SIGKILL, killed.stderr[-2000:]
     names = sorted(p.name for p in (job / "checkpoints").iterdir())
     # The unfinished step 8 did not replace step 4, although only one is kept.

@@ -5,7 +5,6 @@ with one line and exit code 5, nothing complete is lost, and the same command re
 a run can do without (summaries, profiles, decoder outputs) is reported and the run goes on.
 """
 
-import os
 import pathlib
 import re
 import subprocess
@@ -16,8 +15,8 @@ from etils import epath
 
 from paxlite.checkpoints import input_positions
 from tasks.lm.text import TextFormat
-from tests import REPO, cpu_xla_flags
-from tests.gcs import BUCKET, free_port
+from tests import REPO
+from tests.gcs import BUCKET
 from tests.paxlite.test_main import (
     assert_ended_cleanly,
     run_and_act_at,
@@ -25,7 +24,7 @@ from tests.paxlite.test_main import (
     run_main_in_process,
     run_until_preempted,
 )
-from tests.processes import run_together
+from tests.processes import cpu_env, free_port, run_together
 from tests.tasks.lm.test_text import write
 
 pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
@@ -113,12 +112,7 @@ def run_two_processes(command: list[str]) -> list[subprocess.CompletedProcess]:
     CPU devices each, with the model axis across the two (each process writes its own
     shards of the state: with the data axis across them only process 0 writes)."""
     port = free_port()
-    env = dict(
-        os.environ,
-        JAX_PLATFORMS="cpu",
-        XLA_FLAGS=cpu_xla_flags(2),
-        JAX_DISABLE_MOST_OPTIMIZATIONS="1",
-    )
+    env = cpu_env(2, JAX_DISABLE_MOST_OPTIMIZATIONS="1")
     join = ["--set=ICI_MESH_SHAPE=1,2,1", "--set=DCN_MESH_SHAPE=1,1,2", "--num_processes=2"]
     join += [f"--coordinator_address=127.0.0.1:{port}", "--distributed_timeout_s=120"]
     commands = [

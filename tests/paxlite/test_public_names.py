@@ -6,13 +6,12 @@ experiment registry is shared, not copied.
 """
 
 import importlib
-import subprocess
-import sys
 import tomllib
 
 import praxis_lite
 from praxis_lite import layers
 from tests import REPO
+from tests.processes import run_python
 
 
 def test_paxlite_inference_is_the_loading_module():
@@ -84,12 +83,6 @@ def test_paxlite_bench_sweep_imports_as_the_sweep_module():
 
 
 def test_python_m_paxlite_bench_sweep_still_runs():
-    out = subprocess.run(
-        [sys.executable, "-m", "paxlite.bench_sweep", "--help"],
-        capture_output=True,
-        text=True,
-        cwd=REPO,
-        timeout=120,
-    )
+    out = run_python(["-m", "paxlite.bench_sweep", "--help"], timeout=120)
     assert out.returncode == 0, out.stderr[-2000:]
     assert "Weak-scaling benchmark sweep" in out.stdout and "--devices" in out.stdout

@@ -5,7 +5,6 @@ the batches an uninterrupted run reads, without re-reading the stream."""
 from __future__ import annotations
 
 import json
-import os
 import sys
 
 import jax
@@ -22,12 +21,10 @@ from paxlite.train import prefetch, train_loop
 from praxis_lite.inputs.base_input import InputConfigError
 from praxis_lite.inputs.seqio_input import SeqIOInput
 from tasks.lm.text import LmTextTiny, TextFormat
-from tests import cpu_xla_flags
-from tests.e2e.test_multiprocess import _free_port
 from tests.gcs import BUCKET
 from tests.paxlite.test_main import REPO, assert_ended_cleanly, main_in_process, restore_params
 from tests.praxis_lite.inputs.test_seqio_input import assert_batches_equal
-from tests.processes import run_together
+from tests.processes import cpu_env, free_port, run_together
 from tests.tasks.lm.test_text import FAST, write
 
 T = 24
@@ -236,7 +233,7 @@ def test_two_hosts_save_their_own_positions_and_one_process_cannot_resume_them(t
         "--set=EVAL_INTERVAL_STEPS=0",
         "--peak_tflops=1",
     ]
-    port = _free_port()
+    port = free_port()
     commands = [
         [sys.executable, "-m", "paxlite.main", *knobs, "--set=NUM_TRAIN_STEPS=2"]
         + ["--set=PERCORE_BATCH_SIZE=2", "--set=ICI_MESH_SHAPE=1,2,1"]
@@ -246,12 +243,7 @@ def test_two_hosts_save_their_own_positions_and_one_process_cannot_resume_them(t
     ]
     # Compiled with most of XLA's optimizations off (about 4 s of CPU less in each):
     # the test reads where each host's input stopped, not how fast the step runs.
-    env = dict(
-        os.environ,
-        JAX_PLATFORMS="cpu",
-        XLA_FLAGS=cpu_xla_flags(2),
-        JAX_DISABLE_MOST_OPTIMIZATIONS="1",
-    )
+    env = cpu_env(2, JAX_DISABLE_MOST_OPTIMIZATIONS="1")
     for result in run_together(commands, REPO, env, timeout=400):
         assert_ended_cleanly(result)
     step = job / "checkpoints" / input_positions.DIRNAME / "2"

@@ -15,13 +15,12 @@ import sys
 
 import numpy as np
 import pytest
-import seqio
 
 from paxlite.t5x import eval as t5x_eval
 from paxlite.t5x import infer as t5x_infer
 from tests import FIXTURES
-from tests.paxlite.t5x.commands import run_in_process
-from tests.paxlite.t5x.user_dirs import fresh_user_directory
+from tests.paxlite.t5x.commands import refusal, run_in_process
+from tests.paxlite.t5x.user_dirs import fresh_user_directory, registered_task_without_data
 
 ORACLE = FIXTURES / "t5x" / "t5x_eval_infer"
 USER_DIR = FIXTURES / "t5x" / "t5x_run" / "user_dir"
@@ -41,30 +40,55 @@ def run_command(command, *argv: str) -> tuple[int, str, str]:
         return run_in_process(command.main, command.__name__, args)
 
 
+def run_eval(out: pathlib.Path, checkpoint: pathlib.Path, *argv: str) -> tuple[int, str, str]:
+    """T5X's eval command (eval_run.gin) of CHECKPOINT_PATH ``checkpoint`` into
+    EVAL_OUTPUT_DIR ``out``, then ARGV: ``(exit code, stdout, stderr)``."""
+    return run_command(
+        t5x_eval,
+        "--gin_file=eval_run.gin",
+        f'--gin.CHECKPOINT_PATH="{checkpoint}"',
+        f'--gin.EVAL_OUTPUT_DIR="{out}"',
+        *argv,
+    )
+
+
+def run_infer(
+    out: pathlib.Path, gin_file: str, checkpoint: pathlib.Path, *argv: str
+) -> tuple[int, str, str]:
+    """T5X's infer command (``gin_file``) of CHECKPOINT_PATH ``checkpoint`` into
+    INFER_OUTPUT_DIR ``out``, then ARGV: ``(exit code, stdout, stderr)``."""
+    return run_command(
+        t5x_infer,
+        f"--gin_file={gin_file}",
+        f'--gin.CHECKPOINT_PATH="{checkpoint}"',
+        f'--gin.INFER_OUTPUT_DIR="{out}"',
+        *argv,
+    )
+
+
 def _lines(path: pathlib.Path) -> list[dict]:
     return [json.loads(line) for line in path.read_text().splitlines()]
 
 
 def _refused(code: int, err: str, output_dir: pathlib.Path) -> str:
     """The one error line of a refused command, checked: exit 2, nothing written."""
-    lines = [line for line in err.splitlines() if line.startswith("paxlite: error:")]
-    assert code == 2 and len(lines) == 1, err[-3000:]
-    assert "Traceback" not in err
+    line = refusal(code, err)
     assert not output_dir.exists() or not any(output_dir.iterdir())
-    return lines[0]
+    return line
+
+
+def _eval(out: pathlib.Path, checkpoint: pathlib.Path, *extra: str) -> str:
+    """The eval command of ``checkpoint`` into ``out``, succeeded: its stdout."""
+    code, stdout, err = run_eval(out, checkpoint, *extra)
+    assert code == 0, err[-3000:]
+    return stdout
 
 
 @pytest.fixture(scope="module")
 def eval_dir(tmp_path_factory) -> pathlib.Path:
     """paxlite's run of T5X's eval command on checkpoint_7: its EVAL_OUTPUT_DIR."""
     out = tmp_path_factory.mktemp("eval") / "out"
-    code, _, err = run_command(
-        t5x_eval,
-        "--gin_file=eval_run.gin",
-        f'--gin.CHECKPOINT_PATH="{CHECKPOINT}"',
-        f'--gin.EVAL_OUTPUT_DIR="{out}"',
-    )
-    assert code == 0, err[-3000:]
+    _eval(out, CHECKPOINT)
     return out
 
 
@@ -89,18 +113,6 @@ def test_eval_writes_t5x_s_inferences_metrics_and_files(eval_dir):
     }
     config = (eval_dir / "config.gin").read_text()
     assert "eval_script.evaluate.output_dir = %EVAL_OUTPUT_DIR" in config
-
-
-def _eval(out: pathlib.Path, checkpoint: pathlib.Path, *extra: str) -> str:
-    code, stdout, err = run_command(
-        t5x_eval,
-        "--gin_file=eval_run.gin",
-        f'--gin.CHECKPOINT_PATH="{checkpoint}"',
-        f'--gin.EVAL_OUTPUT_DIR="{out}"',
-        *extra,
-    )
-    assert code == 0, err[-3000:]
-    return stdout
 
 
 def _same_eval_inferences(out: pathlib.Path, step: int = 7, oracle: str = "eval") -> bool:
@@ -165,14 +177,10 @@ def test_eval_of_a_hugging_face_directory_of_the_same_model(tmp_path):
 
 
 def _infer(tmp_path: pathlib.Path, gin_file: str, *extra: str) -> tuple[pathlib.Path, str]:
+    """The infer command (``gin_file``) of checkpoint_7 into ``tmp_path``/infer, succeeded:
+    that directory and the command's stdout."""
     out = tmp_path / "infer"
-    code, stdout, err = run_command(
-        t5x_infer,
-        f"--gin_file={gin_file}",
-        f'--gin.CHECKPOINT_PATH="{CHECKPOINT}"',
-        f'--gin.INFER_OUTPUT_DIR="{out}"',
-        *extra,
-    )
+    code, stdout, err = run_infer(out, gin_file, CHECKPOINT, *extra)
     assert code == 0, err[-3000:]
     return out, stdout
 
@@ -251,16 +259,11 @@ def test_infer_in_two_processes_is_t5x_s(tmp_path):
     """T5X's multi-host flags: 2 processes (one CPU device each) joined by JAX, each
     passing its rows of every batch; process 0 writes T5X's file (mode predict: the
     decoded texts only)."""
-    import os
-
-    from tests import cpu_xla_flags
-    from tests.gcs import free_port
     from tests.paxlite.test_main import assert_ended_cleanly
-    from tests.processes import run_together
+    from tests.processes import cpu_env, free_port, run_together
 
     out, port = tmp_path / "infer", free_port()
-    env = dict(os.environ, JAX_PLATFORMS="cpu", XLA_FLAGS=cpu_xla_flags(1))
-    env |= {"PYTHONPATH": str(USER_DIR), "JAX_DISABLE_MOST_OPTIMIZATIONS": "1"}
+    env = cpu_env(1, PYTHONPATH=str(USER_DIR), JAX_DISABLE_MOST_OPTIMIZATIONS="1")
     commands = [
         [sys.executable, "-m", "paxlite.t5x.infer", f"--gin_search_paths={USER_DIR},{ORACLE}"]
         + ["--gin_file=infer_predict.gin", f'--gin.CHECKPOINT_PATH="{CHECKPOINT}"']
@@ -282,12 +285,7 @@ def test_a_checkpoint_path_with_nothing_restorable(tmp_path):
     empty = tmp_path / "empty"
     empty.mkdir()
     out = tmp_path / "out"
-    code, _, err = run_command(
-        t5x_eval,
-        "--gin_file=eval_run.gin",
-        f'--gin.CHECKPOINT_PATH="{empty}"',
-        f'--gin.EVAL_OUTPUT_DIR="{out}"',
-    )
+    code, _, err = run_eval(out, empty)
     line = _refused(code, err, out)
     assert "CHECKPOINT_PATH" in line and "holds no checkpoint paxlite can read" in line
 
@@ -296,12 +294,7 @@ def test_an_output_dir_that_cannot_be_written(tmp_path):
     blocker = tmp_path / "a_file"
     blocker.write_text("")
     out = blocker / "infer"
-    code, _, err = run_command(
-        t5x_infer,
-        "--gin_file=infer_predict.gin",
-        f'--gin.CHECKPOINT_PATH="{CHECKPOINT}"',
-        f'--gin.INFER_OUTPUT_DIR="{out}"',
-    )
+    code, _, err = run_infer(out, "infer_predict.gin", CHECKPOINT)
     line = _refused(code, err, out)
     assert f"INFER_OUTPUT_DIR {out} cannot be used: {blocker} is a file" in line
 
@@ -313,13 +306,8 @@ def test_a_mode_t5x_lacks_is_named_with_t5x_s_modes(tmp_path):
         "include 'infer_run.gin'\ninfer_script.infer.mode = 'predict_batch'\n"
     )
     out = tmp_path / "out"
-    code, _, err = run_command(
-        t5x_infer,
-        f"--gin_search_paths={USER_DIR},{ORACLE},{tmp_path}",
-        "--gin_file=infer_bad.gin",
-        f'--gin.CHECKPOINT_PATH="{CHECKPOINT}"',
-        f'--gin.INFER_OUTPUT_DIR="{out}"',
-    )
+    search = f"--gin_search_paths={USER_DIR},{ORACLE},{tmp_path}"
+    code, _, err = run_infer(out, "infer_bad.gin", CHECKPOINT, search)
     line = _refused(code, err, out)
     assert "infer.mode = 'predict_batch'" in line
     assert "'predict', 'score', 'predict_with_aux'" in line
@@ -327,13 +315,7 @@ def test_a_mode_t5x_lacks_is_named_with_t5x_s_modes(tmp_path):
 
 def test_paxlite_s_checkpoint_flags_are_refused_naming_checkpoint_path(tmp_path):
     out = tmp_path / "out"
-    code, _, err = run_command(
-        t5x_eval,
-        "--gin_file=eval_run.gin",
-        f'--gin.CHECKPOINT_PATH="{CHECKPOINT}"',
-        f'--gin.EVAL_OUTPUT_DIR="{out}"',
-        f"--init_from={CHECKPOINT}",
-    )
+    code, _, err = run_eval(out, CHECKPOINT, f"--init_from={CHECKPOINT}")
     line = _refused(code, err, out)
     assert "--init_from is not a flag of T5X's eval command" in line
     assert "CHECKPOINT_PATH" in line
@@ -356,32 +338,18 @@ def test_a_task_without_metrics_is_skipped_during_training(tmp_path, capsys):
 
     from paxlite.formats.t5x import inference_eval
 
-    name = "task_without_metrics"
-    seqio.TaskRegistry.add(
-        name,
-        source=seqio.FunctionDataSource(lambda split, shuffle_files: None, splits=["validation"]),
-        preprocessors=[],
-        output_features={"targets": seqio.Feature(seqio.ByteVocabulary())},
-    )
-    try:
+    with registered_task_without_data("task_without_metrics") as name:
         config = inference_eval.T5xInferenceEval(name, "validation", batch_size=8)
         program = config.for_job(types.SimpleNamespace(job_log_dir=tmp_path), None)
         assert program.run(None, 5) == {}
         assert "no inference eval during training" in capsys.readouterr().out
         with pytest.raises(inference_eval.InferenceEvalError, match="has no metrics"):
             config.evaluator(tmp_path)
-    finally:
-        seqio.TaskRegistry.remove(name)
 
 
 def test_infer_refuses_restore_mode_all(tmp_path):
     out = tmp_path / "out"
-    code, _, err = run_command(
-        t5x_infer,
-        "--gin_file=infer_predict.gin",
-        f'--gin.CHECKPOINT_PATH="{CHECKPOINT.parent}"',
-        "--gin.utils.RestoreCheckpointConfig.mode='all'",
-        f'--gin.INFER_OUTPUT_DIR="{out}"',
-    )
+    restore_all = "--gin.utils.RestoreCheckpointConfig.mode='all'"
+    code, _, err = run_infer(out, "infer_predict.gin", CHECKPOINT.parent, restore_all)
     line = _refused(code, err, out)
     assert "RestoreCheckpointConfig.mode = 'all'" in line

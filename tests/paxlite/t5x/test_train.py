@@ -29,7 +29,7 @@ from paxlite.formats.t5x import gin_files, gin_run, gin_sources, t5x_modules, tr
 from paxlite.t5x import command, train
 from praxis_lite import config as config_lib
 from tests import FIXTURES, REPO
-from tests.paxlite.t5x.commands import run_in_process
+from tests.paxlite.t5x.commands import refusal, run_in_process
 
 USER_DIR = FIXTURES / "t5x" / "user_dir"
 #: What T5X's own train.py wrote running the user directory's gin files (its config.gin),
@@ -44,6 +44,34 @@ def run_t5x_train(*argv: str) -> tuple[int, str, str]:
         return run_in_process(train.main, "paxlite.t5x.train", argv)
     finally:
         seqio.set_tfds_data_dir_override(None)  # --tfds_data_dir is for the process.
+
+
+def _train(
+    user_dir: pathlib.Path, gin_file: str, model_dir: pathlib.Path, *argv: str
+) -> tuple[int, str, str]:
+    """T5X's train command: ``gin_file`` found in ``user_dir``, MODEL_DIR ``model_dir``, then
+    ARGV: ``(exit code, stdout, stderr)``."""
+    return run_t5x_train(
+        f"--gin_file={gin_file}",
+        f"--gin_search_paths={user_dir}",
+        f'--gin.MODEL_DIR="{model_dir}"',
+        *argv,
+    )
+
+
+def _fine_tune(
+    user_dir: pathlib.Path, model_dir: pathlib.Path, checkpoint: pathlib.Path, *argv: str
+) -> tuple[int, str, str]:
+    """The user directory's finetune.gin from INITIAL_CHECKPOINT_PATH ``checkpoint``, with its
+    vocabulary, then ARGV: ``(exit code, stdout, stderr)``."""
+    return _train(
+        user_dir,
+        "finetune.gin",
+        model_dir,
+        f'--gin.INITIAL_CHECKPOINT_PATH="{checkpoint}"',
+        f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{user_dir}/spiece.model"',
+        *argv,
+    )
 
 
 @pytest.fixture
@@ -83,10 +111,10 @@ def _checkpoint_steps(model_dir: pathlib.Path) -> list[int]:
 @pytest.mark.slow
 def test_from_scratch_with_a_user_directory(user_dir, tmp_path):
     model_dir = tmp_path / "model"
-    code, out, err = run_t5x_train(
-        "--gin_file=scratch.gin",
-        f"--gin_search_paths={user_dir}",
-        f'--gin.MODEL_DIR="{model_dir}"',
+    code, out, err = _train(
+        user_dir,
+        "scratch.gin",
+        model_dir,
         "--gin.train_script.train.random_seed=None",  # T5X: a fresh seed per run.
     )
     assert code == 0, err[-3000:]
@@ -112,12 +140,10 @@ def test_fine_tune_from_a_t5x_checkpoint_with_num_partitions_overridden(user_dir
     """finetune.gin from T5X's checkpoint, 2-way model parallel (``--gin.`` wins over the
     files, as in T5X), decoding the validation split and scoring it with T5's metric."""
     model_dir = tmp_path / "model"
-    code, out, err = run_t5x_train(
-        "--gin_file=finetune.gin",
-        f"--gin_search_paths={user_dir}",
-        f'--gin.MODEL_DIR="{model_dir}"',
-        f'--gin.INITIAL_CHECKPOINT_PATH="{FLAN_CHECKPOINT}"',
-        f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{user_dir}/spiece.model"',
+    code, out, err = _fine_tune(
+        user_dir,
+        model_dir,
+        FLAN_CHECKPOINT,
         "--gin.partitioning.PjitPartitioner.num_partitions=2",
         # The checkpoint's Adafactor state factors 32-wide kernels, as T5X needs told too.
         "--gin.adafactor.Adafactor.min_dim_size_to_factor=32",
@@ -149,11 +175,9 @@ def test_fine_tune_from_a_t5x_checkpoint_with_num_partitions_overridden(user_dir
 
 def _refused(code: int, err: str, model_dir: pathlib.Path) -> str:
     """The one error line of a refused run, checked: exit 2, nothing written."""
-    lines = [line for line in err.splitlines() if line.startswith("paxlite: error:")]
-    assert code == 2 and len(lines) == 1, err[-3000:]
-    assert "Traceback" not in err
+    line = refusal(code, err)
     assert not model_dir.exists()
-    return lines[0]
+    return line
 
 
 def _write(directory: pathlib.Path, name: str, text: str) -> str:
@@ -173,12 +197,7 @@ include 'scratch.gin'
 def _run_bad(user_dir: pathlib.Path, tmp_path: pathlib.Path, text: str, *extra: str) -> str:
     model_dir = tmp_path / "model"
     gin_file = _write(user_dir, "bad.gin", text)
-    code, _, err = run_t5x_train(
-        f"--gin_file={gin_file}",
-        f"--gin_search_paths={user_dir}",
-        f'--gin.MODEL_DIR="{model_dir}"',
-        *extra,
-    )
+    code, _, err = _train(user_dir, gin_file, model_dir, *extra)
     return _refused(code, err, model_dir)
 
 
@@ -343,12 +362,10 @@ def test_fine_tune_from_a_mesh_tensorflow_checkpoint_prefix(user_dir, tmp_path):
     start, saved as checkpoint_1000 (T5X saves its start), is the MTF checkpoint's weights,
     step and Adafactor slots, read back by T5X's reader."""
     model_dir = tmp_path / "model"
-    code, out, err = run_t5x_train(
-        "--gin_file=finetune.gin",
-        f"--gin_search_paths={user_dir}",
-        f'--gin.MODEL_DIR="{model_dir}"',
-        f'--gin.INITIAL_CHECKPOINT_PATH="{MTF_PREFIX}"',
-        f'--gin.seqio.SentencePieceVocabulary.sentencepiece_model_file="{user_dir}/spiece.model"',
+    code, out, err = _fine_tune(
+        user_dir,
+        model_dir,
+        MTF_PREFIX,
         "--gin.TRAIN_STEPS=1001",
         "--gin.train_script.train.infer_eval_dataset_cfg=None",  # No decoding: the start is
         "--gin.train_script.train.train_eval_dataset_cfg=None",  # what this test reads.

@@ -1,9 +1,10 @@
-"""A T5X user directory for one command, as a fresh process would have it."""
+"""A T5X user directory for one command, as a fresh process would have it; a user's SeqIO
+task registered for one test."""
 
 import contextlib
 import pathlib
 import sys
-from collections.abc import Iterator
+from collections.abc import Callable, Iterator, Sequence
 
 import seqio
 
@@ -28,3 +29,20 @@ def fresh_user_directory(user_dir: pathlib.Path, task: str) -> Iterator[None]:
         t5x_modules._USERS_MODULES.update(saved)
         if task in seqio.TaskRegistry.names():
             seqio.TaskRegistry.remove(task)
+
+
+@contextlib.contextmanager
+def registered_task_without_data(name: str, metric_fns: Sequence[Callable] = ()) -> Iterator[str]:
+    """SeqIO task ``name`` registered for the block (its name yielded): a validation split
+    that reads nothing, byte ``targets``, ``metric_fns``; unregistered after it."""
+    seqio.TaskRegistry.add(
+        name,
+        source=seqio.FunctionDataSource(lambda split, shuffle_files: None, splits=["validation"]),
+        preprocessors=[],
+        output_features={"targets": seqio.Feature(seqio.ByteVocabulary())},
+        metric_fns=list(metric_fns),
+    )
+    try:
+        yield name
+    finally:
+        seqio.TaskRegistry.remove(name)

@@ -16,9 +16,8 @@ from paxlite.experiments import base_experiment
 from paxlite.runtime.job import build_job
 from paxlite.train import train_loop
 from tasks.lm.synthetic import LmSyntheticTinyPipeline
-from tests.e2e.test_multiprocess import _env, _free_port
 from tests.paxlite.test_main import REPO, main_in_process, restore_params, run_main, scalar_series
-from tests.processes import run_together
+from tests.processes import cpu_env, free_port, run_together
 
 pytestmark = pytest.mark.runs_first  # Minutes of whole runs: scheduled first.
 
@@ -160,13 +159,13 @@ def test_circular_pipeline_trains_checkpoints_and_matches_unpipelined(
 
 def _run_two_processes(*args: str) -> str:
     """Runs the experiment as 2 processes of 1 CPU device each; process 0's stdout."""
-    port = _free_port()
+    port = free_port()
     commands = [
         [sys.executable, "-m", "paxlite.main", f"--exp={EXP}", *args]
         + [f"--coordinator_address=127.0.0.1:{port}", "--num_processes=2", f"--process_id={i}"]
         for i in range(2)
     ]
-    results = run_together(commands, REPO, _env(1), timeout=300)
+    results = run_together(commands, REPO, cpu_env(1), timeout=300)
     for result in results:
         assert result.returncode == 0, result.stderr[-3000:]
     return results[0].stdout

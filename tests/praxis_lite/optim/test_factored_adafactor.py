@@ -26,6 +26,7 @@ from praxis_lite.optim.factored_adafactor import (
     FullMoment,
 )
 from praxis_lite.sharding import strip_boxes
+from tests.praxis_lite.optim.optax_steps import apply_steps
 
 D, N, H, F, L, NUM_BUCKETS = 8, 3, 4, 16, 2, 5
 MIN_DIM = 6  # D, N*H and F reach it; N and H do not.
@@ -153,15 +154,7 @@ def _run(opt):
     tx = opt.make()
     state = strip_boxes(tx.init(_boxed(_INIT)))
     params = jax.tree.map(jnp.asarray, _INIT)
-
-    @jax.jit
-    def step(params, state, grads):
-        updates, state = tx.update(grads, state, params)
-        return optax.apply_updates(params, updates), state
-
-    for grads in _GRADS:
-        params, state = step(params, state, grads)
-    return jax.tree.map(np.asarray, params), state
+    return apply_steps(tx, params, state, _GRADS, lambda _, grads: grads)
 
 
 def _t5x_adafactor(**fields):

@@ -9,6 +9,7 @@ import pytest
 
 from praxis_lite.config import Config
 from praxis_lite.optim import optimizers, schedules
+from tests.praxis_lite.optim.optax_steps import apply_steps
 
 _RNG = np.random.default_rng(0)
 _INIT = {
@@ -32,18 +33,10 @@ def _loss(params):
 
 
 def _run(opt, num_steps=_NUM_STEPS, grads_fn=_grads, init=_INIT):
+    """``num_steps`` jitted steps from ``init``, each step's gradient ``grads_fn(params)``."""
     tx = opt.make()
     params = jax.tree.map(jnp.asarray, init)
-    state = tx.init(params)
-
-    @jax.jit
-    def step(params, state):
-        updates, state = tx.update(grads_fn(params), state, params)
-        return optax.apply_updates(params, updates), state
-
-    for _ in range(num_steps):
-        params, state = step(params, state)
-    return jax.tree.map(np.asarray, params), state
+    return apply_steps(tx, params, tx.init(params), [None] * num_steps, lambda p, _: grads_fn(p))
 
 
 def _lr(opt, step):
@@ -167,16 +160,7 @@ def _run_on_gradients(opt, grads_seq):
     """Applies ``opt`` to _INIT with the given gradient of each step (float32, jitted)."""
     tx = opt.make()
     params = jax.tree.map(jnp.asarray, _INIT)
-    state = tx.init(params)
-
-    @jax.jit
-    def step(params, state, grads):
-        updates, state = tx.update(grads, state, params)
-        return optax.apply_updates(params, updates), state
-
-    for grads in grads_seq:
-        params, state = step(params, state, grads)
-    return jax.tree.map(np.asarray, params), state
+    return apply_steps(tx, params, tx.init(params), grads_seq, lambda _, grads: grads)
 
 
 def _rms(a: np.ndarray) -> float:

@@ -10,7 +10,7 @@ import pytest
 
 from paxlite.experiments import base_experiment
 from paxlite.experiments.base_experiment import KnobError
-from paxlite.runtime.job import build_job
+from paxlite.runtime.job import Job, build_job
 from paxlite.train import train_loop
 from praxis_lite import config as config_lib
 from praxis_lite.inputs.base_input import InputConfigError
@@ -18,10 +18,17 @@ from praxis_lite.inputs.synthetic_input import SyntheticLmInput
 from tasks.t5.text import T5TextTiny
 from tasks.t5.tiny import T5Tiny
 
+#: A 1 + 1 layer model, its stacks not scanned: compiles faster (FlanT5's test trains scanned
+#: stacks).
+ONE_PLUS_ONE_LAYERS = dict(NUM_ENCODER_LAYERS=1, NUM_DECODER_LAYERS=1, USE_REPEATED_LAYER=False)
 
-def _job(job_dir, devices, **knobs):
-    exp = base_experiment.with_overrides(T5Tiny, knobs)()
-    return build_job(exp, exp.task(), exp.datasets(), job_dir, devices, exp.decoder_datasets())
+
+def _one_device_job(experiment: type, job_dir, **knobs) -> Job:
+    """The experiment with ``knobs``, its job (with its decoder inputs) on one device."""
+    exp = base_experiment.with_overrides(experiment, {"ICI_MESH_SHAPE": (1, 1, 1), **knobs})()
+    return build_job(
+        exp, exp.task(), exp.datasets(), job_dir, jax.devices()[:1], exp.decoder_datasets()
+    )
 
 
 @pytest.mark.slow
@@ -29,11 +36,10 @@ def test_t5_tiny_learns_reversal_and_greedy_decoding_reproduces_it(tmp_path):
     """500 steps of a 1 + 1 layer model on one device (inputs of 1..4 tokens), its learning
     rate decayed over them, decoded at the end: exact match 0.875 on our 2-core CPU; chance
     is below 1/28."""
-    knobs = dict(
-        NUM_ENCODER_LAYERS=1,
-        NUM_DECODER_LAYERS=1,
-        USE_REPEATED_LAYER=False,  # Compiles faster (FlanT5's test trains scanned stacks).
-        ICI_MESH_SHAPE=(1, 1, 1),
+    job = _one_device_job(
+        T5Tiny,
+        tmp_path,
+        **ONE_PLUS_ONE_LAYERS,
         PERCORE_BATCH_SIZE=4,  # Per device of this 8-device process: 32 rows.
         MAX_LEN=4,
         NUM_TRAIN_STEPS=500,
@@ -42,7 +48,6 @@ def test_t5_tiny_learns_reversal_and_greedy_decoding_reproduces_it(tmp_path):
         SUMMARY_INTERVAL_STEPS=50,
         CHECKPOINT_EVERY_N_STEPS=500,
     )
-    job = _job(tmp_path, jax.devices()[:1], **knobs)
     result = train_loop.run(job, evaluate=True, peak_tflops=1.0)
     losses = [s["loss"] for _, s in result.history]
     decoded = result.decode["reversals"]
@@ -74,25 +79,20 @@ def test_t5_text_tiny_trains_on_jsonl_pairs_and_decodes_their_inputs(tmp_path):
     pairs = [{"src": f"{w}=", "tgt": w[::-1]} for w in ("abc", "hello", "paxlite", "t5", "xy")]
     for name, rows in (("train", pairs * 8), ("eval", pairs[:3])):
         (tmp_path / f"{name}.jsonl").write_text("".join(json.dumps(r) + "\n" for r in rows))
-    knobs = dict(
+    job = _one_device_job(
+        T5TextTiny,
+        tmp_path / "job",
         TEXT_DATA_PATH=str(tmp_path / "train.jsonl"),
         TEXT_EVAL_DATA_PATH=str(tmp_path / "eval.jsonl"),
         PROMPT_FIELD="src",
         COMPLETION_FIELD="tgt",
         TEXT_TASK_NAME="test_t5_text_pairs",
-        NUM_ENCODER_LAYERS=1,
-        NUM_DECODER_LAYERS=1,
-        USE_REPEATED_LAYER=False,
-        ICI_MESH_SHAPE=(1, 1, 1),
+        **ONE_PLUS_ONE_LAYERS,
         PERCORE_BATCH_SIZE=1,  # Per device of this 8-device process: 8 rows.
         NUM_TRAIN_STEPS=10,
         EVAL_INTERVAL_STEPS=10,
         SUMMARY_INTERVAL_STEPS=1,
         CHECKPOINT_EVERY_N_STEPS=1000,
-    )
-    exp = base_experiment.with_overrides(T5TextTiny, knobs)()
-    job = build_job(
-        exp, exp.task(), exp.datasets(), tmp_path / "job", jax.devices()[:1], exp.decoder_datasets()
     )
     batch = job.train_input.get_next()
     assert batch.encoder_segment_ids.max() > 1  # Packed: several pairs a row.

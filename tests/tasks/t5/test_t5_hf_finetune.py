@@ -90,27 +90,31 @@ def _fine_tune(init_from: pathlib.Path, job_dir: pathlib.Path, steps: int) -> li
     return [summary for _, summary in train_loop.run(job, peak_tflops=1.0).history]
 
 
+MTF_FIXTURE = FIXTURES / "mtf" / "t5_1_1" / "model.ckpt-1000"  # The same weights, in MTF.
+
+
 @pytest.mark.slow
-def test_flan_t5_fine_tunes_from_a_t5x_checkpoint_and_exports_as_hugging_face(tmp_path):
+@pytest.mark.parametrize("init_from", [T5X_FIXTURE, MTF_FIXTURE], ids=["t5x", "mtf"])
+def test_flan_t5_fine_tunes_from_another_format_and_exports_as_hugging_face(tmp_path, init_from):
     """The same weights in T5X's legacy format (tests/fixtures/t5x, written from the HF
-    fixture by tools/t5x_fixtures): its config.gin agrees with the knobs, the first loss is
-    transformers'; the job keeps the config.json of that T5, so it exports as HF T5."""
+    fixture by tools/t5x_fixtures: its config.gin agrees with the knobs) or as an MTF prefix
+    (scanned stacks, read layer by layer): the first loss is transformers'; the job keeps the
+    config.json of the T5 they hold (from the tensors, for MTF), so it exports as HF T5."""
     job_dir = tmp_path / "job"
-    (first,) = _fine_tune(T5X_FIXTURE, job_dir, steps=1)
+    (first,) = _fine_tune(init_from, job_dir, steps=1)
     np.testing.assert_allclose(first["loss"], _transformers_loss(), rtol=1e-5)
     export.export(job_dir, tmp_path / "hf")
     _assert_same_logits(from_pretrained(tmp_path / "hf"), from_pretrained(job_dir))
 
 
-def _assert_same_logits(a, b) -> None:
+def _logits(model) -> np.ndarray:
+    """``model``'s logits for the fixture's rows (outputs.npz)."""
     out = np.load(FIXTURE / "outputs.npz")
-    ids, dec = out["input_ids"], out["decoder_input_ids"]
-    np.testing.assert_allclose(
-        a.logits(ids, decoder_input_ids=dec),
-        b.logits(ids, decoder_input_ids=dec),
-        rtol=1e-5,
-        atol=1e-5,
-    )
+    return model.logits(out["input_ids"], decoder_input_ids=out["decoder_input_ids"])
+
+
+def _assert_same_logits(a, b) -> None:
+    np.testing.assert_allclose(_logits(a), _logits(b), rtol=1e-5, atol=1e-5)
 
 
 @pytest.mark.slow
@@ -122,47 +126,36 @@ def test_flan_t5_fine_tunes_from_a_hugging_face_directory_and_exports(tmp_path):
 
     files = export.export(job_dir, tmp_path / "hf")
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(files)
-    exported, trained = from_pretrained(tmp_path / "hf"), from_pretrained(job_dir)
-    out = np.load(FIXTURE / "outputs.npz")
-    ids, dec = out["input_ids"], out["decoder_input_ids"]
-    np.testing.assert_allclose(
-        exported.logits(ids, decoder_input_ids=dec),
-        trained.logits(ids, decoder_input_ids=dec),
-        rtol=1e-5,
-        atol=1e-5,
-    )
-    assert not np.allclose(exported.logits(ids, decoder_input_ids=dec), out["logits"], atol=1e-4)
+    exported = from_pretrained(tmp_path / "hf")
+    _assert_same_logits(exported, from_pretrained(job_dir))
+    untuned = np.load(FIXTURE / "outputs.npz")["logits"]  # transformers', of the fixture.
+    assert not np.allclose(_logits(exported), untuned, atol=1e-4)
 
 
-def test_knobs_that_disagree_with_the_directorys_config_are_one_line():
-    knobs = {**FIXTURE_KNOBS, "MODEL_DIMS": 64, "NUM_DECODER_LAYERS": 3, "INIT_FROM": str(FIXTURE)}
-    with pytest.raises(KnobError) as e:
-        base_experiment.with_overrides(FlanT5Small, knobs)()
-    message = str(e.value)
-    assert "\n" not in message and "disagrees with these knobs" in message
-    assert "NUM_DECODER_LAYERS=3 (its 2); MODEL_DIMS=64 (its 32)" in message
-
-
-MTF_FIXTURE = FIXTURES / "mtf" / "t5_1_1" / "model.ckpt-1000"  # The same weights, in MTF.
-
-
-@pytest.mark.slow
-def test_flan_t5_fine_tunes_from_a_mesh_tensorflow_checkpoint_and_exports_as_hugging_face(
-    tmp_path,
+@pytest.mark.parametrize(
+    "init_from, overrides, disagrees, differences",
+    [
+        (
+            FIXTURE,
+            {"MODEL_DIMS": 64, "NUM_DECODER_LAYERS": 3},
+            "disagrees with these knobs",
+            "NUM_DECODER_LAYERS=3 (its 2); MODEL_DIMS=64 (its 32)",
+        ),
+        (
+            MTF_FIXTURE,
+            {"HIDDEN_DIMS": 64},
+            "operative_config.gin disagrees with these knobs",
+            "HIDDEN_DIMS=64 (its 48)",
+        ),
+    ],
+    ids=["hf_config_json", "mtf_tensors"],
+)
+def test_knobs_that_disagree_with_the_checkpoint_are_one_line(
+    init_from, overrides, disagrees, differences
 ):
-    """INIT_FROM an MTF prefix (scanned stacks, read layer by layer): the first loss is
-    transformers'; the job keeps the config.json of the T5 the tensors describe."""
-    job_dir = tmp_path / "job"
-    (first,) = _fine_tune(MTF_FIXTURE, job_dir, steps=1)
-    np.testing.assert_allclose(first["loss"], _transformers_loss(), rtol=1e-5)
-    export.export(job_dir, tmp_path / "hf")
-    _assert_same_logits(from_pretrained(tmp_path / "hf"), from_pretrained(job_dir))
-
-
-def test_knobs_that_disagree_with_an_mtf_checkpoint_s_tensors_are_one_line():
-    knobs = {**FIXTURE_KNOBS, "HIDDEN_DIMS": 64, "INIT_FROM": str(MTF_FIXTURE)}
+    knobs = {**FIXTURE_KNOBS, **overrides, "INIT_FROM": str(init_from)}
     with pytest.raises(KnobError) as e:
         base_experiment.with_overrides(FlanT5Small, knobs)()
     message = str(e.value)
-    assert "\n" not in message and "operative_config.gin disagrees with these knobs" in message
-    assert "HIDDEN_DIMS=64 (its 48)" in message
+    assert "\n" not in message and disagrees in message
+    assert differences in message

@@ -34,10 +34,10 @@ def loaded(request):
     return name, dict(np.load(_HF / name / "outputs.npz")), from_pretrained(_HF / name)
 
 
-@pytest.mark.slow
-def test_t5_matches_transformers_logits_encoder_outputs_and_greedy_tokens(loaded):
-    name, out, t5 = loaded
-    assert isinstance(t5, PretrainedSeq2Seq)
+def assert_transformers_t5_outputs(t5: PretrainedSeq2Seq, out: dict, name: str) -> None:
+    """``t5``'s logits and encoder outputs are within 1e-4 of the scale of transformers' in
+    ``out`` (a fixture's outputs.npz) at the real tokens, and its 8 greedy tokens of each
+    prompt (the prompts unpadded: one row right-padded) are transformers' exactly."""
     logits = t5.logits(out["input_ids"], decoder_input_ids=out["decoder_input_ids"])
     _close(logits, out["logits"], out["decoder_mask"].astype(bool))
     _close(t5.encode(out["input_ids"]), out["encoder_out"], out["attention_mask"].astype(bool))
@@ -45,9 +45,16 @@ def test_t5_matches_transformers_logits_encoder_outputs_and_greedy_tokens(loaded
         ids[mask.astype(bool)].tolist()
         for ids, mask in zip(out["input_ids"], out["attention_mask"], strict=True)
     ]
-    tokens = np.asarray(t5.generate(rows, max_new_tokens=8))  # One row right-padded.
+    tokens = np.asarray(t5.generate(rows, max_new_tokens=8))
     for i in range(2):
         np.testing.assert_array_equal(tokens[i], out[f"greedy_{i}"], err_msg=f"{name} row {i}")
+
+
+@pytest.mark.slow
+def test_t5_matches_transformers_logits_encoder_outputs_and_greedy_tokens(loaded):
+    name, out, t5 = loaded
+    assert isinstance(t5, PretrainedSeq2Seq)
+    assert_transformers_t5_outputs(t5, out, name)
 
 
 @pytest.mark.slow

@@ -14,6 +14,7 @@ from __future__ import annotations
 import collections
 import pathlib
 import shutil
+from collections.abc import Callable
 
 import jax
 import numpy as np
@@ -27,6 +28,7 @@ from paxlite.formats.mtf import checkpoint as mtf_checkpoint
 from paxlite.pretrained.loading import from_pretrained
 from tests import FIXTURES
 from tests.gcs import BUCKET
+from tests.paxlite.formats.hf.test_t5 import assert_transformers_t5_outputs
 from tools.t5x_fixtures import make_mtf_checkpoints
 
 MTF = FIXTURES / "mtf"
@@ -38,24 +40,8 @@ OUTPUTS = {
 }
 
 
-def _close(got: np.ndarray, want: np.ndarray, where: np.ndarray) -> None:
-    """Within 1e-4 of the reference's scale at the ``where`` positions (real tokens)."""
-    scale = np.abs(want[where]).max()
-    np.testing.assert_allclose(got[where], want[where], atol=1e-4 * scale, rtol=0)
-
-
 def _assert_transformers_outputs(t5, name: str) -> None:
-    out = dict(np.load(OUTPUTS[name]))
-    logits = t5.logits(out["input_ids"], decoder_input_ids=out["decoder_input_ids"])
-    _close(logits, out["logits"], out["decoder_mask"].astype(bool))
-    _close(t5.encode(out["input_ids"]), out["encoder_out"], out["attention_mask"].astype(bool))
-    rows = [
-        ids[mask.astype(bool)].tolist()
-        for ids, mask in zip(out["input_ids"], out["attention_mask"], strict=True)
-    ]
-    tokens = np.asarray(t5.generate(rows, max_new_tokens=8))
-    for i in range(2):
-        np.testing.assert_array_equal(tokens[i], out[f"greedy_{i}"], err_msg=f"{name} row {i}")
+    assert_transformers_t5_outputs(t5, dict(np.load(OUTPUTS[name])), name)
 
 
 @pytest.mark.slow
@@ -123,29 +109,43 @@ def test_each_tensor_is_read_once_whole_however_many_devices_hold_slices_of_it()
 # --- bad input: one line each -------------------------------------------------------------------
 
 
-def _one_line(error: pytest.ExceptionInfo, *parts: str) -> None:
+def _refused_in_one_line(read: Callable[[], object], *parts: str) -> None:
+    """``read()`` raises CheckpointSourceError with a one-line message naming ``parts``."""
+    with pytest.raises(CheckpointSourceError) as error:
+        read()
     message = str(error.value)
     assert "\n" not in message, message
     for part in parts:
         assert part in message, message
 
 
+def _with_operative_config(tmp_path: pathlib.Path, old: str, new: str) -> pathlib.Path:
+    """A copy of the t5_1_1 fixture, ``old`` replaced by ``new`` in its operative_config.gin."""
+    directory = _copy(T5_1_1, tmp_path)
+    config = directory / "operative_config.gin"
+    config.write_text(config.read_text().replace(old, new))
+    return directory
+
+
 def test_an_index_without_its_data_shards(tmp_path):
     directory = _copy(T5_1_1, tmp_path)
     for file in directory.glob("*.data-*"):
         file.unlink()
-    with pytest.raises(CheckpointSourceError) as e:
-        checkpoint_sources.open_source(directory)
-    _one_line(e, "model.ckpt-1000.index has no data beside it", "copy the checkpoint's .data-*")
+    _refused_in_one_line(
+        lambda: checkpoint_sources.open_source(directory),
+        "model.ckpt-1000.index has no data beside it",
+        "copy the checkpoint's .data-*",
+    )
 
 
 def test_a_missing_shard_of_several_is_named(tmp_path):
     directory = _copy(T5_1_1, tmp_path)
     data = directory / "model.ckpt-1000.data-00000-of-00001"
     data.rename(directory / "model.ckpt-1000.data-00000-of-00002")
-    with pytest.raises(CheckpointSourceError) as e:
-        checkpoint_sources.open_source(directory)
-    _one_line(e, "missing 1 of its 2 data shards (model.ckpt-1000.data-00001-of-00002)")
+    _refused_in_one_line(
+        lambda: checkpoint_sources.open_source(directory),
+        "missing 1 of its 2 data shards (model.ckpt-1000.data-00001-of-00002)",
+    )
 
 
 def test_a_truncated_shard_is_named_when_read(tmp_path):
@@ -153,9 +153,11 @@ def test_a_truncated_shard_is_named_when_read(tmp_path):
     data = directory / "model.ckpt-1000.data-00000-of-00001"
     data.write_bytes(data.read_bytes()[:1000])
     source = checkpoint_sources.open_source(directory)
-    with pytest.raises(CheckpointSourceError) as e:
-        source.read_whole("params/decoder/logits/kernel")
-    _one_line(e, "tensor decoder/logits/kernel cannot be read", "truncated or damaged")
+    _refused_in_one_line(
+        lambda: source.read_whole("params/decoder/logits/kernel"),
+        "tensor decoder/logits/kernel cannot be read",
+        "truncated or damaged",
+    )
 
 
 def _resaved(tmp_path: pathlib.Path, drop: str) -> pathlib.Path:
@@ -177,29 +179,29 @@ def _resaved(tmp_path: pathlib.Path, drop: str) -> pathlib.Path:
 @pytest.mark.slow
 def test_a_variable_missing_is_named_with_its_mtf_name(tmp_path):
     directory = _resaved(tmp_path, "decoder/block_001/layer_002/DenseReluDense/wo/kernel")
-    with pytest.raises(CheckpointSourceError) as e:
-        from_pretrained(directory)
-    _one_line(e, "lacks 1 of the variables", "decoder/block_001/layer_002/DenseReluDense/wo/kernel")
+    _refused_in_one_line(
+        lambda: from_pretrained(directory),
+        "lacks 1 of the variables",
+        "decoder/block_001/layer_002/DenseReluDense/wo/kernel",
+    )
 
 
 def test_a_shape_that_disagrees_with_the_operative_config(tmp_path):
-    directory = _copy(T5_1_1, tmp_path)
-    config = directory / "operative_config.gin"
-    config.write_text(config.read_text().replace("d_model = 32", "d_model = 768"))
-    with pytest.raises(CheckpointSourceError) as e:
-        from_pretrained(directory)
-    _one_line(e, "operative_config.gin disagrees with the checkpoint's tensors", "d_model = 768")
+    directory = _with_operative_config(tmp_path, "d_model = 32", "d_model = 768")
+    _refused_in_one_line(
+        lambda: from_pretrained(directory),
+        "operative_config.gin disagrees with the checkpoint's tensors",
+        "d_model = 768",
+    )
 
 
 def test_an_activation_paxlite_lacks_is_named(tmp_path):
-    directory = _copy(T5_1_1, tmp_path)
-    config = directory / "operative_config.gin"
-    config.write_text(
-        config.read_text().replace("['gelu', 'linear']", "['squared_relu', 'linear']")
+    directory = _with_operative_config(tmp_path, "['gelu', 'linear']", "['squared_relu', 'linear']")
+    _refused_in_one_line(
+        lambda: mtf_checkpoint.shape_of_checkpoint(directory),
+        "DenseReluDense.activation",
+        "'squared_relu'",
     )
-    with pytest.raises(CheckpointSourceError) as e:
-        mtf_checkpoint.shape_of_checkpoint(directory)
-    _one_line(e, "DenseReluDense.activation", "'squared_relu'")
 
 
 @pytest.mark.parametrize(
@@ -210,9 +212,7 @@ def test_an_activation_paxlite_lacks_is_named(tmp_path):
     ],
 )
 def test_an_architecture_paxlite_s_t5_is_not(fixture, named):
-    with pytest.raises(CheckpointSourceError) as e:
-        from_pretrained(MTF / fixture)
-    _one_line(e, named)
+    _refused_in_one_line(lambda: from_pretrained(MTF / fixture), named)
 
 
 def test_a_prefix_without_an_index_is_not_an_mtf_checkpoint(tmp_path):
@@ -252,14 +252,17 @@ def test_scoped_activations_count_and_must_agree(tmp_path):
             "decoder/DenseReluDense.activation = ['silu', 'linear']",
         )
     )
-    with pytest.raises(CheckpointSourceError) as e:
-        mtf_checkpoint.shape_of_checkpoint(directory)
-    _one_line(e, "DenseReluDense.activation differs between scopes")
+    _refused_in_one_line(
+        lambda: mtf_checkpoint.shape_of_checkpoint(directory),
+        "DenseReluDense.activation differs between scopes",
+    )
 
 
 @pytest.mark.slow
 def test_logits_missing_where_the_config_says_they_are_their_own(tmp_path):
     directory = _resaved(tmp_path, "decoder/logits/kernel")  # Its config: not tied.
-    with pytest.raises(CheckpointSourceError) as e:
-        mtf_checkpoint.shape_of_checkpoint(directory)
-    _one_line(e, "lacks 1 of the variables", "decoder/logits/kernel")
+    _refused_in_one_line(
+        lambda: mtf_checkpoint.shape_of_checkpoint(directory),
+        "lacks 1 of the variables",
+        "decoder/logits/kernel",
+    )

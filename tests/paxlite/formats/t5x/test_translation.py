@@ -87,25 +87,18 @@ _FINETUNE = _RUN.replace("pretrain.gin", "finetune.gin").replace(
 def test_label_smoothing_with_an_inference_eval_that_scores_is_refused(tmp_path):
     """T5X's inference eval scores unsmoothed targets; paxlite's model scores what it trains,
     so smoothing is refused where the infer_eval task has score metrics, and only there."""
-    import seqio
+    from tests.paxlite.t5x.user_dirs import registered_task_without_data
 
-    name = "some_scored_task"
-    seqio.TaskRegistry.add(
-        name,
-        source=seqio.FunctionDataSource(lambda split, shuffle_files: None, splits=["validation"]),
-        preprocessors=[],
-        output_features={"targets": seqio.Feature(seqio.ByteVocabulary())},
-        metric_fns=[lambda targets, scores: {"mean_score": sum(scores) / len(scores)}],
-    )
-    try:
+    def mean_score(targets, scores):
+        return {"mean_score": sum(scores) / len(scores)}
+
+    with registered_task_without_data("some_scored_task", [mean_score]) as name:
         scored = (_FINETUNE.replace("some_task", name),)
         assert _knobs(tmp_path, *scored)["DECODE_FEATURE_LENGTHS"] is None  # The longest.
         with pytest.raises(translation.UnsupportedBinding, match="label_smoothing.*some_scored"):
             _knobs(tmp_path, *scored, "LABEL_SMOOTHING = 0.1")
         knobs = _knobs(tmp_path, _FINETUNE, "LABEL_SMOOTHING = 0.1")  # Unregistered: unchecked.
         assert knobs["LABEL_SMOOTHING"] == 0.1 and knobs["DECODE_VALIDATION"]
-    finally:
-        seqio.TaskRegistry.remove(name)
 
 
 def test_standard_rules_in_paxlite_s_axis_names():

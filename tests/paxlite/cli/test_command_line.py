@@ -94,7 +94,7 @@ def test_help_knobs_lists_an_experiments_knobs_with_types_values_and_docs(capsys
     assert code == 0
     lines = out.splitlines()
     assert lines[0] == "tasks.lm.synthetic.LmSyntheticTiny: its knobs (--set KNOB=VALUE), by group."
-    assert "TransformerLmKnobs: Shape and architecture of paxlite's decoder-only Transformer LM" in out
+    assert "TransformerLmKnobs: Shape and architecture of paxlite's decoder-only Transformer" in out
     assert "    Shape: NUM_LAYERS, MODEL_DIMS, HIDDEN_DIMS, NUM_HEADS, NUM_KV_HEADS (None: " in out
     assert "  NUM_LAYERS: int = 2" in lines  # The tiny experiment's value, not the default.
     at = lines.index("  SEED: int = 1234")  # A knob with its own docstring entry.

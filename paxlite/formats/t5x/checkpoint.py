@@ -351,8 +351,7 @@ class T5xSource(LayoutSource):
             return ts.open(spec, open=True, read=True, **options).result()
         except Exception as e:  # noqa: BLE001 (tensorstore raises ValueError and more)
             raise CheckpointSourceError(
-                f"{self._where(name)}: T5X array {name} cannot be opened "
-                f"({storage.one_line(e)})."
+                f"{self._where(name)}: T5X array {name} cannot be opened ({storage.one_line(e)})."
             ) from None
 
 

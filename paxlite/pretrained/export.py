@@ -36,8 +36,6 @@ from praxis_lite import config as config_lib
 from praxis_lite.layers import lora
 from praxis_lite.tokenizers.hf_tokenizer import TOKENIZER_FILES
 
-#: The directory of a job that keeps its Hugging Face model's files.
-KEPT_DIR = "hf_model"
 _DTYPES = {
     "float32": np.dtype(np.float32),
     "bfloat16": np.dtype(ml_dtypes.bfloat16),
@@ -88,11 +86,13 @@ def check_flags(flag_values: flags.FlagValues, rest: Sequence[str]) -> None:
 def kept_files(hf_dir: str) -> dict[str, str]:
     """What a job fine-tuned from the Hugging Face model ``hf_dir`` keeps for its export
     (an experiment's ``job_files``): the directory's config, generation config and
-    tokenizer files, under :data:`KEPT_DIR`."""
+    tokenizer files, under ``job_record.HF_MODEL_DIR``."""
     names = [hf_models.CONFIG_FILE, hf_checkpoint.GENERATION_CONFIG_FILE, *TOKENIZER_FILES]
     directory = epath.Path(hf_dir)
     return {
-        f"{KEPT_DIR}/{name}": str(directory / name) for name in names if (directory / name).exists()
+        f"{job_record.HF_MODEL_DIR}/{name}": str(directory / name)
+        for name in names
+        if (directory / name).exists()
     }
 
 
@@ -117,12 +117,12 @@ def export(
       checkpoint_sources.CheckpointSourceError: no such checkpoint.
     """
     job = storage.job_path(job_log_dir)
-    kept = job / KEPT_DIR
+    kept = job / job_record.HF_MODEL_DIR
     if not (kept / hf_models.CONFIG_FILE).is_file():
         raise ExportError(
-            f"{job} keeps no {KEPT_DIR}/config.json: export runs fine-tuned from a Hugging "
-            "Face model directory (HfCausalLm --set HF_MODEL=DIR, or an experiment of the "
-            "same model with --init_from=DIR)."
+            f"{job} keeps no {job_record.HF_MODEL_DIR}/config.json: export runs fine-tuned "
+            "from a Hugging Face model directory (HfCausalLm --set HF_MODEL=DIR, or an "
+            "experiment of the same model with --init_from=DIR)."
         )
     config = hf_models.HfConfig.load(kept)
     family = hf_models.family_of(config)

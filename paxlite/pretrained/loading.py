@@ -14,6 +14,8 @@ checkpoint_00001000``) together with the experiment it was trained with::
     lm.generate(["The capital of France is"], max_new_tokens=8)    # -> [' Paris, ...']
     lm.save_pretrained("/tmp/my-hf-copy")                          # transformers loads it
     lm = from_pretrained("/tmp/paxlite_tiny")                      # paxlite job dir
+    lm = from_pretrained("/tmp/hf_ft")             # an HfCausalLm job, with its tokenizer
+    lm.generate(["The river"], max_new_tokens=8)                   # -> [' runs to the sea']
     lm = from_pretrained("gs_copy/checkpoints/checkpoint_00000300",   # Pax checkpoint
                          exp="LmCloudSpmd2B")
     logits = lm.logits(ids)                      # ids [B, T] int -> [B, T, V] float32
@@ -22,6 +24,12 @@ checkpoint_00001000``) together with the experiment it was trained with::
     s2s = from_pretrained("/tmp/encoder_decoder_job")            # an encoder-decoder's job
     logits = s2s.logits(ids, decoder_input_ids=dec)  # [B, S], [B, T] (0 first) -> [B, T, V]
     new = s2s.generate(ids, max_new_tokens=16)       # [B, 16] targets; pad after EOS
+
+A paxlite job fine-tuned from a Hugging Face model (``tasks.lm.hf.HfCausalLm``, an
+encoder-decoder from a Hugging Face directory) keeps that model's config and tokenizer
+(``<job>/hf_model/``): loaded from the job (or a step of it), the model generates from texts
+and ``save_pretrained`` writes it as Hugging Face's (a LoRA run's with ``merge=True``). A job
+in a bucket gives no tokenizer (it reads local files): pass token ids.
 
 A Hugging Face model needs no experiment: its family (``paxlite.formats.hf.models``) builds
 it from config.json on all of this process's devices, its weights split over them (FSDP),
@@ -185,6 +193,7 @@ def _from_checkpoint(
     or a paxml checkpoint's (``exp``'s model) weights, on the experiment's mesh; in ``dtype``
     (or an FPROP_DTYPE override) when given."""
     task_cfg, sources = None, {str(path): CheckpointLoadingRules()}
+    kept: tuple[Any, HfOrigin | None, Any] = (None, None, None)
     given = {o.partition("=")[0].strip() for o in overrides}
     if exp is None:
         job_dir = checkpoint_sources.job_dir_of(path, kind)
@@ -197,6 +206,7 @@ def _from_checkpoint(
         _check_job_overrides(job_dir, given)
         overrides = [*(k for k in mesh_knobs if k.partition("=")[0] not in given), *overrides]
         task_cfg = config_lib.from_json((job_dir / "config.json").read_text())["task"]
+        kept = _kept_hf(job_dir)
         start = job_record.frozen_start(job_dir)  # Frozen weights: where the job began.
         sources.update(
             {p: r for p, r in (start.rules if start else {}).items() if p not in sources}
@@ -221,7 +231,24 @@ def _from_checkpoint(
     if merge and settings is not None:
         model_cfg, params = adapters.merged(task_cfg.model, params, settings)
         model = config_lib.instantiate(model_cfg)
-    return pretrained_class(model)(model, params, task.decoder_params(), mesh, rules)
+    return pretrained_class(model)(model, params, task.decoder_params(), mesh, rules, *kept)
+
+
+def _kept_hf(job_dir: epath.Path) -> tuple[Any, HfOrigin | None, Any]:
+    """``(tokenizer, origin, chat_template)`` of the Hugging Face model a job was fine-tuned
+    from, as the job keeps its files (``job_record.HF_MODEL_DIR``); None for each it lacks
+    (no tokenizer for a model from a config alone or a T5X checkpoint; nothing for a job of
+    paxlite's own model). A job in a bucket gives no tokenizer or chat template: the
+    tokenizer reads local files."""
+    kept = job_dir / job_record.HF_MODEL_DIR
+    origin = None
+    if (kept / hf_models.CONFIG_FILE).is_file():
+        config = hf_models.HfConfig.load(kept)
+        generation_config = _json_fields(kept / hf_checkpoint.GENERATION_CONFIG_FILE)
+        origin = HfOrigin(hf_models.family_of(config), config.fields, generation_config)
+    tokenizer = None if storage.is_remote(kept) else _tokenizer_of(kept)
+    chat_template = hf_chat.ChatTemplate.from_dir(kept) if tokenizer is not None else None
+    return tokenizer, origin, chat_template
 
 
 def _check_job_overrides(job_dir: epath.Path, given: set[str]) -> None:

@@ -65,7 +65,8 @@ class Pretrained(abc.ABC):
         generation_config.json, or the experiment's decoder settings).
       mesh, rules: where the weights live and the logical-axis rules used.
       tokenizer: the model's tokenizer (``hf_tokenizer.HfTokenizer``), or None.
-      origin: a Hugging Face model's family and config; None for paxlite and paxml ones.
+      origin: a Hugging Face model's family and config (a Hugging Face directory's, or
+        the kept ``hf_model/`` of a paxlite job fine-tuned from one); None otherwise.
       chat_template: its chat template (``hf_chat.ChatTemplate``), or None.
     """
 
@@ -98,7 +99,7 @@ class Pretrained(abc.ABC):
             raise PretrainedError(
                 "save_pretrained writes Hugging Face families "
                 f"({', '.join(sorted(hf_models.FAMILIES))}); this model was loaded from a "
-                "paxlite or paxml checkpoint."
+                "paxml checkpoint or a paxlite job not started from a Hugging Face directory."
             )
         directory = epath.Path(directory)
         flat = traverse_util.flatten_dict(self.params, sep="/")

@@ -1,5 +1,6 @@
 """What a job directory records about its run, read back without the trainer's flags:
-its knobs (config.txt) and, for a run that froze parameters (``paxlite.train.trainable``), the
+its knobs (config.txt), the Hugging Face model files a run fine-tuned from one keeps
+(:data:`HF_MODEL_DIR`) and, for a run that froze parameters (``paxlite.train.trainable``), the
 loading rules its frozen parameters came from (frozen_start.json).
 
 ``paxlite.runtime.job_config`` writes these files; readers (``paxlite.pretrained.export``,
@@ -18,6 +19,11 @@ from etils import epath
 
 from paxlite.experiments.tasks_lib import CheckpointLoadingRules
 from paxlite.train import trainable
+
+#: The directory where a job fine-tuned from a Hugging Face model keeps that model's files
+#: (config.json, generation config, tokenizer; not its weights): an experiment's
+#: ``job_files`` (``paxlite.pretrained.export.kept_files``) or ``job_texts`` write them.
+HF_MODEL_DIR = "hf_model"
 
 
 def read_knobs(job_log_dir: epath.Path) -> dict[str, Any]:

@@ -18,7 +18,8 @@ conversations rendered with the model's chat template, the loss on the assistant
 The model's shape is config.json's, so the knobs of paxlite's own Transformer are not
 this experiment's: ``--set NUM_LAYERS=4`` is one KnobError naming config.json's field.
 The job keeps the directory's config, generation config and tokenizer
-(``<job>/hf_model/``) for ``paxlite-export``.
+(``<job>/hf_model/``) for ``paxlite-export``, and ``from_pretrained(<job>)`` takes its
+tokenizer from there (``generate`` of texts).
 """
 
 from __future__ import annotations
@@ -34,15 +35,12 @@ from paxlite.experiments.base_experiment import KnobError
 from paxlite.experiments.tasks_lib import CheckpointLoadingRules
 from paxlite.formats.hf import checkpoint as hf_checkpoint
 from paxlite.formats.peft import adapter as peft_adapter
-from paxlite.pretrained import adapters, export, loading
+from paxlite.pretrained import adapters, loading
 from praxis_lite.inputs.seqio_input import DecodeForm
 from praxis_lite.tokenizers.hf_chat import ChatTemplate, ChatTemplateError
 from tasks.lm.chat import register_chat_task
 from tasks.lm.hf_model import HfModelKnobs
 from tasks.lm.prompt_completion import PromptCompletionKnobs
-
-#: Where the job keeps the Hugging Face directory's files (all but the weights).
-KEPT_DIR = export.KEPT_DIR
 
 
 class Records(enum.Enum):

@@ -21,7 +21,7 @@ from paxlite.formats.hf import models as hf_models
 from paxlite.formats.mtf import checkpoint as mtf_checkpoint
 from paxlite.formats.t5x import gin as t5x_gin
 from paxlite.pretrained import export
-from paxlite.runtime import mesh_checks
+from paxlite.runtime import job_record, mesh_checks
 from praxis_lite import config as config_lib
 from praxis_lite.decoding import beam_search
 from praxis_lite.layers.repeats import AutodiffCheckpointType
@@ -118,10 +118,10 @@ class T5Knobs(BaseExperiment):
         generation = {
             k: config[k] for k in ("decoder_start_token_id", "eos_token_id", "pad_token_id")
         }
+        kept = job_record.HF_MODEL_DIR
         return {
-            f"{export.KEPT_DIR}/{hf_models.CONFIG_FILE}": json.dumps(config, indent=2) + "\n",
-            f"{export.KEPT_DIR}/{hf_checkpoint.GENERATION_CONFIG_FILE}": json.dumps(generation)
-            + "\n",
+            f"{kept}/{hf_models.CONFIG_FILE}": json.dumps(config, indent=2) + "\n",
+            f"{kept}/{hf_checkpoint.GENERATION_CONFIG_FILE}": json.dumps(generation) + "\n",
         }
 
     def _check_init_from_config(self) -> None:

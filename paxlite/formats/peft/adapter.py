@@ -21,14 +21,12 @@ from __future__ import annotations
 
 import dataclasses
 import json
-import os
 import re
 from collections.abc import Mapping, Sequence
 from typing import Any
 
 import numpy as np
 from etils import epath
-from safetensors.numpy import save_file
 
 from paxlite.checkpoints import checkpoint_sources
 from paxlite.checkpoints.checkpoint_sources import PARAMS, Variable
@@ -498,6 +496,8 @@ def save(
     }
     directory = epath.Path(directory)
     directory.mkdir(parents=True, exist_ok=True)
-    save_file(tensors, os.fspath(directory / WEIGHTS_FILE), metadata={"format": "pt"})
+    planned = {name: Variable(t.shape, t.dtype) for name, t in tensors.items()}
+    # Not safetensors' save_file: its file is 0600 whatever the umask; this one honours it.
+    hf_checkpoint.write_safetensors(directory / WEIGHTS_FILE, planned, tensors.__getitem__)
     (directory / CONFIG_FILE).write_text(config.to_json())
     return [WEIGHTS_FILE, CONFIG_FILE]

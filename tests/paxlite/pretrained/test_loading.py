@@ -1,14 +1,26 @@
 """paxlite.pretrained.loading.from_pretrained: a job (trained here) and a paxml checkpoint (a
 fixture paxml's own main.py wrote), their logits and greedy generation, for any number of
-prompts on any mesh."""
+prompts on any mesh; what a job fine-tuned from a Hugging Face model kept of it (its tokenizer,
+config and chat template: the fine-tuning tests load such jobs)."""
+
+import json
+import pathlib
+import shutil
 
 import jax
 import numpy as np
 import pytest
+from etils import epath
 
 from paxlite.checkpoints.checkpoint_sources import CheckpointSourceError
-from paxlite.pretrained.loading import PretrainedError, from_pretrained
+from paxlite.formats.hf import models as hf_models
+from paxlite.pretrained import export, loading
+from paxlite.pretrained.loading import HfOrigin, PretrainedError, from_pretrained
+from paxlite.runtime import job_record
+from praxis_lite.tokenizers import hf_chat
+from praxis_lite.tokenizers.hf_tokenizer import HfTokenizer
 from tests import FIXTURES
+from tests.gcs import BUCKET
 from tests.paxlite.test_main import run_main_in_process
 
 _PAX = FIXTURES / "pax" / "TinyLmCloudSpmd"
@@ -49,6 +61,7 @@ def tiny_job(tmp_path_factory):
 @pytest.mark.slow
 def test_a_paxlite_job_generates_what_its_own_logits_say(tiny_job):
     lm = from_pretrained(tiny_job)  # the experiment is read from config.txt; step 60
+    assert lm.tokenizer is None and lm.origin is None  # paxlite's own model: nothing kept.
     leaf = jax.tree_util.tree_leaves(lm.params)[0]
     assert leaf.sharding.mesh.devices.size == 8  # placed as training placed it
     prompts = np.array([[3, 5, 7, 9], [10, 13, 16, 19]])
@@ -116,3 +129,57 @@ def test_a_pax_checkpoint_without_its_experiment_or_an_empty_dir_is_one_line(tmp
         str(e.value) == f"{tmp_path / 'no_such_job'} does not exist: no checkpoint to read there."
     )
     assert e.value.__cause__ is None and e.value.__context__ is None
+
+
+_QWEN2 = FIXTURES / "hf" / "qwen2"  # With a chat template (chat_template.jinja).
+
+
+def _job_keeping(job: pathlib.Path, names: tuple[str, ...] | None = None) -> pathlib.Path:
+    """A job directory holding what a job fine-tuned from the qwen2 fixture keeps
+    (``export.kept_files``; only ``names`` of them when given), as its start copies them."""
+    for relative, source in export.kept_files(str(_QWEN2)).items():
+        if names is None or pathlib.Path(relative).name in names:
+            (job / relative).parent.mkdir(parents=True, exist_ok=True)
+            shutil.copyfile(source, job / relative)
+    return job
+
+
+def _origin_of(directory: pathlib.Path) -> HfOrigin:
+    """The HfOrigin a Hugging Face directory's own from_pretrained carries."""
+    config = json.loads((directory / "config.json").read_text())
+    generation = json.loads((directory / "generation_config.json").read_text())
+    return HfOrigin(hf_models.FAMILIES[config["model_type"]], config, generation)
+
+
+def assert_same_tokenizer(ours: HfTokenizer, theirs: HfTokenizer) -> None:
+    """Same files, special ids, vocabulary and ids of a few texts."""
+    assert ours.files == theirs.files and ours.vocab_size == theirs.vocab_size
+    for name in ("bos_token_id", "eos_token_id", "pad_token_id"):
+        assert getattr(ours, name) == getattr(theirs, name), name
+    for text in ("hello", "The river", "abc = cba!", ""):
+        assert ours.encode(text) == theirs.encode(text), text
+
+
+def test_a_job_carries_the_tokenizer_config_and_chat_template_it_kept(tmp_path):
+    tokenizer, origin, chat_template = loading._kept_hf(_job_keeping(tmp_path / "job"))
+    assert_same_tokenizer(tokenizer, HfTokenizer.from_dir(_QWEN2))
+    assert origin == _origin_of(_QWEN2)
+    assert chat_template.text == hf_chat.ChatTemplate.from_dir(_QWEN2).text
+
+
+def test_a_job_that_kept_no_tokenizer_or_nothing_carries_none(tmp_path):
+    """A model from its config alone (HF_RANDOM_INIT), a T5 from T5X (config and generation
+    config only); a job of paxlite's own model (nothing kept)."""
+    configs = _job_keeping(tmp_path / "configs", ("config.json", "generation_config.json"))
+    assert loading._kept_hf(configs) == (None, _origin_of(_QWEN2), None)
+    assert loading._kept_hf(tmp_path / "own_model") == (None, None, None)
+
+
+@pytest.mark.slow
+def test_a_job_in_a_bucket_carries_its_config_and_no_tokenizer(emulator, tmp_path):
+    """The tokenizer reads local files: a job in a bucket loads without it."""
+    local = _job_keeping(tmp_path / "job")
+    bucket = epath.Path(f"gs://{BUCKET}/kept_job")
+    for file in (local / job_record.HF_MODEL_DIR).iterdir():
+        (bucket / job_record.HF_MODEL_DIR / file.name).write_bytes(file.read_bytes())
+    assert loading._kept_hf(bucket) == (None, _origin_of(_QWEN2), None)

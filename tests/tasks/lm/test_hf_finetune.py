@@ -22,10 +22,13 @@ from paxlite.runtime import job_config
 from paxlite.runtime.job import build_job
 from paxlite.train import train_loop
 from praxis_lite import config as config_lib
+from praxis_lite.tokenizers.hf_tokenizer import HfTokenizer
 from tasks.lm.hf import HfCausalLm, Records
 from tasks.lm.text import TextFormat
 from tests import FIXTURES
 from tests.paxlite.checkpoints.test_init_from import FixtureBatches
+from tests.paxlite.formats.hf.test_checkpoint import assert_written_with_umask
+from tests.paxlite.pretrained.test_loading import assert_same_tokenizer
 from tests.paxlite.test_main import run_main_in_process
 
 _HF = FIXTURES / "hf"
@@ -117,7 +120,9 @@ def test_text_files_tokenized_by_the_models_tokenizer(tmp_path):
 def test_prompt_completion_records_fine_tune_and_export_round_trips(tmp_path):
     """qwen2 on prompt/completion JSONL; the job keeps the model's files (written with its
     config, as main.py writes them); paxlite-export writes the fine-tuned weights under the
-    original names, read back to the job's own logits."""
+    original names (its files as the umask says), read back to the job's own logits; loaded
+    from the job, the model has the directory's tokenizer (text in, text out) and
+    save_pretrained writes what export does."""
     pairs = tmp_path / "pairs.jsonl"
     records = [{"prompt": f"{w} = ", "completion": w[::-1]} for w in ("abc", "hello", "world!")]
     pairs.write_text("".join(json.dumps(r) + "\n" for r in records * 20))
@@ -134,20 +139,33 @@ def test_prompt_completion_records_fine_tune_and_export_round_trips(tmp_path):
     losses = [s["loss"] for _, s in _run(exp, job).history]
     assert losses[-1] < losses[0], losses
 
-    out = tmp_path / "exported"
-    files = export.export(job, out, dtype="float32")
+    out, files = tmp_path / "exported", []
+    assert_written_with_umask(lambda: files.extend(export.export(job, out, dtype="float32")), out)
     assert "model.safetensors" in files and "tokenizer.json" in files
-    with safe_open(str(out / "model.safetensors"), "numpy") as f:
-        exported = set(f.keys())
+    exported = _tensors(out)
     with safe_open(str(_HF / "qwen2" / "model.safetensors"), "numpy") as f:
-        assert exported == set(f.keys())
+        assert set(exported) == set(f.keys())
     ids = np.load(_HF / "qwen2" / "outputs.npz")["ids"]
-    np.testing.assert_allclose(
-        from_pretrained(out).logits(ids), from_pretrained(job).logits(ids), rtol=1e-5, atol=1e-5
-    )
+    lm = from_pretrained(job / "checkpoints" / str(FAST["NUM_TRAIN_STEPS"]))  # The job's step.
+    want = lm.logits(ids)
+    np.testing.assert_allclose(from_pretrained(out).logits(ids), want, rtol=1e-5, atol=1e-5)
+    assert_same_tokenizer(lm.tokenizer, HfTokenizer.from_dir(_HF / "qwen2"))
+    texts = lm.generate(["abc = ", "The river"], max_new_tokens=4)
+    assert len(texts) == 2 and all(isinstance(t, str) for t in texts), texts
+    lm.save_pretrained(tmp_path / "saved")  # The job's model as Hugging Face's: as exported.
+    saved = _tensors(tmp_path / "saved")
+    assert set(saved) == set(exported)
+    for name, value in exported.items():
+        np.testing.assert_array_equal(saved[name], value, err_msg=name)
     with pytest.raises(export.ExportError, match="keeps no hf_model/config.json") as e:
         export.export(tmp_path, tmp_path / "nothing")
     assert "\n" not in str(e.value)
+
+
+def _tensors(directory: pathlib.Path) -> dict[str, np.ndarray]:
+    """The tensors of ``directory``'s model.safetensors, by name."""
+    with safe_open(str(directory / "model.safetensors"), "numpy") as f:
+        return {name: f.get_tensor(name) for name in f.keys()}  # noqa: SIM118
 
 
 def test_a_size_knob_is_not_one_and_names_config_json(text_file):

@@ -25,8 +25,10 @@ from paxlite.train import train_loop
 from praxis_lite import config as config_lib
 from praxis_lite.inputs.synthetic_input import SyntheticSeq2SeqInput
 from praxis_lite.py_utils import NestedMap
+from praxis_lite.tokenizers.hf_tokenizer import HfTokenizer
 from tasks.t5.flan_t5 import FlanT5Small
 from tests import FIXTURES
+from tests.paxlite.pretrained.test_loading import assert_same_tokenizer
 
 FIXTURE = FIXTURES / "hf" / "t5_flan"
 T5X_FIXTURE = FIXTURES / "t5x" / "flan_legacy"
@@ -104,7 +106,9 @@ def test_flan_t5_fine_tunes_from_another_format_and_exports_as_hugging_face(tmp_
     (first,) = _fine_tune(init_from, job_dir, steps=1)
     np.testing.assert_allclose(first["loss"], _transformers_loss(), rtol=1e-5)
     export.export(job_dir, tmp_path / "hf")
-    _assert_same_logits(from_pretrained(tmp_path / "hf"), from_pretrained(job_dir))
+    job = from_pretrained(job_dir)
+    _assert_same_logits(from_pretrained(tmp_path / "hf"), job)
+    assert job.tokenizer is None and job.origin is not None  # T5X and MTF keep no tokenizer.
 
 
 def _logits(model) -> np.ndarray:
@@ -119,6 +123,7 @@ def _assert_same_logits(a, b) -> None:
 
 @pytest.mark.slow
 def test_flan_t5_fine_tunes_from_a_hugging_face_directory_and_exports(tmp_path):
+    """The job keeps the directory's tokenizer: loaded from the job, it generates from texts."""
     job_dir = tmp_path / "job"
     first, second = _fine_tune(FIXTURE, job_dir, steps=2)
     np.testing.assert_allclose(first["loss"], _transformers_loss(), rtol=1e-5)
@@ -126,8 +131,11 @@ def test_flan_t5_fine_tunes_from_a_hugging_face_directory_and_exports(tmp_path):
 
     files = export.export(job_dir, tmp_path / "hf")
     assert {"config.json", "model.safetensors", "tokenizer.json"} <= set(files)
-    exported = from_pretrained(tmp_path / "hf")
-    _assert_same_logits(exported, from_pretrained(job_dir))
+    exported, job = from_pretrained(tmp_path / "hf"), from_pretrained(job_dir)
+    _assert_same_logits(exported, job)
+    assert_same_tokenizer(job.tokenizer, HfTokenizer.from_dir(FIXTURE))  # The job kept it.
+    texts = job.generate(["summarize: The train", "The river"], max_new_tokens=4)
+    assert len(texts) == 2 and all(isinstance(t, str) for t in texts), texts
     untuned = np.load(FIXTURE / "outputs.npz")["logits"]  # transformers', of the fixture.
     assert not np.allclose(_logits(exported), untuned, atol=1e-4)
 

@@ -1,17 +1,44 @@
 """Hugging Face model directories that cannot be read: each is one line naming the file and the
 fix (``paxlite.formats.hf.checkpoint``), whatever reads them (--init_from, HF_MODEL,
 ``from_pretrained``); nothing is written. The directories are the transformers-made fixtures
-(tests/fixtures/hf/), damaged here as downloads and copies damage them."""
+(tests/fixtures/hf/), damaged here as downloads and copies damage them. And the files
+``hf_checkpoint.save`` writes take the process's umask (:func:`assert_written_with_umask`)."""
 
+import json
+import os
 import pathlib
 import shutil
+import stat
+from collections.abc import Callable
 
+import numpy as np
 import pytest
 
 from paxlite.checkpoints import checkpoint_sources
 from paxlite.checkpoints.checkpoint_sources import CheckpointSourceError
 from paxlite.formats.hf import checkpoint as hf_checkpoint
+from paxlite.formats.hf import models as hf_models
 from tests import FIXTURES
+
+#: A umask stricter than the usual 022: the group reads, others nothing.
+UMASK = 0o027
+
+
+def assert_written_with_umask(write: Callable[[], object], root: pathlib.Path) -> None:
+    """``write()``, run under :data:`UMASK` (the process's umask restored after), leaves
+    ``root`` and everything under it as that umask makes them: files 0o640, directories
+    0o750 (no writer of its own modes, such as a temporary file renamed into place)."""
+    old = os.umask(UMASK)
+    try:
+        write()
+    finally:
+        os.umask(old)
+    paths = [root, *sorted(root.rglob("*"))]
+    modes = {str(p.relative_to(root)): oct(stat.S_IMODE(p.stat().st_mode)) for p in paths}
+    wants = {
+        str(p.relative_to(root)): oct((0o777 if p.is_dir() else 0o666) & ~UMASK) for p in paths
+    }
+    assert len(paths) > 1 and modes == wants
 
 
 def _copy(name: str, tmp_path: pathlib.Path, *, without: tuple[str, ...] = ()) -> pathlib.Path:
@@ -104,3 +131,24 @@ def test_a_tensor_in_a_dtype_paxlite_cannot_hold_is_one_line_naming_it(tmp_path)
         f"{weights}: tensor {name} is stored as safetensors dtype I8, which paxlite does not read"
     )
     assert "save the model unquantized" in str(error.value)
+
+
+@pytest.mark.parametrize("max_shard_bytes", [hf_checkpoint.DEFAULT_MAX_SHARD_BYTES, 600])
+def test_saved_files_take_the_umask(tmp_path, max_shard_bytes):
+    """A single file, or shards and their index (600 bytes: a tensor a shard)."""
+    config = json.loads((FIXTURES / "hf" / "llama3" / hf_models.CONFIG_FILE).read_text())
+    vocab, dims = config["vocab_size"], config["hidden_size"]
+    params = {  # Three of llama's parameters (our paths), float32.
+        "lm/embedding/emb_var": np.ones((vocab, dims), np.float32),
+        "lm/softmax/w": np.ones((dims, vocab), np.float32),
+        "lm/final_ln/scale": np.ones((dims,), np.float32),
+    }
+    out, family = tmp_path / "out", hf_models.FAMILIES["llama"]
+    files = []
+    save = hf_checkpoint.save
+    assert_written_with_umask(
+        lambda: files.extend(save(out, params, family, config, max_shard_bytes=max_shard_bytes)),
+        out,
+    )
+    sharded = max_shard_bytes < hf_checkpoint.DEFAULT_MAX_SHARD_BYTES
+    assert (hf_checkpoint.INDEX_FILE in files) == sharded, files

@@ -1,16 +1,21 @@
 """PEFT adapter directories that cannot be read (``paxlite.formats.peft.adapter``): one line
-naming the file, as for a Hugging Face model's safetensors."""
+naming the file, as for a Hugging Face model's safetensors; the files an adapter is saved to
+take the process's umask."""
 
 import json
 import pathlib
 import shutil
 
+import numpy as np
 import pytest
+from safetensors import safe_open
 
 from paxlite.checkpoints import checkpoint_sources
 from paxlite.checkpoints.checkpoint_sources import CheckpointSourceError
+from paxlite.formats.hf import models as hf_models
 from paxlite.formats.peft import adapter as peft_adapter
 from tests import FIXTURES
+from tests.paxlite.formats.hf.test_checkpoint import assert_written_with_umask
 
 
 def test_an_adapter_file_cut_short_is_one_line_naming_it(tmp_path):
@@ -62,3 +67,21 @@ def test_a_base_unlike_the_hub_id_an_adapter_names_is_warned_about(tmp_path):
     assert peft_adapter.check_base(adapter, config, same) is None
     # A base that is no model directory is for whatever opens it to refuse.
     assert peft_adapter.check_base(adapter, config, tmp_path / "no_such_dir") is None
+
+
+def test_a_saved_adapter_takes_the_umask_and_reads_back(tmp_path):
+    """Layer 0's q_proj adapter of llama3's sizes (D 64, 4 heads of 16, rank 4): PEFT's
+    tensors (torch's layout) with the metadata transformers asks for."""
+    a = np.arange(64 * 4, dtype=np.float32).reshape(64, 4)
+    b = np.arange(4 * 4 * 16, dtype=np.float32).reshape(4, 4, 16)
+    block = "lm/transformer/x_layers_0/self_attention/"
+    params = {f"{block}w_q_lora_a": a, f"{block}w_q_lora_b": b, f"{block}w_q": np.ones(3)}
+    config = peft_adapter.AdapterConfig(rank=4, alpha=8.0, target_modules=("q_proj",))
+    out, family = tmp_path / "adapter", hf_models.FAMILIES["llama"]
+    assert_written_with_umask(lambda: peft_adapter.save(out, params, family, config), out)
+    assert peft_adapter.AdapterConfig.load(out) == config
+    module = "base_model.model.model.layers.0.self_attn.q_proj"
+    with safe_open(str(out / peft_adapter.WEIGHTS_FILE), "numpy") as f:
+        assert f.metadata() == {"format": "pt"}
+        np.testing.assert_array_equal(f.get_tensor(f"{module}.lora_A.weight"), a.T)
+        np.testing.assert_array_equal(f.get_tensor(f"{module}.lora_B.weight"), b.reshape(4, 64).T)

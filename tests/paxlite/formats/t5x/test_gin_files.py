@@ -10,6 +10,7 @@ import json
 
 import numpy as np
 import pytest
+import seqio
 
 from paxlite.experiments import base_experiment
 from paxlite.formats.t5x import gin_files, gin_run, gin_sources, translation
@@ -64,6 +65,27 @@ def test_each_example_run_reads_into_knobs(path, tmp_path):
     assert knobs["NUM_DECODES"] == int(decodes)
     # The knobs as the command passes them (text), to the experiment and its inputs.
     knobs.pop("INIT_FROM", None)  # T5X's gs:// checkpoints: not read here.
+    settings = [f"{name}={translation.knob_text(value)}" for name, value in knobs.items()]
+    experiment = base_experiment.apply_knob_overrides(T5xGin, settings)()
+    assert experiment.datasets()[0].mixture_name == knobs["MIXTURE_OR_TASK_NAME"]
+    assert experiment.task().model is not None
+
+
+def test_paxlite_s_own_files_are_apart_from_t5x_s():
+    assert gin_files.own_files() == ["paxlite/tiny_reverse.gin"]
+    assert not set(gin_files.own_files()) & set(gin_files.standard_files())
+
+
+@pytest.mark.parametrize("path", gin_files.own_files())
+def test_each_own_file_reads_into_knobs(path, tmp_path):
+    """paxlite's own runs read through gin with nothing on PYTHONPATH: their task module is
+    the package's, and every binding they make is one paxlite honours."""
+    run = gin_run.read_call(
+        gin_run.TRAIN, [path], [f'MODEL_DIR = "{tmp_path}"'], [str(gin_files.GIN_ROOT)]
+    )
+    knobs = translation.knobs(run.call, run.sources, run.config_text)
+    assert seqio.get_mixture_or_task(knobs["MIXTURE_OR_TASK_NAME"])  # Imported while read.
+    assert knobs["ICI_MESH_SHAPE"] == (1, -1, 1)
     settings = [f"{name}={translation.knob_text(value)}" for name, value in knobs.items()]
     experiment = base_experiment.apply_knob_overrides(T5xGin, settings)()
     assert experiment.datasets()[0].mixture_name == knobs["MIXTURE_OR_TASK_NAME"]

@@ -102,7 +102,8 @@ def check_finite(state: Any, task: Any, checkpointer: train_checkpoints.Checkpoi
 
 
 class FirstStepReport:
-    """After the first step of the run: compile time and time to first step; starts the rates."""
+    """After the first step of the run: compile time, time to first step and the step's loss
+    (the run's start, which the summary lines' losses are read against); starts the rates."""
 
     def __init__(
         self,
@@ -125,9 +126,10 @@ class FirstStepReport:
             "time_to_first_step_s": time.perf_counter() - self._start,
         }
         self._writer.write_scalars(ctx.step, self._layout.first_step_scalars(first))
+        loss = float(jax.device_get(ctx.metrics["loss"]))
         summaries.log(
             f"First step done {first['time_to_first_step_s']:.1f} s after start "
-            f"(compile {self._compile_s:.1f} s); rates below exclude it."
+            f"(compile {self._compile_s:.1f} s); loss {loss:.4f}; rates below exclude it."
         )
         ctx.result.first_step = first
 

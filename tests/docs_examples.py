@@ -546,21 +546,36 @@ def check_bench(words: list[str]) -> list[str]:
 
 def check_export(words: list[str]) -> list[str]:
     """``paxlite-export WORDS``: parsed by its own flags, the flags it needs given."""
-    from paxlite.pretrained import export
+    return _check_own_flags("paxlite-export", "paxlite.pretrained.export", words)
 
+
+def check_tiny_model(words: list[str]) -> list[str]:
+    """``paxlite-tiny-model WORDS``: parsed by its own flags, the flags it needs given (the
+    family one it has)."""
+    return _check_own_flags("paxlite-tiny-model", "paxlite.formats.hf.tiny_models", words)
+
+
+def _check_own_flags(program: str, module_name: str, words: list[str]) -> list[str]:
+    """A command whose module parses its own flags (``define_flags``, ``parse``,
+    ``check_flags`` on a FlagValues of its own): its one-line errors, if any."""
+    module = importlib.import_module(module_name)
     flag_values = flags.FlagValues()
-    export.define_flags(flag_values)
-    args = _settled("paxlite-export", words, flag_values)
+    module.define_flags(flag_values)
+    args = _settled(program, words, flag_values)
+    for name in sorted(args.placeholder_flags & set(flag_values)):
+        choices = getattr(flag_values[name].parser, "enum_values", None)
+        if choices:  # A choice the example leaves open: any of them (the first).
+            args.argv.append(f"--{name}={choices[0]}")
     with _captured() as captured:
         try:
             _parsed(
-                lambda: export.check_flags(flag_values, export.parse(flag_values, args.argv)),
+                lambda: module.check_flags(flag_values, module.parse(flag_values, args.argv)),
                 captured,
             )
         except _Ended as end:
             return [] if end.message is None else [end.message]
     names = _given_flags(args.argv, flag_values) | args.placeholder_flags
-    return _known(names, flag_values, "paxlite.pretrained.export")
+    return _known(names, flag_values, module_name)
 
 
 #: A placeholder's stand-in where the parser cannot leave a value out (argparse's).
@@ -609,6 +624,7 @@ SCRIPTS: dict[str, Callable[[list[str]], list[str]]] = {
     "paxlite": check_paxlite,
     "paxlite-bench": check_bench,
     "paxlite-export": check_export,
+    "paxlite-tiny-model": check_tiny_model,
     **{
         f"paxlite-t5x-{name.replace('_', '-')}": functools.partial(check_t5x, f"paxlite.t5x.{name}")
         for name in _T5X

@@ -37,7 +37,11 @@ Checks a directory that something else saved (e.g. paxlite's HF export) against 
 
 loads DIR with ``AutoModelForCausalLM``/``AutoTokenizer`` and compares its logits (within 1e-4 of
 the fixture's logit scale), greedy tokens, tokenizer cases and chat cases (where it has them)
-with fixture NAME; exits 1 on a mismatch.
+with fixture NAME; exits 1 on a mismatch. What ``paxlite-tiny-model`` wrote (a causal LM):
+
+    /tmp/hf-venv/bin/python tools/hf_fixtures/make_fixtures.py --check-tiny DIR
+
+loads DIR as transformers does and checks it (``check_tiny``; README.md, "Tiny models").
 """
 
 import argparse
@@ -57,6 +61,7 @@ from collections.abc import Callable, Iterator
 os.environ.setdefault("TOKENIZERS_PARALLELISM", "false")
 
 import numpy as np  # noqa: E402
+import safetensors  # noqa: E402
 import sentencepiece as spm  # noqa: E402
 import tokenizers  # noqa: E402
 import torch  # noqa: E402
@@ -1207,13 +1212,101 @@ def check(model_dir: str, name: str, fixtures: pathlib.Path) -> bool:
     return all(results)
 
 
-def run_cli(doc: str, check_fn, make_all_fn) -> None:
+# --- --check-tiny ---------------------------------------------------------------------------
+
+#: --check-tiny's generate: new tokens from TOKENIZER_TEXTS[0].
+TINY_NEW_TOKENS = 4
+
+
+def safetensors_of(directory: pathlib.Path) -> dict[str, np.ndarray]:
+    """Every tensor of the directory's safetensors files (one, or shards), by name."""
+    tensors = {}
+    for file in sorted(directory.glob("*.safetensors")):
+        with safetensors.safe_open(str(file), framework="np") as f:
+            tensors.update({name: f.get_tensor(name) for name in f.keys()})  # noqa: SIM118
+    return tensors
+
+
+def check_tiny_loading(
+    model_class: type, model_dir: str
+) -> tuple[transformers.PreTrainedModel, bool]:
+    """Loads ``model_dir`` (what paxlite-tiny-model wrote) with ``model_class`` and checks that
+    transformers found every tensor it wants and none it does not (no missing, unexpected or
+    mismatched keys), and that its ``save_pretrained`` writes back the same tensors (names,
+    shapes, values: the mixtures of experts' fused experts are written per expert again)."""
+    model, info = model_class.from_pretrained(
+        model_dir, attn_implementation="eager", dtype=torch.float32, output_loading_info=True
+    )
+    model.eval()
+    ok = True
+    for key in ("missing_keys", "unexpected_keys", "mismatched_keys", "error_msgs"):
+        found = sorted(map(str, info.get(key) or []))
+        print(f"{key}: {found[:4]}{' ...' if len(found) > 4 else ''}: {verdict(not found)}")
+        ok &= not found
+    ours = safetensors_of(pathlib.Path(model_dir))
+    with tempfile.TemporaryDirectory() as scratch:
+        model.save_pretrained(scratch)
+        theirs = safetensors_of(pathlib.Path(scratch))
+    differ = sorted(set(ours) ^ set(theirs)) + sorted(
+        name
+        for name in set(ours) & set(theirs)
+        if ours[name].shape != theirs[name].shape or not np.array_equal(ours[name], theirs[name])
+    )
+    print(
+        f"{len(ours)} tensors, as save_pretrained writes them: {differ[:4]}: {verdict(not differ)}"
+    )
+    return model, ok and not differ
+
+
+def check_tiny_tokenizer(
+    tokenizer: PreTrainedTokenizerBase, reference: Callable[[str], list[int]], model_dir: str
+) -> bool:
+    """AutoTokenizer's ids on TOKENIZER_TEXTS equal ``reference``'s (the tokenizers or
+    SentencePiece library reading the files: paxlite's HfTokenizer is tested against those);
+    its bos, eos and pad are generation_config.json's (the eos one of its list)."""
+    ok = True
+    for text in TOKENIZER_TEXTS:
+        ours, theirs = reference(text), tokenizer(text).input_ids
+        if ours != theirs:
+            print(f"tokenizer {text!r}: {theirs} vs {ours}: MISMATCH")
+            ok = False
+    print(f"tokenizer: {len(TOKENIZER_TEXTS)} texts: {verdict(ok)}")
+    generation = json.loads((pathlib.Path(model_dir) / "generation_config.json").read_text())
+    eos = generation.get("eos_token_id")
+    special = (
+        tokenizer.bos_token_id == generation.get("bos_token_id")
+        and tokenizer.eos_token_id in (eos if isinstance(eos, list) else [eos])
+        and tokenizer.pad_token_id == generation.get("pad_token_id")
+    )
+    ids = (tokenizer.bos_token_id, tokenizer.eos_token_id, tokenizer.pad_token_id)
+    print(f"bos, eos, pad {ids} vs generation_config {generation}: {verdict(special)}")
+    return ok and special
+
+
+@torch.no_grad()
+def check_tiny(model_dir: str) -> bool:
+    """``--check-tiny DIR``: a causal LM that paxlite-tiny-model wrote, as transformers loads
+    it (check_tiny_loading, check_tiny_tokenizer against tokenizer.json read by the tokenizers
+    library), and a greedy generate of TINY_NEW_TOKENS tokens runs."""
+    model, ok = check_tiny_loading(AutoModelForCausalLM, model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    reference = tokenizers.Tokenizer.from_file(str(pathlib.Path(model_dir) / "tokenizer.json"))
+    ok &= check_tiny_tokenizer(tokenizer, lambda text: reference.encode(text).ids, model_dir)
+    inputs = tokenizer(TOKENIZER_TEXTS[0], return_tensors="pt")
+    out = model.generate(**inputs, do_sample=False, max_new_tokens=TINY_NEW_TOKENS)
+    print(f"generate: {out[0, inputs.input_ids.shape[1] :].tolist()}")
+    return ok
+
+
+def run_cli(doc: str, check_fn, make_all_fn, check_tiny_fn=check_tiny) -> None:
     """A fixture maker's command line: ``OUT_DIR [--only NAME,...]`` writes the fixtures
     (``make_all_fn(out_dir, only)``), ``--check DIR NAME`` checks a directory against one
-    (``check_fn(dir, name, fixtures_root)``, exit 1 on a mismatch)."""
+    (``check_fn(dir, name, fixtures_root)``, exit 1 on a mismatch), ``--check-tiny DIR``
+    checks what paxlite-tiny-model wrote (``check_tiny_fn(dir)``, exit 1 on a mismatch)."""
     parser = argparse.ArgumentParser(description=doc.split("\n\n")[0])
     parser.add_argument("out_dir", nargs="?", help="where to write (tests/fixtures/hf)")
     parser.add_argument("--check", nargs=2, metavar=("DIR", "NAME"), help="DIR vs fixture NAME")
+    parser.add_argument("--check-tiny", metavar="DIR", help="DIR from paxlite-tiny-model")
     parser.add_argument("--fixtures", default=str(FIXTURES), help="--check's fixture root")
     parser.add_argument("--only", metavar="NAME[,NAME]", help="write only these fixtures")
     args = parser.parse_args()
@@ -1221,8 +1314,10 @@ def run_cli(doc: str, check_fn, make_all_fn) -> None:
     torch.set_num_threads(1)
     if args.check:
         sys.exit(0 if check_fn(args.check[0], args.check[1], pathlib.Path(args.fixtures)) else 1)
+    if args.check_tiny:
+        sys.exit(0 if check_tiny_fn(args.check_tiny) else 1)
     if not args.out_dir:
-        parser.error("give OUT_DIR or --check DIR NAME")
+        parser.error("give OUT_DIR, --check DIR NAME or --check-tiny DIR")
     make_all_fn(args.out_dir, args.only)
 
 

@@ -33,7 +33,11 @@ Checks a directory that something else saved (e.g. paxlite's HF export) against 
 
 loads DIR with ``AutoModelForSeq2SeqLM``/``AutoTokenizer`` and compares its logits and encoder
 output (each within 1e-4 of the fixture's scale), greedy tokens and tokenizer cases with fixture
-NAME; exits 1 on a mismatch.
+NAME; exits 1 on a mismatch. What ``paxlite-tiny-model --family=t5`` (or flan-t5) wrote:
+
+    /tmp/hf-venv/bin/python tools/hf_fixtures/make_t5_fixtures.py --check-tiny DIR
+
+loads DIR as transformers does and checks it (``check_tiny``; README.md, "Tiny models").
 """
 
 import contextlib
@@ -60,8 +64,11 @@ from make_fixtures import (  # noqa: E402
     MIN_GREEDY_GAP,
     MUST_MATTER,
     NEW_TOKENS,
+    TINY_NEW_TOKENS,
     TOKENIZER_TEXTS,
     TOLERANCE,
+    check_tiny_loading,
+    check_tiny_tokenizer,
     check_tokenizer,
     run_cli,
     tokenizer_cases,
@@ -596,8 +603,28 @@ def check(model_dir: str, name: str, fixtures: pathlib.Path, quiet: bool = False
     return all(results)
 
 
+@torch.no_grad()
+def check_tiny(model_dir: str) -> bool:
+    """``--check-tiny DIR``: a T5 that paxlite-tiny-model wrote, as transformers loads it
+    (make_fixtures' check_tiny_loading; its check_tiny_tokenizer against spiece.model read by
+    the sentencepiece library, with T5's EOS after the text), and a greedy generate of
+    TINY_NEW_TOKENS tokens runs."""
+    model, ok = check_tiny_loading(AutoModelForSeq2SeqLM, model_dir)
+    tokenizer = AutoTokenizer.from_pretrained(model_dir)
+    processor = spm.SentencePieceProcessor(model_file=str(pathlib.Path(model_dir) / "spiece.model"))
+
+    def reference(text: str) -> list[int]:
+        return [*processor.encode(text), processor.eos_id()]
+
+    ok &= check_tiny_tokenizer(tokenizer, reference, model_dir)
+    inputs = tokenizer(TOKENIZER_TEXTS[0], return_tensors="pt")
+    out = model.generate(**inputs, do_sample=False, max_new_tokens=TINY_NEW_TOKENS)
+    print(f"generate: {out[0].tolist()}")
+    return ok
+
+
 def main() -> None:
-    run_cli(__doc__, check, make_all)
+    run_cli(__doc__, check, make_all, check_tiny)
 
 
 if __name__ == "__main__":

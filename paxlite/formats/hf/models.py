@@ -712,16 +712,11 @@ def scanned(model: config_lib.Config, **stack_fields: Any) -> config_lib.Config:
         dense layers among MoE ones).
     """
     plain = model.lm_tpl.stacked_transformer_tpl
-    if plain.moe_layers:
+    reason = why_not_scannable(model)
+    if reason:
         raise HfConfigError(
-            f"only layers {list(plain.moe_layers)} of the {plain.num_layers} are mixtures of "
-            "experts (decoder_sparse_step, mlp_only_layers), so the layers cannot be one "
-            "scanned block; keep the plain stack (USE_REPEATED_LAYER=False)."
-        )
-    if plain.sliding_windows and len(set(plain.sliding_windows)) > 1:
-        raise HfConfigError(
-            "the layers differ (their sliding windows alternate), so they cannot be one "
-            "scanned block; keep the plain stack (USE_REPEATED_LAYER=False)."
+            f"{reason}, so the layers cannot be one scanned block; keep the plain stack "
+            "(USE_REPEATED_LAYER=False)."
         )
     block = copy.deepcopy(plain.block_tpl)
     if plain.sliding_windows:
@@ -731,6 +726,21 @@ def scanned(model: config_lib.Config, **stack_fields: Any) -> config_lib.Config:
         num_layers=plain.num_layers, block_tpl=block, **stack_fields
     )
     return model
+
+
+def why_not_scannable(model: config_lib.Config) -> str | None:
+    """Why ``model``'s (a family's LanguageModel config) blocks differ, so that
+    :func:`scanned` cannot stack them (Gemma 2's alternating sliding windows, Qwen-MoE's dense
+    layers among MoE ones); None when they are alike."""
+    plain = model.lm_tpl.stacked_transformer_tpl
+    if plain.moe_layers:
+        return (
+            f"only layers {list(plain.moe_layers)} of the {plain.num_layers} are mixtures of "
+            "experts (decoder_sparse_step, mlp_only_layers)"
+        )
+    if plain.sliding_windows and len(set(plain.sliding_windows)) > 1:
+        return "the layers' sliding windows differ (layer_types)"
+    return None
 
 
 def set_router_aux_loss(model: config_lib.Config, coefficient: float) -> int:

@@ -16,6 +16,7 @@ import jax
 import jax.numpy as jnp
 import numpy as np
 import pytest
+from absl.testing import absltest
 
 from paxlite.experiments.base_experiment import KnobError
 from paxlite.pretrained import export
@@ -23,6 +24,7 @@ from paxlite.pretrained.loading import from_pretrained
 from praxis_lite import config as config_lib
 from praxis_lite.moe import MoeFeedForward
 from praxis_lite.py_utils import NestedMap
+from tasks.lm import hf_model
 from tests import FIXTURES
 from tests.tasks.lm.test_hf_lora import _close, _experiment, _loss, _train
 from tests.tasks.lm.test_hf_synthetic import _synthetic
@@ -86,8 +88,14 @@ def test_the_router_aux_loss_is_added_in_training(tmp_path):
 
 def test_the_aux_loss_weight_is_router_aux_loss_coef_over_the_moe_layers():
     coef = json.loads((_HF / "qwen3_moe" / "config.json").read_text())["router_aux_loss_coef"]
-    exp = _experiment("qwen3_moe", 2, HF_MODEL=str(_HF / "qwen3_moe"), USE_REPEATED_LAYER=False)
-    [ff] = _moe_feed_forwards(exp.model())
+    exp = _experiment("qwen3_moe", 2, HF_MODEL=str(_HF / "qwen3_moe"))
+    with absltest.mock.patch.object(hf_model.logging, "warning") as warning:
+        model = exp.model()  # USE_REPEATED_LAYER's default: the plain stack, and one warning.
+        exp.model()
+    assert model.lm_tpl.stacked_transformer_tpl.moe_layers == (0, 2)
+    [(args, _)] = warning.call_args_list
+    assert "only layers [0, 2] of the 3" in args[0] % args[1:]
+    [ff] = _moe_feed_forwards(model)
     assert math.isclose(ff.load_balance_loss_weight, coef / 2)  # Layers 0 and 2 of 3.
     exp = _experiment("mixtral", 2, HF_MODEL=str(_HF / "mixtral"), ROUTER_AUX_LOSS_COEF=0.5)
     [ff] = _moe_feed_forwards(exp.model())

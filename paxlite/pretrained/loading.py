@@ -15,7 +15,7 @@ checkpoint_00001000``) together with the experiment it was trained with::
     lm.save_pretrained("/tmp/my-hf-copy")                          # transformers loads it
     lm = from_pretrained("/tmp/paxlite_tiny")                      # paxlite job dir
     lm = from_pretrained("/tmp/hf_ft")             # an HfCausalLm job, with its tokenizer
-    lm.generate(["The river"], max_new_tokens=8)                   # -> [' runs to the sea']
+    lm.generate(["The river"], max_new_tokens=8)                   # -> a list of new texts
     lm = from_pretrained("gs_copy/checkpoints/checkpoint_00000300",   # Pax checkpoint
                          exp="LmCloudSpmd2B")
     logits = lm.logits(ids)                      # ids [B, T] int -> [B, T, V] float32

@@ -159,26 +159,15 @@ class HfModelKnobs(LmTrainer):
         """config.json's model (scanned unless its layers differ): float32 weights, FPROP_DTYPE
         compute, NUM_LOSS_CHUNKS and Z_LOSS_WEIGHT on its softmax."""
         _, model = hf_models.build_model(self.hf_config)
-        if self.USE_REPEATED_LAYER and not self._layers_differ:
-            model = hf_models.scanned(model, **self.scan_settings())
+        if self.USE_REPEATED_LAYER:
+            reason = hf_models.why_not_scannable(model)
+            if reason is None:
+                model = hf_models.scanned(model, **self.scan_settings())
+            else:
+                _say_plain_stack(self.HF_MODEL, reason)
         self._set_router_aux_loss(model)
         self.configure_softmax(model.lm_tpl.softmax_tpl)
         return config_lib.set_dtypes(model, dtype=jnp.float32, fprop_dtype=self.FPROP_DTYPE)
-
-    @functools.cached_property
-    def _layers_differ(self) -> bool:
-        """Whether config.json's layers differ (Gemma 2's sliding windows, Qwen-MoE's dense
-        layers among MoE ones), so that the model keeps the plain stack; said once when
-        USE_REPEATED_LAYER asked for a scanned one."""
-        _, model = hf_models.build_model(self.hf_config)
-        reason = hf_models.why_not_scannable(model)
-        if reason and self.USE_REPEATED_LAYER:
-            logging.warning(
-                "%s: %s: the model keeps the plain stack (USE_REPEATED_LAYER scans alike layers).",
-                self.HF_MODEL,
-                reason,
-            )
-        return reason is not None
 
     def _set_router_aux_loss(self, model: config_lib.Config) -> None:
         """ROUTER_AUX_LOSS_COEF (or config.json's) on ``model``'s MoE layers, in place;
@@ -215,3 +204,15 @@ class HfModelKnobs(LmTrainer):
     def job_files(self) -> dict[str, str]:
         """HF_MODEL's config, generation config and tokenizer files, kept in the job."""
         return export.kept_files(self.HF_MODEL)
+
+
+@functools.cache
+def _say_plain_stack(hf_model: str, reason: str) -> None:
+    """One warning a process that ``hf_model``'s layers keep the plain stack (``reason``:
+    why they cannot be scanned), so the scanned stack's remat knobs do not apply."""
+    logging.warning(
+        "%s: %s: the model keeps the plain stack (USE_REPEATED_LAYER scans alike layers; "
+        "CHECKPOINT_POLICY and CHECKPOINT_OFFLOAD_TO_HOST, its remat, do not apply).",
+        hf_model,
+        reason,
+    )

@@ -19,9 +19,14 @@ from __future__ import annotations
 
 from typing import Any
 
+from etils import epath
+
 from paxlite.experiments import registry
+from paxlite.experiments.base_experiment import KnobError
+from paxlite.formats.hf import checkpoint as hf_checkpoint
 from praxis_lite import config as config_lib
 from praxis_lite.inputs.seqio_input import DecodeForm, SeqIOInput
+from praxis_lite.tokenizers.hf_tokenizer import SENTENCEPIECE_MODELS, TOKENIZER_JSON
 from tasks.lm.prompt_completion import PairFieldKnobs
 from tasks.t5.t5x_setup import FeatureLengthsKnob
 from tasks.t5.tiny import T5Tiny
@@ -49,6 +54,28 @@ class T5TextTiny(PairFieldKnobs, FeatureLengthsKnob, T5Tiny):
     def validate(self) -> None:
         super().validate()
         self.check_pair_fields()
+        self._check_vocab_is_init_froms()
+
+    def _check_vocab_is_init_froms(self) -> None:
+        """KnobError when INIT_FROM is a Hugging Face directory with a tokenizer and
+        VOCAB_PATH is not in it: the data would be other ids than the model's, and the job
+        would keep (for ``from_pretrained`` and ``paxlite-export``) a tokenizer it never
+        trained with."""
+        if not self.INIT_FROM or not hf_checkpoint.is_hf_model_dir(epath.Path(self.INIT_FROM)):
+            return
+        directory = epath.Path(self.INIT_FROM)
+        models = [name for name in SENTENCEPIECE_MODELS if (directory / name).exists()]
+        if not models and not (directory / TOKENIZER_JSON).exists():
+            return
+        vocab = epath.Path(self.VOCAB_PATH) if self.VOCAB_PATH else None
+        if vocab is not None and directory.resolve() in (vocab.resolve(), vocab.resolve().parent):
+            return
+        raise KnobError(
+            f"{type(self).__qualname__}: INIT_FROM={self.INIT_FROM} has its own tokenizer but "
+            f"VOCAB_PATH is {self.VOCAB_PATH or 'unset (bytes)'}; set "
+            f"--set VOCAB_PATH={directory / models[0] if models else directory} (the ids its "
+            "embeddings were trained on)."
+        )
 
     def task(self) -> Any:
         """T5Tiny's task; train_and_eval decodes with every eval (with held-out pairs)."""

@@ -354,14 +354,18 @@ def run_page(page: pathlib.Path, out: pathlib.Path) -> dict[str, Any]:
     start, cpu = time.perf_counter(), time.process_time()
     out.mkdir(parents=True, exist_ok=True)
     sys.path.insert(0, str(out))  # The page's ``python NAME.py`` modules.
+    written = []
     for fence in first_fences(page, out):
         if fence.kind is Kind.BASH:
             commands += run_bash(fence, scripts)
         elif fence.kind is Kind.PYTHON and fence.module is not None:
             (out / f"{fence.module}.py").write_text("\n".join(fence.body) + "\n")
+            written.append(fence.module)
         elif fence.kind is Kind.PYTHON:
             expressions += run_python(fence, namespace)
     sys.path.remove(str(out))
+    for module in written:  # The next page may write a module of the same name.
+        sys.modules.pop(module, None)
     return {
         "page": str(page),
         "commands": [dataclasses.asdict(c) for c in commands],

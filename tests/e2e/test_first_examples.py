@@ -24,7 +24,10 @@ from tests.processes import cpu_env, run_python
 
 pytestmark = pytest.mark.runs_first  # A minute of runs in one test: scheduled first.
 
-PAGES = ["pax", "hugging-face", "lora", "t5", "t5x"]
+#: Each page's first example: (its training commands, its ``generate`` expressions). A
+#: training command is one that printed a first-step loss or a ``step N/M | loss`` line.
+EXPECTED_RUNS = {"pax": (0, 1), "hugging-face": (1, 1), "lora": (1, 0), "t5": (1, 1), "t5x": (1, 0)}
+PAGES = list(EXPECTED_RUNS)
 #: A training command's last loss at most this fraction of its first.
 LOSS_FALLS_TO = 0.6
 #: The folders orbax writes on its own (a paxlite job's ``checkpoints/<step>/``).
@@ -57,14 +60,20 @@ def failed(report: dict[str, Any]) -> list[str]:
     return exits + [f"line {e['line']}: {e['error']}" for e in expressions if e["error"]]
 
 
+def trains(command: dict[str, Any]) -> bool:
+    """Whether a command trained: it printed a first-step loss or a summary's loss."""
+    return bool(command["losses"]) or command["first_step_loss"] is not None
+
+
 def trained_too_little(command: dict[str, Any]) -> str | None:
     """Why a training command's loss did not fall to LOSS_FALLS_TO of its start, its first
-    step's (None: it did, or it trained nothing)."""
-    if not command["losses"]:
+    step's (None: it did, or it trained nothing); both lines must be there."""
+    if not trains(command):
         return None
-    start = command["first_step_loss"]
-    start = command["losses"][0] if start is None else start
-    last = command["losses"][-1]
+    start, losses = command["first_step_loss"], command["losses"]
+    if start is None or not losses:
+        return f"line {command['line']}: no first-step loss or no summary loss was printed"
+    last = losses[-1]
     if last <= LOSS_FALLS_TO * start:
         return None
     return f"line {command['line']}: loss {start:.4f} -> {last:.4f} (> {LOSS_FALLS_TO} x start)"
@@ -97,13 +106,16 @@ def wrong_modes(out: pathlib.Path) -> list[str]:
     return wrong
 
 
-def page_problems(report: dict[str, Any] | None, out: pathlib.Path) -> list[str]:
+def page_problems(page: str, report: dict[str, Any] | None, out: pathlib.Path) -> list[str]:
     """Everything wrong with one page's run (its report None: it was not reported)."""
     if report is None:
         return ["not reported: the run ended before it"]
-    if not report["commands"] and not report["expressions"]:
-        return ["no first example: no fence before the first '## '"]
-    problems = failed(report)
+    runs = (
+        sum(trains(c) for c in report["commands"]),
+        sum(".generate(" in e["source"] for e in report["expressions"]),
+    )
+    problems = [] if runs == EXPECTED_RUNS[page] else [f"(trainings, generates) {runs}"]
+    problems += failed(report)
     problems += [why for c in report["commands"] if (why := trained_too_little(c))]
     problems += [why for e in report["expressions"] if (why := generated_nothing(e))]
     return problems + [f"mode {wrong}" for wrong in wrong_modes(out)]
@@ -112,5 +124,5 @@ def page_problems(report: dict[str, Any] | None, out: pathlib.Path) -> list[str]
 @pytest.mark.slow
 def test_each_pages_first_example_runs_as_the_page_says(tmp_path):
     reports, ended = run_first_examples(PAGES, tmp_path)
-    problems = {page: page_problems(reports.get(page), tmp_path / page) for page in PAGES}
+    problems = {page: page_problems(page, reports.get(page), tmp_path / page) for page in PAGES}
     assert {page: p for page, p in problems.items() if p} == {}, ended

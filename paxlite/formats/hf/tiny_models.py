@@ -620,7 +620,9 @@ def execute(flag_values: flags.FlagValues) -> None:
     given = flag_values
     text = "".join(f"{line}\n" for line in generated_text(given.seed))
     try:
-        text_is_new = given.write_text and _check_text_target(epath.Path(given.write_text), text)
+        text_is_new = given.write_text and _check_text_target(
+            epath.Path(given.write_text), text, epath.Path(given.out)
+        )
         if holds_the_same(given.family, given.out, given.seed):
             print(f"{given.out} already holds --family={given.family} --seed={given.seed}")
         else:
@@ -637,13 +639,21 @@ def execute(flag_values: flags.FlagValues) -> None:
         exits.fail(f"cannot write {e.filename or given.out}: {e.strerror or e}.")
 
 
-def _check_text_target(path: epath.Path, text: str) -> bool:
+def _check_text_target(path: epath.Path, text: str, out: epath.Path) -> bool:
     """Whether ``--write_text``'s ``path`` is still to be written: False when it already
-    holds ``text``.
+    holds ``text``. Checked before anything is written.
 
     Raises:
-      TinyModelError: ``path`` holds something else (it is never overwritten).
+      TinyModelError: ``path`` holds something else (it is never overwritten), lies in
+        ``out`` (the model's directory holds the model alone) or under a file.
     """
+    if out.resolve() in path.resolve().parents:
+        raise TinyModelError(
+            f"--write_text={path} is inside --out={out}; give a file outside the model's directory."
+        )
+    blocking = next((p for p in path.parents if p.exists() and not p.is_dir()), None)
+    if blocking is not None:
+        raise TinyModelError(f"--write_text={path}: {blocking} is a file, not a directory.")
     if not path.exists():
         return True
     if path.is_file() and path.read_text() == text:

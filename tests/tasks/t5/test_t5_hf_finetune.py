@@ -17,6 +17,7 @@ import pytest
 
 from paxlite.experiments import base_experiment
 from paxlite.experiments.base_experiment import KnobError
+from paxlite.formats.hf import tiny_models
 from paxlite.pretrained import export
 from paxlite.pretrained.loading import from_pretrained
 from paxlite.runtime import job_config
@@ -27,6 +28,7 @@ from praxis_lite.inputs.synthetic_input import SyntheticSeq2SeqInput
 from praxis_lite.py_utils import NestedMap
 from praxis_lite.tokenizers.hf_tokenizer import HfTokenizer
 from tasks.t5.flan_t5 import FlanT5Small
+from tasks.t5.text import T5TextTiny
 from tests import FIXTURES
 from tests.paxlite.pretrained.test_loading import assert_same_tokenizer
 
@@ -167,3 +169,22 @@ def test_knobs_that_disagree_with_the_checkpoint_are_one_line(
     message = str(e.value)
     assert "\n" not in message and disagrees in message
     assert differences in message
+
+
+def test_pairs_from_a_hugging_face_t5_must_use_its_tokenizer(tmp_path):
+    """T5TextTiny from a tiny Flan-T5 directory: VOCAB_PATH unset (bytes) or elsewhere is one
+    line naming the directory's spiece.model; that model or the directory is accepted."""
+    model_dir = tmp_path / "tiny-flan-t5"
+    tiny_models.write("flan-t5", model_dir)
+
+    def experiment(vocab: object) -> object:
+        knobs = {"INIT_FROM": str(model_dir), "VOCAB_PATH": vocab, "TEXT_DATA_PATH": "pairs.jsonl"}
+        return base_experiment.with_overrides(T5TextTiny, knobs)()
+
+    for vocab in (None, str(FIXTURES / "hf" / "t5_flan" / "spiece.model")):
+        with pytest.raises(KnobError) as e:
+            experiment(vocab)
+        assert "\n" not in str(e.value)
+        assert f"set --set VOCAB_PATH={model_dir / 'spiece.model'}" in str(e.value)
+    for vocab in (model_dir / "spiece.model", model_dir):
+        experiment(str(vocab))

@@ -216,6 +216,14 @@ def test_help_lists_the_families(capsys):
             ["--family=gpt2", "--out=OUT/x", "--write_text=OUT/file"],
             "--write_text=OUT/file already exists and is not this seed's text",
         ),
+        (
+            ["--family=gpt2", "--out=OUT/x", "--write_text=OUT/file/t.txt"],
+            "--write_text=OUT/file/t.txt: OUT/file is a file, not a directory.",
+        ),
+        (
+            ["--family=gpt2", "--out=OUT/x", "--write_text=OUT/x/t.txt"],
+            "--write_text=OUT/x/t.txt is inside --out=OUT/x; give a file outside",
+        ),
     ],
 )
 def test_bad_input_is_one_line(argv, says, tmp_path, capsys):

@@ -60,6 +60,7 @@ def test_console_scripts_point_at_callables():
         "paxlite",
         "paxlite-bench",
         "paxlite-export",
+        "paxlite-tiny-model",
         "paxlite-t5x-train",
         "paxlite-t5x-eval",
         "paxlite-t5x-infer",

@@ -26,7 +26,7 @@ from flax import traverse_util
 from jax.sharding import SingleDeviceSharding
 
 from paxlite.checkpoints import checkpoint_sources
-from paxlite.cli import exits
+from paxlite.cli import exits, own_flags
 from paxlite.formats.hf import checkpoint as hf_checkpoint
 from paxlite.formats.hf import models as hf_models
 from paxlite.formats.peft import adapter as peft_adapter
@@ -46,6 +46,7 @@ _DTYPES = {
 #: The command line's own flags: paxlite.pretrained.loading (read for frozen weights) brings the
 #: trainer's absl flags, some of the same names, into absl's global FLAGS.
 _FLAGS = flags.FlagValues()
+_PROGRAM = "paxlite-export"
 
 
 def define_flags(flag_values: flags.FlagValues) -> None:
@@ -65,22 +66,16 @@ def define_flags(flag_values: flags.FlagValues) -> None:
 def parse(flag_values: flags.FlagValues, argv: Sequence[str]) -> list[str]:
     """``argv`` parsed into ``flag_values`` (:func:`define_flags`): the rest of it, or a
     one-line error (``--help``: the flags, exit 0)."""
-    if any(arg in ("--help", "-h", "--helpfull") for arg in argv[1:]):
-        print(f"paxlite-export: a fine-tuned run as a Hugging Face model.\n\n{flag_values}")
-        sys.exit(0)
-    try:
-        return flag_values(list(argv))
-    except flags.Error as e:
-        exits.fail(f"{e}; see paxlite-export --help.")
+    summary = f"{_PROGRAM}: a fine-tuned run as a Hugging Face model.\n\n{flag_values}"
+    return own_flags.parse(flag_values, argv, _PROGRAM, summary)
 
 
 def check_flags(flag_values: flags.FlagValues, rest: Sequence[str]) -> None:
     """One line and exit 2 for what the export cannot run with: words that are no flag
     (``rest``: what :func:`parse` left, the program first), or no --job_log_dir or --out."""
-    if len(rest) > 1:
-        exits.fail(f"unexpected arguments {' '.join(rest[1:])}; see paxlite-export --help.")
+    own_flags.refuse_extra_words(rest, _PROGRAM)
     if not flag_values.job_log_dir or not flag_values.out:
-        exits.fail("paxlite-export needs --job_log_dir=DIR (the fine-tuned run) and --out=DIR.")
+        exits.fail(f"{_PROGRAM} needs --job_log_dir=DIR (the fine-tuned run) and --out=DIR.")
 
 
 def kept_files(hf_dir: str) -> dict[str, str]:

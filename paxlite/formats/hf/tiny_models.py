@@ -40,7 +40,7 @@ from fiddle import daglish
 from flax import linen as nn
 from flax import traverse_util
 
-from paxlite.cli import exits
+from paxlite.cli import exits, own_flags
 from paxlite.formats.hf import checkpoint as hf_checkpoint
 from paxlite.formats.hf import models as hf_models
 from paxlite.formats.hf import tiny_tokenizers as tt
@@ -594,20 +594,13 @@ def help_text(flag_values: flags.FlagValues) -> str:
 def parse(flag_values: flags.FlagValues, argv: Sequence[str]) -> list[str]:
     """``argv`` parsed into ``flag_values`` (:func:`define_flags`): the rest of it, or a
     one-line error (``--help``: the families and the flags, exit 0)."""
-    if any(arg in ("--help", "-h", "--helpfull") for arg in argv[1:]):
-        print(help_text(flag_values))
-        sys.exit(0)
-    try:
-        return flag_values(list(argv))
-    except flags.Error as e:
-        exits.fail(f"{e}; see {_PROGRAM} --help.")
+    return own_flags.parse(flag_values, argv, _PROGRAM, help_text(flag_values))
 
 
 def check_flags(flag_values: flags.FlagValues, rest: Sequence[str]) -> None:
     """One line and exit 2 for what the command cannot run with: words that are no flag
     (``rest``: what :func:`parse` left, the program first), or no --family or --out."""
-    if len(rest) > 1:
-        exits.fail(f"unexpected arguments {' '.join(rest[1:])}; see {_PROGRAM} --help.")
+    own_flags.refuse_extra_words(rest, _PROGRAM)
     if not flag_values.family or not flag_values.out:
         exits.fail(f"{_PROGRAM} needs --family=NAME (one of {', '.join(RECIPES)}) and --out=DIR.")
 
